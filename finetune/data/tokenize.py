@@ -47,6 +47,7 @@ class ChatTokenizer:
     def __init__(self, tokenizer) -> None:
         self.tokenizer = tokenizer
         self.end_of_turn_text, self.end_of_turn_id = self._find_end_of_turn()
+        self.closes_every_turn = self._closes_every_turn()
 
     def render(self, messages) -> str:
         chat = [{"role": m.role, "content": m.content} for m in messages]
@@ -73,38 +74,46 @@ class ChatTokenizer:
         eot_id = ids[0]
         return self.tokenizer.convert_ids_to_tokens(eot_id), eot_id
 
+    def _closes_every_turn(self) -> bool:
+        """Whether the template ends user turns with the end-of-turn token too (ChatML, Llama 3 do)."""
+        from finetune.data.types import Message
+
+        text = self.render([Message("user", _SENTINEL), Message("assistant", "ok")])
+        return text.startswith(self.end_of_turn_text, text.index(_SENTINEL) + len(_SENTINEL))
+
     def _pieces(self, record: Record) -> list[tuple[str, float]]:
-        """Split the rendered record into (text, weight) pieces; weight 0 = context."""
+        """Split the rendered record into (text, weight) pieces; weight 0 = context.
+
+        Messages are located in order. An assistant reply is searched together with the end-of-turn
+        that must follow it, so its text cannot be mistaken for a role header or an earlier message.
+        """
         text = self.render(record.messages)
+        eot = self.end_of_turn_text
         pieces: list[tuple[str, float]] = []
         cursor = 0  # start of the text not yet assigned to a piece
-        search_from = 0  # contents appear in message order
+        search_from = 0  # never past the true start of the next message
         for i, message in enumerate(record.messages):
-            if message.role != "assistant":
-                continue
             content = message.content
-            start = text.find(content, search_from) if content else -1
-            if start < 0 and content.strip():  # some templates trim contents
+            anchored = message.role == "assistant" or self.closes_every_turn
+            start = text.find(content + eot if anchored else content, search_from)
+            if start < 0 and content != content.strip():  # some templates trim contents
                 content = content.strip()
-                start = text.find(content, search_from)
+                start = text.find(content + eot if anchored else content, search_from)
             if start < 0:
+                if message.role != "assistant":
+                    continue  # a template may rewrite context messages: only replies must be exact
                 raise UserError(
                     f"line {record.line}: the chat template does not reproduce assistant message {i + 1} "
-                    "verbatim, so its tokens cannot be located"
+                    f"followed by {eot!r}, so its tokens cannot be located"
                 )
             end = start + len(content)
-            search_from = end
+            search_from = end + len(eot) if text.startswith(eot, end) else end
             if i not in record.targets:
                 continue
-            if not text.startswith(self.end_of_turn_text, end):
-                raise UserError(
-                    f"line {record.line}: assistant message {i + 1} is not closed by {self.end_of_turn_text!r} "
-                    "in the chat template's output"
-                )
             pieces.append((text[cursor:start], 0.0))
             pieces.append((text[start:end], message.weight))
-            pieces.append((self.end_of_turn_text, message.weight))
-            cursor = end + len(self.end_of_turn_text)
+            pieces.append((eot, message.weight))
+            cursor = end + len(eot)
         # the tail after the last target is dropped: no target follows it, so it can never be scored
         return pieces
 

@@ -1,0 +1,234 @@
+"""From a RunConfig to tokenized, split records: the whole data path in one call.
+
+    prepared = prepare_data(config)          # reads config.data (and config.val_file), validates,
+    prepared.train, prepared.val             # splits by conversation, builds records, tokenizes
+    prepared.facts                           # the numbers the plan needs (no torch)
+
+Without a tokenizer (no --model, e.g. `finetune plan DATA.jsonl`), token numbers are estimated
+from the text and `facts.tokens_exact` is False.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from finetune.config import AUTO, RunConfig
+from finetune.data.records import build_records
+from finetune.data.split import auto_val_fraction, remove_overlap, split_conversations
+from finetune.data.tokenize import ChatTokenizer, check_masking, load_tokenizer
+from finetune.data.types import Conversation, ParsedFile, Record, TokenizedRecord
+from finetune.errors import UserError
+
+BYTES_PER_TOKEN_ESTIMATE = 4  # typical for English BPE; only used when no tokenizer is given
+TEMPLATE_TOKENS_PER_MESSAGE_ESTIMATE = 4  # role header and end-of-turn around each message
+
+
+@dataclass(frozen=True)
+class DataFacts:
+    """Everything the plan needs to know about the data, as plain numbers."""
+
+    train_records: int
+    val_records: int
+    train_conversations: int
+    val_conversations: int
+    messages: int  # messages in the training conversations (all roles)
+    tokens_in_file: int  # tokens of all training records after truncation: what one epoch processes
+    target_tokens: int  # scored tokens in the training records
+    context_tokens: int  # read but not scored
+    max_record_tokens: int
+    p50_record_tokens: int
+    p95_record_tokens: int
+    truncated_records: int  # records whose context was cut from the left
+    truncated_tokens: int  # context tokens cut in total
+    dropped_records: int  # records dropped because they did not fit
+    duplicates_removed: int  # exact duplicates of a training conversation removed from validation
+    val_fraction: float  # fraction actually used (0 when a val file is given or validation is off)
+    val_fraction_reason: str  # why this fraction (Auto's rule, the user's flag, or the user's file)
+    tokens_exact: bool = True  # False when counted without the model's tokenizer
+
+
+@dataclass
+class PreparedData:
+    train: list[TokenizedRecord]
+    val: list[TokenizedRecord]
+    facts: DataFacts
+    warnings: list[dict] = field(default_factory=list)  # {"code", "message"}
+    end_of_turn_id: int | None = None
+
+
+@dataclass
+class _Side:
+    """Tokenized records of one side of the split, with what happened on the way."""
+
+    records: list[TokenizedRecord] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+    target_tokens: int = 0
+    truncated_records: int = 0
+    truncated_tokens: int = 0
+    dropped: list[tuple[int, str, int]] = field(default_factory=list)  # (line, reason, tokens over)
+
+
+def read_conversations(path: str) -> list[Conversation]:
+    """Read and validate a file; any error stops here with every problem listed."""
+    from finetune.data.read import read_file
+
+    parsed = read_file(path)
+    if not parsed.ok:
+        raise UserError(_problems_text(parsed))
+    return parsed.conversations
+
+
+def _problems_text(parsed: ParsedFile, limit: int = 10) -> str:
+    lines = [f"{parsed.path} is not usable ({len(parsed.errors)} error(s)):"]
+    for problem in parsed.errors[:limit]:
+        where = f"{parsed.path}:{problem.line}" if problem.line else parsed.path
+        lines.append(f"  {where} [{problem.code}] {problem.message}")
+    if len(parsed.errors) > limit:
+        lines.append(f"  ... and {len(parsed.errors) - limit} more")
+    lines.append(f"Run `finetune validate {parsed.path}` for the full report.")
+    return "\n".join(lines)
+
+
+def _records(conversations: list[Conversation], policy: str) -> list[Record]:
+    return [r for i, c in enumerate(conversations) for r in build_records(c, i, policy)]
+
+
+def _tokenize_side(records: list[Record], chat: ChatTokenizer, config: RunConfig) -> _Side:
+    side = _Side()
+    for record in records:
+        outcome = chat.tokenize(record, config.max_seq_len, config.truncation)
+        if outcome.record is None:
+            side.dropped.append((record.line, outcome.dropped or "", outcome.cut_tokens))
+            continue
+        side.records.append(outcome.record)
+        side.lengths.append(len(outcome.record))
+        side.target_tokens += outcome.record.num_targets
+        if outcome.cut_tokens:
+            side.truncated_records += 1
+            side.truncated_tokens += outcome.cut_tokens
+    return side
+
+
+def _estimate_side(records: list[Record]) -> _Side:
+    """Token counts from text length alone, for planning without a tokenizer."""
+    side = _Side()
+    for record in records:
+        total = target = 0
+        for i, message in enumerate(record.messages):
+            tokens = math.ceil(len(message.content.encode("utf-8")) / BYTES_PER_TOKEN_ESTIMATE)
+            total += tokens + TEMPLATE_TOKENS_PER_MESSAGE_ESTIMATE
+            if i in record.targets:
+                target += tokens + 1  # + end-of-turn
+        side.lengths.append(total)
+        side.target_tokens += target
+    return side
+
+
+def _percentile(values: list[int], q: float) -> int:
+    if not values:
+        return 0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)] if q > 0 else ordered[0]
+
+
+def _val_fraction(config: RunConfig, unique_conversations: int) -> tuple[float, str]:
+    if config.val_file:
+        return 0.0, f"your validation file {config.val_file}"
+    if config.val_fraction == AUTO:
+        return auto_val_fraction(unique_conversations)
+    if config.val_fraction == 0:
+        return 0.0, "validation off (--val-fraction 0)"
+    return float(config.val_fraction), f"your --val-fraction {config.val_fraction}"
+
+
+def prepare_conversations(
+    train_conversations: list[Conversation],
+    val_conversations: list[Conversation] | None,
+    config: RunConfig,
+    tokenizer=None,
+) -> PreparedData:
+    """Split (unless a validation set is given), build records, tokenize, check the masks."""
+    unique = len({c.key() for c in train_conversations})
+    fraction, reason = _val_fraction(config, unique)
+    if val_conversations is None:
+        split = split_conversations(train_conversations, fraction, config.seed)
+    else:
+        split = remove_overlap(train_conversations, val_conversations)
+
+    train_records = _records(split.train, config.record_policy)
+    val_records = _records(split.val, config.record_policy)
+    if not train_records:
+        raise UserError("no training records: no assistant message has a weight above 0")
+
+    chat = ChatTokenizer(tokenizer) if tokenizer is not None else None
+    if chat is not None:
+        train = _tokenize_side(train_records, chat, config)
+        val = _tokenize_side(val_records, chat, config)
+        source = config.data or "training data"
+        if not train.records:
+            raise UserError(f"{source}: every record is longer than --max-seq-len {config.max_seq_len}")
+        check_masking(train.records, chat.end_of_turn_id, source)
+        check_masking(val.records, chat.end_of_turn_id, config.val_file or source)
+    else:
+        train, val = _estimate_side(train_records), _estimate_side(val_records)
+
+    warnings = _warnings(train, val, config)
+    tokens_in_file = sum(train.lengths)
+    facts = DataFacts(
+        train_records=len(train.lengths),
+        val_records=len(val.lengths),
+        train_conversations=len(split.train),
+        val_conversations=len(split.val),
+        messages=sum(len(c.messages) for c in split.train),
+        tokens_in_file=tokens_in_file,
+        target_tokens=train.target_tokens,
+        context_tokens=tokens_in_file - train.target_tokens,
+        max_record_tokens=max(train.lengths, default=0),
+        p50_record_tokens=_percentile(train.lengths, 0.5),
+        p95_record_tokens=_percentile(train.lengths, 0.95),
+        truncated_records=train.truncated_records,
+        truncated_tokens=train.truncated_tokens,
+        dropped_records=len(train.dropped),
+        duplicates_removed=split.duplicates_removed,
+        val_fraction=fraction,
+        val_fraction_reason=reason,
+        tokens_exact=chat is not None,
+    )
+    return PreparedData(train.records, val.records, facts, warnings, chat.end_of_turn_id if chat else None)
+
+
+def _warnings(train: _Side, val: _Side, config: RunConfig) -> list[dict]:
+    warnings = []
+    if train.truncated_records:
+        warnings.append(
+            {
+                "code": "truncated_examples",
+                "message": f"{train.truncated_records} training record(s) are longer than --max-seq-len "
+                f"{config.max_seq_len}: {train.truncated_tokens} context tokens are cut from the left "
+                "(targets are never cut)",
+            }
+        )
+    dropped = train.dropped + val.dropped
+    if dropped:
+        lines = ", ".join(str(line) for line, _, _ in dropped[:10])
+        warnings.append(
+            {
+                "code": "dropped_examples",
+                "message": f"{len(dropped)} record(s) do not fit --max-seq-len {config.max_seq_len} without "
+                f"cutting a reply (--truncation {config.truncation}) and are left out (lines {lines}"
+                f"{', ...' if len(dropped) > 10 else ''})",
+            }
+        )
+    return warnings
+
+
+def prepare_data(config: RunConfig, tokenizer=None) -> PreparedData:
+    """Read, validate, split, build records and tokenize. Raises UserError for unusable input."""
+    if not config.data:
+        raise UserError("no training file given")
+    train = read_conversations(config.data)
+    val = read_conversations(config.val_file) if config.val_file else None
+    if tokenizer is None and config.model:
+        tokenizer = load_tokenizer(config.model, config.trust_remote_code)
+    return prepare_conversations(train, val, config, tokenizer)

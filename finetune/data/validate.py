@@ -1,0 +1,313 @@
+"""`finetune validate`: is this file usable for training, and what will the model learn from it?
+
+    finetune validate FILE [--model DIR] [--show N] [--max-seq-len L] [--record-policy all|last|each] [--json]
+
+Every problem is reported (never only the first) as `FILE:LINE [code] message`; the codes are listed
+in docs/formats.md. Exit code 0 when the file is usable (warnings allowed), 1 when it is not.
+Without --model, token numbers are estimates and torch/transformers are not imported; with --model,
+they are exact and the masks are proven before any training: every record scores something, the
+end-of-turn token is scored, and truncation never cuts a scored reply.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+
+from rich.console import Console
+from rich.table import Table
+
+from finetune.data.read import read_file
+from finetune.data.show import ShownRecord, print_records, shown_record
+from finetune.data.stats import (
+    RecordTokens,
+    build_all_records,
+    count_record_tokens,
+    estimate_record_tokens,
+    summarize,
+)
+from finetune.data.types import IGNORE_INDEX, ParsedFile, Problem, Record, RecordPolicy
+from finetune.errors import UserError
+
+# Codes found with the model's tokenizer (the reader's codes live in finetune.data.read).
+TOO_LONG = "too_long"  # warning
+TARGET_TRUNCATED = "target_truncated"
+NO_TARGET_TOKENS = "no_target_tokens"
+FIRST_TOKEN_SCORED = "first_token_scored"
+END_OF_TURN_NOT_SCORED = "end_of_turn_not_scored"
+TEMPLATE_MISMATCH = "template_mismatch"
+
+POLICY_MEANING = {
+    RecordPolicy.ALL: "one record per conversation, every weighted reply scored",
+    RecordPolicy.LAST: "one record per conversation, only the last reply scored",
+    RecordPolicy.EACH: "one record per weighted reply",
+}
+
+
+@dataclass
+class Validation:
+    """The outcome of validating one file: what `--json` prints, plus the counted records."""
+
+    path: str
+    format: str | None
+    errors: list[Problem] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)
+    stats: dict = field(default_factory=dict)
+    counts: list[RecordTokens] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def to_dict(self) -> dict:
+        return {
+            "ok": self.ok,
+            "errors": [p.to_dict() for p in self.errors],
+            "warnings": [p.to_dict() for p in self.warnings],
+            "stats": self.stats,
+        }
+
+
+# ----------------------------------------------------------------------------- library
+
+
+def validate_file(
+    path: str,
+    tokenizer=None,
+    max_seq_len: int = 1024,
+    record_policy: RecordPolicy | str = RecordPolicy.ALL,
+) -> Validation:
+    """Read and check `path`; with a tokenizer, count tokens exactly and prove the masks."""
+    return validate_parsed(read_file(path), tokenizer, max_seq_len, record_policy)
+
+
+def validate_parsed(
+    parsed: ParsedFile,
+    tokenizer=None,
+    max_seq_len: int = 1024,
+    record_policy: RecordPolicy | str = RecordPolicy.ALL,
+) -> Validation:
+    """Build the records of a read file, count their tokens and check lengths (and, with a tokenizer, the masks)."""
+    policy = RecordPolicy(record_policy)
+    result = Validation(parsed.path, parsed.format, list(parsed.errors), list(parsed.warnings))
+    records = build_all_records(parsed.conversations, policy)
+    if tokenizer is None:
+        result.counts = [estimate_record_tokens(r, max_seq_len) for r in records]
+    else:
+        from finetune.data.tokenize import ChatTokenizer
+
+        chat = ChatTokenizer(tokenizer)  # UserError when the template never closes a reply with a special token
+        result.counts = _count_exact(records, chat, max_seq_len, result)
+        _check_masks(result, chat.end_of_turn_id, chat.end_of_turn_text)
+    exact = tokenizer is not None
+    for counts in result.counts:
+        _check_length(counts, max_seq_len, exact, policy, result)
+    result.stats = {"format": parsed.format} | summarize(
+        parsed.conversations, result.counts, policy, max_seq_len, exact
+    )
+    result.errors.sort(key=_file_order)
+    result.warnings.sort(key=_file_order)
+    return result
+
+
+def _file_order(problem: Problem) -> tuple[bool, int]:
+    return problem.line is not None, problem.line or 0  # whole-file problems first, then by line (stable)
+
+
+def _count_exact(records: list[Record], chat, max_seq_len: int, result: Validation) -> list[RecordTokens]:
+    counts = []
+    for record in records:
+        try:
+            counts.append(count_record_tokens(record, chat, max_seq_len))
+        except UserError as exc:  # the template does not reproduce a reply verbatim
+            message = str(exc).removeprefix(f"line {record.line}: ")
+            result.errors.append(Problem(record.line, TEMPLATE_MISMATCH, message))
+    return counts
+
+
+def _check_masks(result: Validation, end_of_turn_id: int, end_of_turn_text: str) -> None:
+    """The pre-flight proof that training will learn what the file says, before any GPU time is spent."""
+    trained = [c.tokenized for c in result.counts if c.tokenized is not None]
+    for record in trained:
+        if record.num_targets == 0:
+            result.errors.append(
+                Problem(record.line, NO_TARGET_TOKENS, "this record has no scored tokens after tokenization")
+            )
+        elif record.labels[0] != IGNORE_INDEX:
+            result.errors.append(
+                Problem(record.line, FIRST_TOKEN_SCORED, "the first token is scored, but nothing comes before it")
+            )
+    if trained and not any(end_of_turn_id in r.labels for r in trained):
+        result.errors.append(
+            Problem(
+                None,
+                END_OF_TURN_NOT_SCORED,
+                f"the end-of-turn token {end_of_turn_text} is never scored: the model would not learn to stop",
+            )
+        )
+
+
+def _check_length(
+    counts: RecordTokens, max_seq_len: int, exact: bool, policy: RecordPolicy, result: Validation
+) -> None:
+    if not counts.cut:
+        return
+    about = "" if exact else "about "
+    which = f"the record ending at message {len(counts.record.messages)}: " if policy is RecordPolicy.EACH else ""
+    line = counts.record.line
+    result.warnings.append(
+        Problem(
+            line,
+            TOO_LONG,
+            f"{which}{about}{counts.total} tokens, over --max-seq-len {max_seq_len}: "
+            f"{about}{counts.cut} tokens would be cut from the left" + ("" if exact else " (estimate; see --model)"),
+        )
+    )
+    if counts.dropped == "target_would_be_cut":
+        result.errors.append(
+            Problem(
+                line,
+                TARGET_TRUNCATED,
+                f"{which}cutting {counts.cut} tokens from the left would cut a scored reply, so training would drop "
+                f"this record; raise --max-seq-len to at least {counts.total} or shorten the conversation",
+            )
+        )
+
+
+# ----------------------------------------------------------------------------- command
+
+
+def run_validate(
+    file: str,
+    model: str | None = None,
+    show: int = 0,
+    as_json: bool = False,
+    max_seq_len: int = 1024,
+    record_policy: str = "all",
+) -> int:
+    """The `finetune validate` command: print the report; 0 when the file is usable, 1 when not."""
+    _check_flags(show, max_seq_len, record_policy)
+    parsed = read_file(file)  # a missing file is reported before a model is loaded
+    tokenizer = None
+    if model is not None:
+        from finetune.data.tokenize import load_tokenizer
+
+        tokenizer = load_tokenizer(model)
+    result = validate_parsed(parsed, tokenizer, max_seq_len, record_policy)
+    shown = _shown(result, show, tokenizer)
+    if as_json:
+        document = result.to_dict() | ({"shown": [s.to_dict() for s in shown]} if show else {})
+        print(json.dumps(document, ensure_ascii=True))  # ASCII: safe whatever the terminal's encoding
+    else:
+        _print_report(result, shown, max_seq_len, show)
+    return 0 if result.ok else 1
+
+
+def _check_flags(show: int, max_seq_len: int, record_policy: str) -> None:
+    if show < 0:
+        raise UserError(f"--show must be 0 or more, got {show}")
+    if max_seq_len < 1:
+        raise UserError(f"--max-seq-len must be at least 1, got {max_seq_len}")
+    if record_policy not in set(RecordPolicy):
+        raise UserError(f"--record-policy must be one of {', '.join(RecordPolicy)}, got {record_policy!r}")
+
+
+def _shown(result: Validation, show: int, tokenizer) -> list[ShownRecord]:
+    decode = None
+    if tokenizer is not None:
+
+        def decode(ids: list[int]) -> str:
+            return tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    return [shown_record(i, counts, decode) for i, counts in enumerate(result.counts[:show], start=1)]
+
+
+# ----------------------------------------------------------------------------- human output
+
+
+def _print_report(result: Validation, shown: list[ShownRecord], max_seq_len: int, show: int) -> None:
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(errors="replace")  # a terminal that cannot show a character gets '?', not a crash
+    console = Console(highlight=False, soft_wrap=True)  # one problem per line, greppable
+    path = _printable(result.path)
+    _print_problems(console, path, "errors", result.errors, "red")
+    _print_problems(console, path, "warnings", result.warnings, "yellow")
+    console.print(_stats_table(result.stats))
+    if show:
+        _print_shown(console, shown, show, result.stats["tokens_exact"])
+    if not result.stats["tokens_exact"]:
+        console.print(
+            "≈ token numbers are estimates (about 4 bytes of text per token); pass --model DIR for exact counts "
+            "and to prove the masks (scored tokens, end-of-turn, truncation).",
+            markup=False,
+        )
+    _print_verdict(console, path, result)
+
+
+def _print_problems(console: Console, path: str, title: str, problems: list[Problem], style: str) -> None:
+    if not problems:
+        return
+    console.print(f"{title} ({len(problems)}):", style=f"bold {style}", markup=False)
+    for p in problems:
+        where = f"{path}:{p.line}" if p.line is not None else path
+        console.print(f"{where} [{p.code}] {p.message}", style=style, markup=False)
+
+
+def _stats_table(stats: dict) -> Table:
+    about = "" if stats["tokens_exact"] else "≈ "
+    lengths = stats["record_tokens"]
+    over = stats["over_max_seq_len"]
+    policy = RecordPolicy(stats["record_policy"])
+    table = Table(title="what the file holds", title_justify="left", show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    table.add_column(style="dim")
+    table.add_row("format", str(stats["format"] or "unknown"), "")
+    table.add_row("conversations", f"{stats['conversations']:,}", "usable lines of the file")
+    table.add_row("messages", f"{stats['messages']:,}", "all roles, all turns: not what training counts")
+    table.add_row(
+        "training records", f"{stats['records']:,}", f"what steps count: policy {policy}, {POLICY_MEANING[policy]}"
+    )
+    table.add_row("target tokens", f"{about}{stats['target_tokens']:,}", "scored: what the model learns")
+    table.add_row("context tokens", f"{about}{stats['context_tokens']:,}", "read, never scored")
+    table.add_row(
+        "record length",
+        f"{about}{lengths['max']:,}",
+        f"tokens, max (p50 {lengths['p50']:,} · p90 {lengths['p90']:,} · p95 {lengths['p95']:,})",
+    )
+    table.add_row(
+        f"over --max-seq-len {stats['max_seq_len']:,}",
+        f"{over['records']:,}",
+        f"records; {about}{over['tokens_cut']:,} tokens would be cut",
+    )
+    return table
+
+
+def _print_shown(console: Console, shown: list[ShownRecord], show: int, exact: bool) -> None:
+    if not shown:
+        console.print("\nno records to show", markup=False)
+        return
+    how = "tokens" if exact else "message text (pass --model to see tokens)"
+    console.print(f"\nthe first {_count(len(shown), 'record')}, as {how}; scored text in [[ ]]:", markup=False)
+    print_records(console, shown)
+    if len(shown) < show:
+        console.print(f"(there are only {_count(len(shown), 'record')})", markup=False)
+
+
+def _print_verdict(console: Console, path: str, result: Validation) -> None:
+    errors, warnings = len(result.errors), len(result.warnings)
+    counted = f"{_count(errors, 'error')}, {_count(warnings, 'warning')}"
+    if result.ok:
+        console.print(f"OK: {path} is usable ({counted})", style="bold green", markup=False)
+    else:
+        console.print(f"NOT USABLE: {path} ({counted}); fix the errors above", style="bold red", markup=False)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'s' * (n != 1)}"
+
+
+def _printable(text: str) -> str:
+    """A file name from the command line may hold undecodable bytes (surrogate escapes): show them as escapes."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")

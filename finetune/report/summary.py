@@ -1,0 +1,168 @@
+"""The end-of-run summary: `OUT/report.json`, and the few lines printed when a run ends.
+
+    report = build_report(rows, plan.to_dict(), diagnose(rows, spe), wall_time_s=..., final_weights="OUT/adapter",
+                          final_is_best=True, tokens_processed=..., extra={"out_dir": "OUT"})
+    write_report(report, "OUT/report.json")
+    print_summary(report)
+
+The plan is read tolerantly (it is another module's output): `total_steps` and `tokens_processed`
+at its top level, and `cost.estimated_time_s` / `cost.price_per_million_tokens`; a missing key
+gives None in the report, never an error.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+from finetune.report.diagnosis import REMINDER, Diagnosis
+
+
+def build_report(
+    rows: list[dict],
+    plan_dict: dict,
+    diagnosis: Diagnosis,
+    wall_time_s: float,
+    final_weights: str,
+    final_is_best: bool,
+    tokens_processed: int,
+    extra: dict | None = None,
+) -> dict:
+    """The content of `report.json`: what the run did against what the plan said, and what its curves show.
+
+    `tokens_match` / `steps_match` are None when the plan does not carry the figure to compare with.
+    `extra` keys are added at the top level (e.g. `out_dir`, which print_summary shows); they may not
+    replace a key of the report.
+    """
+    train = [r["train_loss"] for r in rows if r.get("train_loss") is not None]
+    val = [(r["step"], r["val_loss"]) for r in rows if r.get("val_loss") is not None]
+    finite_val = [(s, v) for s, v in val if math.isfinite(v)]
+    best_step, best_val = min(finite_val, key=lambda sv: sv[1]) if finite_val else (None, None)
+
+    cost = plan_dict.get("cost")
+    cost = cost if isinstance(cost, dict) else {}
+    steps_taken = max((r["step"] for r in rows), default=0)
+    steps_planned = plan_dict.get("total_steps")
+    tokens_planned = plan_dict.get("tokens_processed", cost.get("tokens_processed"))
+    price = cost.get("price_per_million_tokens")
+
+    report = {
+        "steps_taken": steps_taken,
+        "steps_planned": steps_planned,
+        "steps_match": None if steps_planned is None else steps_taken == steps_planned,
+        "epochs_completed": next((r["epoch"] for r in reversed(rows) if r.get("epoch") is not None), None),
+        "first_train_loss": train[0] if train else None,
+        "final_train_loss": train[-1] if train else None,
+        "final_val_loss": val[-1][1] if val else None,
+        "best_val_loss": best_val,
+        "best_step": best_step,
+        "diagnosis": {
+            "kind": diagnosis.kind,
+            "message": diagnosis.message,
+            "next_step": diagnosis.next_step,
+            "overfit_from_step": diagnosis.overfit_from_step,
+        },
+        "tokens_processed": tokens_processed,
+        "tokens_planned": tokens_planned,
+        "tokens_match": None if tokens_planned is None else tokens_processed == tokens_planned,
+        "wall_time_s": wall_time_s,
+        "estimated_time_s": cost.get("estimated_time_s"),
+        "price_per_million_tokens": price,
+        "cost": None if price is None else tokens_processed / 1e6 * price,
+        "currency": cost.get("currency"),
+        "final_weights": final_weights,
+        "final_is_best": final_is_best,
+        "reminder": diagnosis.reminder or REMINDER,
+    }
+    clash = set(report) & set(extra or {})
+    if clash:
+        raise ValueError(f"extra keys would replace report keys: {sorted(clash)}")
+    report.update(extra or {})
+    return report
+
+
+def write_report(report: dict, path: str | os.PathLike) -> Path:
+    """Write `report` as indented JSON, atomically (the dashboard may be reading it)."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, out)
+    return out
+
+
+def print_summary(report: dict, console=None) -> None:
+    """Print a short, readable summary of a report made by build_report (rich, to `console` or stdout)."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = console or Console()
+    r = report
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column()
+
+    def line(label: str, text: str, style: str = "") -> None:
+        grid.add_row(label, Text(text, style=style))  # Text: paths and messages are not rich markup
+
+    steps = f"{r['steps_taken']}"
+    if r.get("steps_planned") is not None:
+        steps += f" of {r['steps_planned']} planned"
+    if r.get("epochs_completed") is not None:
+        steps += f" ({r['epochs_completed']:.2f} epochs)"
+    line("steps", steps)
+    if r.get("first_train_loss") is not None:
+        line("train loss", f"{_num(r['first_train_loss'])} -> {_num(r['final_train_loss'])}")
+    if r.get("best_val_loss") is not None:
+        line("val loss", f"best {_num(r['best_val_loss'])} at step {r['best_step']}, final {_num(r['final_val_loss'])}")
+    else:
+        line("val loss", "no validation")
+    line("tokens", _tokens(r), "" if r.get("tokens_match") is not False else "bold red")
+    time = _duration(r["wall_time_s"])
+    if r.get("estimated_time_s") is not None:
+        time += f" (estimated {_duration(r['estimated_time_s'])})"
+    line("time", time)
+    if r.get("cost") is not None:
+        currency = f" {r['currency']}" if r.get("currency") else ""
+        line("cost", f"{r['cost']:.2f}{currency} ({r['price_per_million_tokens']} per million tokens)")
+    if r.get("final_is_best"):
+        which = "the best checkpoint" + (f", step {r['best_step']}" if r.get("best_step") is not None else "")
+    else:
+        which = "the last step (not the best checkpoint)"
+    line("weights", f"{r['final_weights']} ({which})")
+    out_dir = r.get("out_dir") or str(Path(r["final_weights"]).parent)
+    line("outputs", f"{out_dir} (report.json, metrics.jsonl, loss_curve.png)")
+
+    d = r["diagnosis"]
+    line("diagnosis", f"{d['kind'].replace('_', ' ')}: {d['message']}", _KIND_STYLE.get(d["kind"], ""))
+    line("next step", d["next_step"])
+
+    console.print(Text("Run summary", style="bold underline"))
+    console.print(grid)
+    console.print(Text(r["reminder"], style="italic dim"))
+
+
+_KIND_STYLE = {"good_fit": "green", "overfitting": "yellow", "underfitting": "yellow", "unstable": "red"}
+
+
+def _tokens(r: dict) -> str:
+    text = f"{r['tokens_processed']:,}"
+    if r.get("tokens_match") is True:
+        return text + " (as planned)"
+    if r.get("tokens_match") is False:
+        return text + f" (the plan said {r['tokens_planned']:,}: mismatch)"
+    return text
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4f}"
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h {m:02d}m {s:02d}s" if h else f"{m}m {s:02d}s"

@@ -1,0 +1,153 @@
+"""Which records make each optimizer step, how a step is cut into micro-batches, and how they are packed.
+
+The rule: the records of an optimizer step depend only on (seed, epoch, effective batch). How the
+step is then split across devices and accumulation micro-batches is a separate, later decision,
+so changing batch × accumulation × devices (with the same product) never changes what is learned.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import torch
+
+from finetune.data.types import IGNORE_INDEX, TokenizedRecord
+
+
+def epoch_order(num_records: int, seed: int, epoch: int) -> list[int]:
+    """A fresh permutation of the records for every epoch (0-based), from the seed alone."""
+    order = list(range(num_records))
+    random.Random(f"finetune-epoch-{seed}-{epoch}").shuffle(order)
+    return order
+
+
+def epoch_steps(num_records: int, effective_batch: int, seed: int, epoch: int, last_batch: str) -> list[list[int]]:
+    """The record indices of each optimizer step of one epoch."""
+    order = epoch_order(num_records, seed, epoch)
+    steps = [order[i : i + effective_batch] for i in range(0, num_records, effective_batch)]
+    if last_batch == "drop" and steps and len(steps[-1]) < effective_batch:
+        steps.pop()
+    return steps
+
+
+def micro_batches(
+    step_records: list[int], lengths: list[int], devices: int, grad_accum: int, rank: int
+) -> list[list[int]]:
+    """The micro-batches (record indices) that `rank` runs for one optimizer step.
+
+    Records are sorted by length and cut into devices × grad_accum consecutive groups, so each
+    micro-batch holds records of similar length (little waste when padding or packing). Group j goes
+    to rank j % devices. A partial last step can leave a rank with fewer, or empty, micro-batches.
+    """
+    ordered = sorted(step_records, key=lambda i: (-lengths[i], i))
+    groups = devices * grad_accum
+    size = -(-len(ordered) // groups)  # ceil: at most batch_size records per micro-batch
+    chunks = [ordered[j * size : (j + 1) * size] for j in range(groups)]
+    return [chunk for j, chunk in enumerate(chunks) if j % devices == rank and chunk]
+
+
+@dataclass
+class Batch:
+    """Model inputs plus next-token targets, already shifted: targets[r, i] is the token after input i."""
+
+    input_ids: torch.Tensor  # [rows, length]
+    position_ids: torch.Tensor  # [rows, length]; restarts at 0 for every packed record
+    targets: torch.Tensor  # [rows, length], IGNORE_INDEX where nothing is scored
+    weights: torch.Tensor  # [rows, length], float loss weight per target (0 elsewhere)
+    attention_mask: torch.Tensor | None  # only on the padded path; None lets the model build a packed mask
+    num_tokens: int  # real (non-padding) tokens
+
+    @property
+    def num_targets(self) -> int:
+        return int((self.targets != IGNORE_INDEX).sum())
+
+    def to(self, device: torch.device | str) -> Batch:
+        move = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
+        return Batch(
+            move(self.input_ids),
+            move(self.position_ids),
+            move(self.targets),
+            move(self.weights),
+            move(self.attention_mask),
+            self.num_tokens,
+        )
+
+
+def _shifted(record: TokenizedRecord) -> tuple[list[int], list[float]]:
+    """Targets aligned with inputs: position i predicts token i + 1; the last position predicts nothing."""
+    return record.labels[1:] + [IGNORE_INDEX], record.weights[1:] + [0.0]
+
+
+def pack_rows(records: list[TokenizedRecord], max_row_len: int) -> list[list[TokenizedRecord]]:
+    """First-fit decreasing: records into rows of at most max_row_len tokens (a longer record gets its own row)."""
+    rows: list[list[TokenizedRecord]] = []
+    room: list[int] = []
+    for record in sorted(records, key=len, reverse=True):
+        for r, free in enumerate(room):
+            if len(record) <= free:
+                rows[r].append(record)
+                room[r] -= len(record)
+                break
+        else:
+            rows.append([record])
+            room.append(max_row_len - len(record))
+    return rows
+
+
+def pack_batch(records: list[TokenizedRecord], max_row_len: int, pad_id: int) -> Batch:
+    """Padding-free packing: records concatenated into rows, positions restarting per record.
+
+    Rows are bounded by max_row_len because SDPA's block-diagonal mask costs the square of the row
+    length. Rows shorter than the longest are filled with pad tokens that form their own segment
+    and are never scored; with first-fit decreasing that filler is small.
+    """
+    rows = pack_rows(records, max_row_len)
+    width = max(sum(len(r) for r in row) for row in rows)
+    ids, pos, tgt, wts = [], [], [], []
+    for row in rows:
+        row_ids: list[int] = []
+        row_pos: list[int] = []
+        row_tgt: list[int] = []
+        row_wts: list[float] = []
+        for record in row:
+            targets, weights = _shifted(record)
+            row_ids += record.input_ids
+            row_pos += range(len(record))
+            row_tgt += targets
+            row_wts += weights
+        fill = width - len(row_ids)
+        ids.append(row_ids + [pad_id] * fill)
+        pos.append(row_pos + list(range(fill)))
+        tgt.append(row_tgt + [IGNORE_INDEX] * fill)
+        wts.append(row_wts + [0.0] * fill)
+    return Batch(
+        torch.tensor(ids),
+        torch.tensor(pos),
+        torch.tensor(tgt),
+        torch.tensor(wts, dtype=torch.float32),
+        None,
+        sum(len(r) for r in records),
+    )
+
+
+def pad_batch(records: list[TokenizedRecord], pad_id: int) -> Batch:
+    """The classic padded batch: one record per row, right-padded, with an attention mask."""
+    width = max(len(r) for r in records)
+    ids, pos, tgt, wts, mask = [], [], [], [], []
+    for record in records:
+        fill = width - len(record)
+        targets, weights = _shifted(record)
+        ids.append(record.input_ids + [pad_id] * fill)
+        pos.append(list(range(width)))
+        tgt.append(targets + [IGNORE_INDEX] * fill)
+        wts.append(weights + [0.0] * fill)
+        mask.append([1] * len(record) + [0] * fill)
+    return Batch(
+        torch.tensor(ids),
+        torch.tensor(pos),
+        torch.tensor(tgt),
+        torch.tensor(wts, dtype=torch.float32),
+        torch.tensor(mask),
+        sum(len(r) for r in records),
+    )

@@ -1,0 +1,22 @@
+"""Fixtures shared by every test: a toy model folder, built once per session (~3 s)."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+warnings.filterwarnings("ignore", category=FutureWarning)
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+
+
+@pytest.fixture(scope="session")
+def toy_model(tmp_path_factory) -> Path:
+    from finetune.toy import build_toy_model
+
+    return build_toy_model(tmp_path_factory.mktemp("toy") / "model", data=EXAMPLES / "train.jsonl")

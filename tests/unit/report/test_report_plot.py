@@ -1,0 +1,58 @@
+"""plot_loss_curve writes a real PNG, quickly, for every shape of run."""
+
+import math
+import random
+import time
+
+from finetune.report.plot import plot_loss_curve
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def run_rows(steps=300, spe=100, eval_every=25, with_val=True):
+    rng = random.Random(0)
+    rows = []
+    for step in range(1, steps + 1):
+        r = {
+            "step": step,
+            "epoch": step / spe,
+            "lr": 1e-4,
+            "train_loss": 0.6 + 2 * math.exp(-step / 60) + rng.gauss(0, 0.05),
+        }
+        if with_val and (step % eval_every == 0 or step % spe == 0):
+            r["val_loss"] = 1.1 + 4e-6 * (step - 120) ** 2
+        rows.append(r)
+    return rows
+
+
+def assert_png(path):
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE
+    assert len(data) > 10_000  # a drawn chart, not an empty canvas
+
+
+def test_writes_a_png_quickly(tmp_path):
+    path = tmp_path / "out" / "loss_curve.png"
+    start = time.perf_counter()
+    returned = plot_loss_curve(run_rows(), path, steps_per_epoch=100, best_step=125, title="team-support, LoRA r=16")
+    elapsed = time.perf_counter() - start
+    assert returned == path
+    assert_png(path)
+    assert elapsed < 2.0, f"plot took {elapsed:.2f}s"
+    assert not (tmp_path / "out" / "loss_curve.png.tmp").exists()
+
+
+def test_without_validation_and_short_runs(tmp_path):
+    plot_loss_curve(run_rows(with_val=False), tmp_path / "a.png", steps_per_epoch=100, best_step=None)
+    assert_png(tmp_path / "a.png")
+    plot_loss_curve(run_rows(steps=6, spe=3, eval_every=3), tmp_path / "b.png", steps_per_epoch=3, best_step=3)
+    assert_png(tmp_path / "b.png")
+
+
+def test_tolerates_nan_and_empty(tmp_path):
+    rows = run_rows()
+    rows[200]["train_loss"] = float("nan")
+    plot_loss_curve(rows, tmp_path / "nan.png", steps_per_epoch=100, best_step=999)  # best step not an eval step
+    assert_png(tmp_path / "nan.png")
+    plot_loss_curve([], tmp_path / "empty.png", steps_per_epoch=100, best_step=None)
+    assert (tmp_path / "empty.png").read_bytes()[:8] == PNG_SIGNATURE
