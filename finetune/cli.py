@@ -1,10 +1,10 @@
 """The command line: one thin function per command, no logic.
 
-    finetune toy-model DIR [--data FILE]
-    finetune validate FILE [--model DIR] [--show N] [--json]
-    finetune plan DATA.jsonl [--model M] ... [--json]      |   finetune plan --examples N [--tokens T] ...
-    finetune train DATA.jsonl --model M --out DIR [...]    |   finetune train --config run.yaml
-    finetune demo [--out DIR]
+finetune toy-model DIR [--data FILE]
+finetune validate FILE [--model DIR] [--show N] [--json]
+finetune plan DATA.jsonl [--model M] ... [--json]      |   finetune plan --examples N [--tokens T] ...
+finetune train DATA.jsonl --model M --out DIR [...]    |   finetune train --config run.yaml
+finetune demo [--out DIR]
 """
 
 from __future__ import annotations
@@ -127,8 +127,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     from finetune.plan.command import run_plan
 
+    examples, tokens = args.examples, args.tokens
+    del args.examples, args.tokens  # what-if numbers, not RunConfig settings
     config = _config_from_args(args, data=args.data)
-    return run_plan(config, examples=args.examples, tokens=args.tokens, as_json=args.json)
+    return run_plan(config, examples=examples, tokens=tokens, as_json=args.json)
 
 
 def cmd_train(args: argparse.Namespace) -> int:

@@ -1,0 +1,206 @@
+"""Auto: the documented rules (docs/auto.md) that pick hyperparameters from the data, each with its reason.
+
+Every rule is a small pure function returning `Choice(value, reason)`. The thresholds below are the
+whole policy; docs/auto.md explains each one and compares it with OpenAI's, Tinker's and LLaMA-Factory's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+# ---- epochs: 3 is the SFT default; tiny sets get one more pass, large ones fewer (never more for more data)
+EPOCHS_BY_RECORDS = ((100, 4), (5_000, 3), (20_000, 2))  # (records below, epochs); 1 from 20,000 records
+EPOCHS_BY_TOKENS = ((100_000_000, 1), (20_000_000, 2))  # (tokens from, at most epochs): very large sets need fewer
+USUAL_MAX_EPOCHS = 3
+
+# ---- batch: effective batch from data size, halved until the run has enough steps for its schedule
+BATCH_BY_RECORDS = ((1_000, 8), (10_000, 16))  # (records below, effective batch); 32 from 10,000 records
+MAX_EFFECTIVE_BATCH = 32
+MIN_EFFECTIVE_BATCH = 4
+TARGET_STEPS = 100  # Auto shrinks the batch (never raises epochs) until the run has this many steps
+
+# ---- learning rate: by method, scaled with sqrt(effective batch) and sqrt(1 / model width)
+LORA_LR, FULL_LR = 2e-4, 2e-5  # at the reference batch and width; LoRA takes ~10x the full fine-tuning rate
+REFERENCE_BATCH = 16
+REFERENCE_WIDTH = 4096  # hidden size of Llama-3.1-8B / Mistral-7B, where those rates are common practice
+BATCH_FACTOR_RANGE = (0.25, 4.0)
+WIDTH_FACTOR_RANGE = (0.5, 4.0)
+
+# ---- LoRA rank from the training tokens of one epoch
+RANK_BY_TOKENS = ((2_000_000, 8), (20_000_000, 16), (100_000_000, 32))  # (tokens below, rank); 64 above
+TOKENS_PER_RECORD_GUESS = 500  # used when the token count is unknown (what-if without --tokens)
+
+# ---- warmup and evaluation
+DEFAULT_WARMUP_RATIO = 0.05
+EVALUATIONS_PER_RUN = 10
+
+
+@dataclass(frozen=True)
+class Choice(Generic[T]):
+    """A value Auto chose and the sentence that says why."""
+
+    value: T
+    """The chosen value."""
+    reason: str
+    """Why, in words a user can check against the data."""
+
+
+def _first(table: tuple[tuple[int, int], ...], x: int, above: int) -> int:
+    for limit, value in table:
+        if x < limit:
+            return value
+    return above
+
+
+def auto_epochs(records: int, tokens: int | None = None) -> Choice[int]:
+    """Passes over the data: 4 under 100 records, 3 up to 5,000, 2 up to 20,000, then 1 (fewer for many tokens)."""
+    by_records = _first(EPOCHS_BY_RECORDS, records, 1)
+    epochs = by_records
+    reason = f"{records:,} training records: "
+    if by_records > USUAL_MAX_EPOCHS:
+        reason += (
+            f"a small set gets one pass more than the usual {USUAL_MAX_EPOCHS}, and no more "
+            "(more passes would teach these answers by heart, not the task)"
+        )
+    elif by_records == USUAL_MAX_EPOCHS:
+        reason += f"the usual {USUAL_MAX_EPOCHS} passes for supervised fine-tuning of a set this size"
+    else:
+        reason += f"a large set needs fewer passes ({by_records}) to learn the task without memorising it"
+    if tokens is not None:
+        by_tokens = next((cap for limit, cap in EPOCHS_BY_TOKENS if tokens >= limit), epochs)
+        if by_tokens < epochs:
+            epochs = by_tokens
+            reason = f"{tokens:,} tokens per epoch: a set this large needs only {epochs} pass(es)"
+    return Choice(epochs, reason)
+
+
+def auto_effective_batch(records: int, epochs: int) -> Choice[int]:
+    """Target records per optimizer step: 8 / 16 / 32 by data size, halved (down to 4) until the run has
+    TARGET_STEPS steps, and never more than the records themselves."""
+    target = _first(BATCH_BY_RECORDS, records, MAX_EFFECTIVE_BATCH)
+    reason = f"{records:,} records: effective batch {target}"
+    start = target
+    while target > MIN_EFFECTIVE_BATCH and math.ceil(records / target) * epochs < TARGET_STEPS:
+        target //= 2
+    if target < start:
+        steps = math.ceil(records / target) * epochs
+        reason += (
+            f", halved to {target} so the run has {steps} steps (aim: {TARGET_STEPS}+) for warmup and decay "
+            "(a smaller batch, not more epochs)"
+        )
+    if target > records:
+        target = records
+        reason = f"only {records} record(s): one batch holds them all"
+    return Choice(max(1, target), reason)
+
+
+def auto_batch_size(
+    records: int,
+    epochs: int,
+    grad_accum: int,
+    devices: int,
+    fits: Callable[[int], bool] | None = None,
+    device_name: str | None = None,
+) -> Choice[int]:
+    """Per-device micro-batch: Auto's effective batch divided by accumulation x devices, then halved while
+    `fits(micro_batch)` says the memory estimate does not fit the device."""
+    target = auto_effective_batch(records, epochs)
+    per_step = grad_accum * devices
+    batch = max(1, target.value // per_step)
+    reason = target.reason
+    if per_step > 1:
+        reason += f"; {target.value} / ({grad_accum} accumulation x {devices} device(s)) = {batch} per device"
+        if batch * per_step != target.value:
+            reason += f" (effective {batch * per_step})"
+    if fits is not None and not fits(batch):
+        if not fits(1):  # the model itself does not fit: a smaller batch would not help (see the memory warning)
+            return Choice(batch, reason + f"; does not fit {device_name or 'the device'} even at 1 per device")
+        start = batch
+        while batch > 1 and not fits(batch):
+            batch //= 2
+        if batch < start:
+            reason += (
+                f"; cut to {batch} per device to fit {device_name or 'the device'} "
+                f"(raise --grad-accum to {math.ceil(target.value / (batch * devices))} to keep the effective batch)"
+            )
+    return Choice(batch, reason)
+
+
+def _round_lr(lr: float) -> float:
+    """Two significant digits: 2.83e-4 -> 2.8e-4 (a plan reads better, and nothing is that precise)."""
+    return float(f"{lr:.2g}")
+
+
+def _clamp(x: float, bounds: tuple[float, float]) -> float:
+    return min(bounds[1], max(bounds[0], x))
+
+
+def auto_lr(method: str, effective: int, hidden_size: int | None = None) -> Choice[float]:
+    """Peak learning rate: 2e-4 (LoRA) or 2e-5 (full) at effective batch 16 and width 4096, times
+    sqrt(effective / 16) and sqrt(4096 / hidden size) (both clamped)."""
+    base = LORA_LR if method == "lora" else FULL_LR
+    batch_factor = _clamp(math.sqrt(effective / REFERENCE_BATCH), BATCH_FACTOR_RANGE)
+    lr = base * batch_factor
+    reason = (
+        f"{'LoRA' if method == 'lora' else 'full fine-tuning'} base {base:g} "
+        f"({'10x the full-fine-tuning rate' if method == 'lora' else 'a tenth of the LoRA rate'}) "
+        f"x sqrt({effective}/{REFERENCE_BATCH}) for the effective batch"
+    )
+    if hidden_size:
+        width_factor = _clamp(math.sqrt(REFERENCE_WIDTH / hidden_size), WIDTH_FACTOR_RANGE)
+        lr *= width_factor
+        reason += f" x {width_factor:.2f} for the model width {hidden_size} (narrower models take larger steps)"
+    else:
+        reason += " (model width unknown: no width scaling)"
+    return Choice(_round_lr(lr), reason)
+
+
+def estimated_tokens(records: int, tokens: int | None) -> tuple[int, bool]:
+    """Training tokens of one epoch, or a guess from the record count; second value True when guessed."""
+    if tokens is not None:
+        return tokens, False
+    return records * TOKENS_PER_RECORD_GUESS, True
+
+
+def auto_lora_rank(records: int, tokens: int | None) -> Choice[int]:
+    """LoRA rank grows with the training tokens: 8 below 2M, 16 below 20M, 32 below 100M, else 64."""
+    count, guessed = estimated_tokens(records, tokens)
+    rank = _first(RANK_BY_TOKENS, count, 64)
+    what = (
+        f"about {count:,} tokens (guessed at {TOKENS_PER_RECORD_GUESS} per record)" if guessed else f"{count:,} tokens"
+    )
+    return Choice(rank, f"{what} per epoch: rank {rank} has room for what this much data can teach")
+
+
+def auto_lora_alpha(rank: int) -> Choice[float]:
+    """alpha = 2 x rank, so the adapter's scale alpha/rank stays 2 whatever the rank."""
+    return Choice(
+        float(2 * rank), f"2 x rank {rank}: the adapter's scale (alpha / rank = 2) stays the same at any rank"
+    )
+
+
+def auto_warmup_steps(total: int, ratio: float = DEFAULT_WARMUP_RATIO) -> Choice[int]:
+    """Warmup as a share of the run, never a fixed count: round(ratio x total)."""
+    steps = round(ratio * total)
+    return Choice(steps, f"{ratio:.0%} of {total} steps (a ratio, so short and long runs warm up alike)")
+
+
+def auto_eval_every(total: int, has_validation: bool) -> Choice[int]:
+    """About EVALUATIONS_PER_RUN evaluations per run, at least every step for very short runs."""
+    every = max(1, math.ceil(total / EVALUATIONS_PER_RUN))
+    count = total // every
+    if has_validation:
+        return Choice(
+            every, f"about {EVALUATIONS_PER_RUN} evaluations per run ({count} over {total} steps, plus each epoch end)"
+        )
+    return Choice(every, f"no validation set: only sets the checkpoint rhythm ({count} over {total} steps)")
+
+
+def auto_save_every(eval_every: int) -> Choice[int]:
+    """Checkpoint at every evaluation, so the best step by validation loss is always on disk."""
+    return Choice(eval_every, "at every evaluation, so the best checkpoint by validation loss is kept")

@@ -1,0 +1,452 @@
+"""RunConfig + the data's numbers + the model's numbers -> Plan: pure, no torch import.
+
+    plan = build_plan(config, prepared.facts, load_model_facts(config.model), prepared.warnings)
+    plan.total_steps, plan.batch_size, plan.learning_rate, ...   # what the training loop obeys
+    plan.to_dict()                                              # plan.json / `finetune plan --json`
+
+Every value the user left on "auto" is chosen by the rules in auto.py and lands in `plan.auto`
+with its reason; the advice (warnings with stable codes) comes from advice.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from finetune.config import AUTO, RunConfig
+from finetune.errors import UserError
+from finetune.plan import arithmetic
+from finetune.plan.advice import AdviceContext, advise
+from finetune.plan.auto import (
+    DEFAULT_WARMUP_RATIO,
+    auto_batch_size,
+    auto_epochs,
+    auto_eval_every,
+    auto_lora_alpha,
+    auto_lora_rank,
+    auto_lr,
+    auto_save_every,
+    auto_warmup_steps,
+)
+from finetune.plan.cost import CostEstimate, estimate_cost
+from finetune.plan.memory import (
+    MemoryEstimate,
+    decide_gradient_checkpointing,
+    decide_shard,
+    estimate_memory,
+    resolve_device,
+)
+from finetune.plan.model_facts import ModelFacts
+
+
+@dataclass(frozen=True)
+class DataSummary:
+    """The data's numbers as the plan sees them: from a prepared file (DataFacts) or a what-if question."""
+
+    train_records: int
+    """Training records (examples): what steps are counted in."""
+    val_records: int | None
+    """Validation records; None when not known (what-if with an Auto validation share is estimated)."""
+    train_conversations: int | None
+    """Conversations (lines of the file) the training records come from; None when unknown."""
+    val_conversations: int | None
+    """Validation conversations; None when unknown."""
+    messages: int | None
+    """Messages in the training conversations, all roles; None when unknown."""
+    tokens_in_file: int | None
+    """Tokens of all training records (one epoch); None when unknown."""
+    tokens_exact: bool = True
+    """False when counted without the model's tokenizer (or guessed)."""
+    max_record_tokens: int | None = None
+    """Longest training record: sizes the activation estimate (else --max-seq-len)."""
+    truncated_records: int = 0
+    """Records whose context was cut to fit --max-seq-len."""
+    truncated_tokens: int = 0
+    """Context tokens cut in total."""
+    dropped_records: int = 0
+    """Records left out because they could not fit."""
+    val_fraction: float | None = None
+    """Share of conversations held out for validation."""
+    val_fraction_reason: str | None = None
+    """Why that share (Auto's rule, the user's flag or file)."""
+    what_if: bool = False
+    """True for `finetune plan --examples N`: nothing was read from a file."""
+
+
+def summary_from_facts(facts: Any) -> DataSummary:
+    """Convert `finetune.data.prepare.DataFacts` (duck-typed: no import of the data path here)."""
+    return DataSummary(
+        train_records=facts.train_records,
+        val_records=facts.val_records,
+        train_conversations=facts.train_conversations,
+        val_conversations=facts.val_conversations,
+        messages=facts.messages,
+        tokens_in_file=facts.tokens_in_file,
+        tokens_exact=getattr(facts, "tokens_exact", True),
+        max_record_tokens=facts.max_record_tokens or None,
+        truncated_records=facts.truncated_records,
+        truncated_tokens=facts.truncated_tokens,
+        dropped_records=facts.dropped_records,
+        val_fraction=facts.val_fraction,
+        val_fraction_reason=facts.val_fraction_reason,
+    )
+
+
+def what_if_summary(config: RunConfig, examples: int, tokens: int | None) -> DataSummary:
+    """A what-if plan: `examples` training records (after the validation split), `tokens` in them.
+
+    The validation side is estimated from --val-fraction (or Auto's rule for the whole file), assuming one
+    record per conversation unless --record-policy each.
+    """
+    if examples < 1:
+        raise UserError(f"--examples must be at least 1, got {examples}")
+    if tokens is not None and tokens < 0:
+        raise UserError(f"--tokens must be 0 or more, got {tokens}")
+    one_per_conversation = config.record_policy != "each"
+    if config.val_file:
+        val, fraction, reason = None, 0.0, f"your validation file {config.val_file} (not read in a what-if plan)"
+    elif config.val_fraction == AUTO:
+        from finetune.data.split import auto_val_fraction  # no torch on this path
+
+        fraction, _ = auto_val_fraction(examples)
+        whole = round(examples / (1 - fraction)) if fraction else examples
+        fraction, reason = auto_val_fraction(whole)
+        val = round(fraction * whole)
+        reason = f"{reason} (estimated for about {whole:,} conversations in the whole file)"
+    else:
+        fraction = float(config.val_fraction)
+        val = round(examples * fraction / (1 - fraction))
+        reason = "validation off (--val-fraction 0)" if fraction == 0 else f"your --val-fraction {fraction}"
+    return DataSummary(
+        train_records=examples,
+        val_records=val,
+        train_conversations=examples if one_per_conversation else None,
+        val_conversations=val if one_per_conversation else None,
+        messages=None,
+        tokens_in_file=tokens,
+        tokens_exact=tokens is not None,
+        val_fraction=fraction,
+        val_fraction_reason=reason,
+        what_if=True,
+    )
+
+
+@dataclass
+class Plan:
+    """Everything the training loop obeys, and everything a user needs to decide whether to run."""
+
+    # ---- data
+    examples: int
+    """Training records: one record is one training example; steps are counted in these."""
+    validation_examples: int | None
+    """Validation records (None when unknown)."""
+    conversations: int | None
+    """Training conversations (lines of the file) the records come from."""
+    validation_conversations: int | None
+    """Validation conversations (held out whole)."""
+    messages: int | None
+    """Messages in the training conversations, all roles."""
+    val_fraction: float | None
+    """Share of conversations held out for validation."""
+    # ---- schedule
+    epochs: int
+    """Passes over the training records."""
+    batch_size: int
+    """Records per micro-batch on each device."""
+    grad_accum: int
+    """Micro-batches accumulated into one optimizer step."""
+    devices: int
+    """Processes training together."""
+    effective_batch: int
+    """batch_size x grad_accum x devices: records per optimizer step."""
+    steps_per_epoch: int
+    """ceil(examples / effective_batch), floor when the last partial batch is dropped."""
+    total_steps: int
+    """Optimizer steps the loop takes (cut to --max-steps when that is smaller)."""
+    planned_steps: int
+    """steps_per_epoch x epochs, before any --max-steps cut."""
+    warmup_steps: int
+    """Linear warmup steps: round(warmup_ratio x total_steps), or the user's --warmup-steps (capped)."""
+    warmup_ratio: float
+    """Warmup as a share of total_steps (given, default, or implied by --warmup-steps)."""
+    last_batch: str
+    """"keep" or "drop" the partial last batch of each epoch."""
+    learning_rate: float
+    """Peak learning rate, reached at the end of warmup."""
+    schedule: str
+    """Decay after warmup: "linear" or "cosine", to zero at the last step."""
+    method: str
+    """"lora" or "full"."""
+    lora_rank: int | None
+    """None for full fine-tuning."""
+    lora_alpha: float | None
+    """LoRA scale numerator (alpha / rank scales the adapter); None for full fine-tuning."""
+    eval_every: int
+    """Validation every N optimizer steps (and at each epoch end)."""
+    save_every: int
+    """Checkpoint every N optimizer steps (and at the end)."""
+    gradient_checkpointing: bool
+    """Recompute activations in the backward pass."""
+    shard: str
+    """"full" (FSDP) or "none" (one device, or DDP)."""
+    max_seq_len: int
+    """Longest record in tokens."""
+    model: str | None
+    """--model as given."""
+    # ---- tokens
+    tokens_in_file: int | None
+    """Tokens of the training records (one epoch)."""
+    tokens_processed: int | None
+    """tokens_in_file x epochs: what the run reads and a per-token price bills."""
+    tokens_exact: bool
+    """False when tokens are estimated (no tokenizer, a dropped last batch, or a --max-steps cut)."""
+    times_each_example_seen: float
+    """Passes each record makes through the model (= epochs for a full run keeping the last batch)."""
+    # ---- estimates and explanations
+    memory: MemoryEstimate
+    """Peak memory per device, by part (an estimate)."""
+    cost: CostEstimate
+    """Cost by tokens, and time and its cost (estimates)."""
+    auto: dict[str, str] = field(default_factory=dict)
+    """Field -> reason, for every value Auto chose."""
+    warnings: list[dict] = field(default_factory=list)
+    """Advice: {"code", "message"}, codes stable (docs/auto.md)."""
+    what_if: bool = False
+    """True for a plan made from --examples, without a data file."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON of `finetune plan --json` and of plan.json."""
+        return {
+            "examples": self.examples,
+            "validation_examples": self.validation_examples,
+            "conversations": self.conversations,
+            "validation_conversations": self.validation_conversations,
+            "messages": self.messages,
+            "val_fraction": self.val_fraction,
+            "epochs": self.epochs,
+            "batch_size": self.batch_size,
+            "grad_accum": self.grad_accum,
+            "devices": self.devices,
+            "effective_batch": self.effective_batch,
+            "steps_per_epoch": self.steps_per_epoch,
+            "total_steps": self.total_steps,
+            "planned_steps": self.planned_steps,
+            "warmup_steps": self.warmup_steps,
+            "warmup_ratio": self.warmup_ratio,
+            "last_batch": self.last_batch,
+            "learning_rate": self.learning_rate,
+            "schedule": self.schedule,
+            "method": self.method,
+            "lora_rank": self.lora_rank,
+            "lora_alpha": self.lora_alpha,
+            "eval_every": self.eval_every,
+            "save_every": self.save_every,
+            "gradient_checkpointing": self.gradient_checkpointing,
+            "shard": self.shard,
+            "max_seq_len": self.max_seq_len,
+            "model": self.model,
+            "times_each_example_seen": self.times_each_example_seen,
+            "tokens_in_file": self.tokens_in_file,
+            "tokens_processed": self.tokens_processed,
+            "tokens_exact": self.tokens_exact,
+            "memory": self.memory.to_dict(),
+            "cost": self.cost.to_dict(),
+            "auto": dict(self.auto),
+            "warnings": [dict(w) for w in self.warnings],
+            "what_if": self.what_if,
+        }
+
+
+def _number(x: float) -> float | int:
+    """2.0 -> 2, 2.345 -> 2.35: integral values stay integers in the JSON."""
+    x = round(x, 2)
+    return int(x) if x == int(x) else x
+
+
+def build_plan(
+    config: RunConfig,
+    facts: Any,
+    model_facts: ModelFacts | None = None,
+    data_warnings: list[dict] | None = None,
+) -> Plan:
+    """Resolve every Auto value, do the arithmetic, estimate memory and cost, and give the advice.
+
+    `facts` is a DataFacts (from prepare_data) or a DataSummary (e.g. from what_if_summary).
+    Raises UserError when no step could be taken (no records, or only a partial batch that is dropped).
+    """
+    data = facts if isinstance(facts, DataSummary) else summary_from_facts(facts)
+    n = data.train_records
+    if n < 1:
+        raise UserError("there are no training records, so there is nothing to train on")
+    method, accum, devices = config.method, config.grad_accum, config.devices
+    auto: dict[str, str] = {}
+    if data.val_fraction_reason and config.val_fraction == AUTO and not config.val_file:
+        auto["val_fraction"] = data.val_fraction_reason
+
+    device, device_assumed, device_recognised = resolve_device(config.gpu)
+    dtype = config.dtype if config.dtype != AUTO else ("fp32" if device.name == "cpu" else "bf16")
+    seq_len = min(config.max_seq_len, data.max_record_tokens) if data.max_record_tokens else config.max_seq_len
+
+    # ---- epochs and LoRA rank: from the data alone
+    epochs_choice = auto_epochs(n, data.tokens_in_file)
+    epochs = _resolve(config.epochs, epochs_choice, "epochs", auto)
+    rank = alpha = None
+    if method == "lora":
+        rank = _resolve(config.lora_rank, auto_lora_rank(n, data.tokens_in_file), "lora_rank", auto)
+        alpha = float(_resolve(config.lora_alpha, auto_lora_alpha(rank), "lora_alpha", auto))
+
+    # ---- batch: Auto's effective batch, split over accumulation x devices, cut to fit the device's memory
+    ckpt_possible = config.gradient_checkpointing is not False
+    shard_possible = config.shard != "none" and devices > 1 and method == "full"
+
+    def micro_batch_fits(batch: int) -> bool:
+        best = estimate_memory(
+            model_facts, method, batch, seq_len, ckpt_possible, rank, devices,
+            "full" if shard_possible else "none", device, device_assumed, dtype,
+        )  # fmt: skip
+        return best.fits_device is not False
+
+    can_check = model_facts is not None and device.memory_bytes is not None
+    batch_choice = auto_batch_size(n, epochs, accum, devices, micro_batch_fits if can_check else None, device.name)
+    batch = _resolve(config.batch_size, batch_choice, "batch_size", auto)
+    effective = arithmetic.effective_batch(batch, accum, devices)
+    auto_effective = arithmetic.effective_batch(batch_choice.value, accum, devices)
+
+    # ---- learning rate for the effective batch actually used
+    hidden = model_facts.hidden_size if model_facts else None
+    lr_choice = auto_lr(method, effective, hidden)
+    if config.lr == AUTO:
+        learning_rate = lr_choice.value
+        auto["learning_rate"] = lr_choice.reason + (
+            f" (your batch size {batch}: Auto's own batch would give {auto_lr(method, auto_effective, hidden).value:g})"
+            if effective != auto_effective
+            else ""
+        )
+    else:
+        learning_rate = float(config.lr)
+
+    # ---- steps
+    per_epoch = arithmetic.steps_per_epoch(n, effective, config.last_batch)
+    if per_epoch == 0:
+        raise UserError(
+            f"{n} training record(s) do not fill one batch of {effective} (batch {batch} x accumulation {accum} x "
+            f"{devices} device(s)) and --last-batch drop discards the partial batch: no step would be taken. "
+            "Use --last-batch keep or a smaller batch."
+        )
+    planned = arithmetic.total_steps(per_epoch, epochs)
+    total = min(planned, config.max_steps) if config.max_steps else planned
+
+    # ---- warmup: a ratio of the run unless given in steps
+    if config.warmup_steps is not None:
+        warmup = min(config.warmup_steps, total)
+        warmup_ratio = warmup / total
+    elif config.warmup_ratio is not None:
+        warmup_ratio = config.warmup_ratio
+        warmup = arithmetic.warmup_steps(warmup_ratio, total)
+    else:
+        warmup_ratio = DEFAULT_WARMUP_RATIO
+        warmup = _resolve(AUTO, auto_warmup_steps(total, warmup_ratio), "warmup_steps", auto)
+
+    has_validation = bool(data.val_records) or bool(config.val_file)
+    eval_every = _resolve(config.eval_every, auto_eval_every(total, has_validation), "eval_every", auto)
+    save_every = _resolve(config.save_every, auto_save_every(eval_every), "save_every", auto)
+
+    # ---- memory: shard first (does a full copy fit?), then gradient checkpointing under that choice
+    def memory(ckpt: bool, shard: str) -> MemoryEstimate:
+        return estimate_memory(
+            model_facts, method, batch, seq_len, ckpt, rank, devices, shard, device, device_assumed, dtype
+        )
+
+    if config.shard == AUTO:
+        shard = _resolve(AUTO, decide_shard(method, devices, memory(ckpt_possible, "none")), "shard", auto)
+    else:
+        shard = config.shard if devices > 1 else "none"
+    if config.gradient_checkpointing == AUTO:
+        choice = decide_gradient_checkpointing(memory(False, shard), memory(True, shard))
+        ckpt = bool(_resolve(AUTO, choice, "gradient_checkpointing", auto))
+    else:
+        ckpt = bool(config.gradient_checkpointing)
+    mem = memory(ckpt, shard)
+
+    # ---- tokens and cost
+    used = arithmetic.records_used_per_epoch(n, effective, config.last_batch)
+    share = (used / n) * (total / planned)  # fraction of the file x epochs that is actually read
+    full_run = share == 1
+    seen = _number(epochs * share)
+    tokens_processed = None
+    if data.tokens_in_file is not None:
+        whole = arithmetic.tokens_processed(data.tokens_in_file, epochs)
+        tokens_processed = whole if full_run else round(whole * share)
+    tokens_exact = data.tokens_exact and full_run and data.tokens_in_file is not None
+    cost = estimate_cost(
+        tokens_processed,
+        tokens_exact,
+        model_facts.total_params if model_facts else None,
+        method,
+        device,
+        device_assumed,
+        devices,
+        ckpt,
+        config.price_per_million_tokens,
+        config.gpu_hour_price,
+    )
+
+    plan = Plan(
+        examples=n,
+        validation_examples=data.val_records,
+        conversations=data.train_conversations,
+        validation_conversations=data.val_conversations,
+        messages=data.messages,
+        val_fraction=data.val_fraction,
+        epochs=epochs,
+        batch_size=batch,
+        grad_accum=accum,
+        devices=devices,
+        effective_batch=effective,
+        steps_per_epoch=per_epoch,
+        total_steps=total,
+        planned_steps=planned,
+        warmup_steps=warmup,
+        warmup_ratio=round(warmup_ratio, 4),
+        last_batch=config.last_batch,
+        learning_rate=learning_rate,
+        schedule=config.schedule,
+        method=method,
+        lora_rank=rank,
+        lora_alpha=alpha,
+        eval_every=eval_every,
+        save_every=save_every,
+        gradient_checkpointing=ckpt,
+        shard=shard,
+        max_seq_len=config.max_seq_len,
+        model=config.model,
+        tokens_in_file=data.tokens_in_file,
+        tokens_processed=tokens_processed,
+        tokens_exact=tokens_exact,
+        times_each_example_seen=seen,
+        memory=mem,
+        cost=cost,
+        auto=auto,
+        what_if=data.what_if,
+    )
+    context = AdviceContext(
+        config=config,
+        data=data,
+        plan=plan,
+        auto_epochs=epochs_choice.value,
+        auto_effective_batch=auto_effective,
+        auto_lr_for_batch=lr_choice.value,
+        model_facts=model_facts,
+        device_recognised=device_recognised,
+    )
+    codes = {w["code"] for w in data_warnings or []}
+    plan.warnings = list(data_warnings or []) + [w for w in advise(context) if w["code"] not in codes]
+    return plan
+
+
+def _resolve(value: Any, choice: Any, name: str, auto: dict[str, str]) -> Any:
+    """The user's value, or Auto's choice (recording its reason under `name`)."""
+    if value != AUTO:
+        return value
+    auto[name] = choice.reason
+    return choice.value

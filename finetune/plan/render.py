@@ -1,0 +1,165 @@
+"""The human form of a plan: what is trained on, a short table of settings, why Auto chose each value,
+memory, cost and the advice. No torch."""
+
+from __future__ import annotations
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from finetune.plan.memory import gib
+from finetune.plan.plan import Plan
+
+# plan field -> label, in the order of the table
+SETTINGS = (
+    ("epochs", "Epochs"),
+    ("batch_size", "Batch per device"),
+    ("grad_accum", "Gradient accumulation"),
+    ("devices", "Devices"),
+    ("effective_batch", "Effective batch"),
+    ("steps_per_epoch", "Steps per epoch"),
+    ("total_steps", "Total steps"),
+    ("warmup_steps", "Warmup steps"),
+    ("learning_rate", "Learning rate"),
+    ("lora_rank", "LoRA rank"),
+    ("lora_alpha", "LoRA alpha"),
+    ("eval_every", "Evaluate every"),
+    ("save_every", "Save every"),
+    ("gradient_checkpointing", "Gradient checkpointing"),
+    ("shard", "Shard (FSDP)"),
+)
+DERIVED = {
+    "effective_batch": "batch x accumulation x devices",
+    "steps_per_epoch": "",  # filled in below
+    "total_steps": "steps per epoch x epochs",
+}
+
+
+def _n(value: int | None) -> str:
+    return "unknown" if value is None else f"{value:,}"
+
+
+def _value(plan: Plan, field: str) -> str:
+    value = getattr(plan, field)
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if field == "learning_rate":
+        return f"{value:g}"
+    if field == "warmup_steps":
+        return f"{value} ({plan.warmup_ratio:.0%})"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def _source(plan: Plan, field: str) -> str:
+    if field in plan.auto:
+        return "auto"
+    if field == "steps_per_epoch":
+        return f"records / effective batch ({'rounded up' if plan.last_batch == 'keep' else 'rounded down'})"
+    if field == "total_steps" and plan.total_steps < plan.planned_steps:
+        return f"cut from {plan.planned_steps:,} by --max-steps"
+    if field in ("grad_accum", "devices") and getattr(plan, field) == 1:
+        return "default"
+    return DERIVED.get(field, "you")
+
+
+def _data_lines(plan: Plan) -> list[str]:
+    unknown = "unknown (what-if)" if plan.what_if else "unknown"
+    conversations = unknown if plan.conversations is None else f"{plan.conversations:,}"
+    messages = unknown if plan.messages is None else f"{plan.messages:,}"
+    val = "unknown" if plan.validation_examples is None else f"{plan.validation_examples:,}"
+    if plan.validation_conversations is not None:
+        val += f" records from {plan.validation_conversations:,} conversations"
+    lines = [
+        f"Training   {plan.examples:,} records (examples) from {conversations} conversations, {messages} messages",
+        f"Validation {val}" + (f" ({plan.val_fraction:.0%} held out)" if plan.val_fraction else ""),
+    ]
+    if plan.tokens_in_file is None:
+        lines.append("Tokens     unknown (give --tokens)")
+    else:
+        approx = "~" if not plan.tokens_exact else ""
+        lines.append(
+            f"Tokens     {approx}{plan.tokens_in_file:,} in the file x {plan.epochs} epochs = "
+            f"{approx}{_n(plan.tokens_processed)} processed (billed); each record seen {plan.times_each_example_seen}x"
+        )
+    return lines
+
+
+def _memory_line(plan: Plan) -> str:
+    m = plan.memory
+    if not m.known:
+        return "Memory     unknown (model size unknown)"
+    fit = {True: "fits", False: "does NOT fit", None: "no limit known for"}[m.fits_device]
+    where = f"{m.device}{' (assumed, no --gpu)' if m.device_assumed else ''}"
+    on = m.gradient_checkpointing
+    other = m.activations_without_checkpointing if on else m.activations_with_checkpointing
+    return (
+        f"Memory     {gib(m.total)} per device ({fit} {where}): weights {gib(m.weights)}, gradients "
+        f"{gib(m.gradients)}, AdamW {gib(m.optimizer)}, activations {gib(m.activations)} "
+        f"({'with' if on else 'without'} checkpointing; {gib(other)} {'without' if on else 'with'}). "
+        f"{m.parameters:,} parameters, {m.trainable_parameters:,} trainable. "
+        f"Fits: {', '.join(m.fits) or 'none of the named sizes'}"
+    )
+
+
+def _cost_line(plan: Plan) -> str | None:
+    c = plan.cost
+    parts = []
+    if c.token_cost is not None:
+        parts.append(f"{c.token_cost:,.2f} for {c.billed_tokens:,} tokens at {c.price_per_million_tokens:g} per 1M")
+    if c.seconds is not None:
+        device = f"{c.devices} x {c.device}{' (assumed)' if c.device_assumed else ''}"
+        estimate = f"about {_duration(c.seconds)} on {device}"
+        if c.time_cost is not None:
+            estimate += f" = {c.device_hours:.2f} device-hours x {c.gpu_hour_price:g} = {c.time_cost:,.2f}"
+        parts.append(estimate + " (estimate)")
+    return "Cost       " + "; ".join(parts) if parts else None
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def render_plan(plan: Plan, console: Console | None = None) -> None:
+    """Print the plan: data, settings (value and who set it), Auto's reasons, memory, cost, warnings."""
+    console = console or Console(highlight=False)
+    out = lambda text="", **kw: console.print(text, markup=False, **kw)  # noqa: E731  (user text may hold [brackets])
+    method = f"{plan.method} fine-tuning" if plan.method == "full" else "LoRA"
+    out(
+        f"finetune plan{' (what-if)' if plan.what_if else ''}: {method} of {plan.model or '(no --model)'}", style="bold"
+    )
+    for line in _data_lines(plan):
+        out(line)
+
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    table.add_column("setting", no_wrap=True)
+    table.add_column("value", justify="right", no_wrap=True)
+    table.add_column("set by")
+    for field, label in SETTINGS:
+        if getattr(plan, field) is None or (field == "shard" and plan.devices == 1):
+            continue
+        table.add_row(label, _value(plan, field), _source(plan, field))
+    console.print(table)
+
+    if plan.auto:
+        out("Why (Auto):", style="bold")
+        for field, reason in plan.auto.items():
+            if field != "shard" or plan.devices > 1:
+                out(f"  {field}: {reason}")
+    out(_memory_line(plan))
+    cost = _cost_line(plan)
+    if cost:
+        out(cost)
+    for note in plan.cost.notes:
+        out(f"  note: {note}", style="dim")
+    if plan.warnings:
+        out(f"Warnings ({len(plan.warnings)}):", style="bold")
+        for w in plan.warnings:
+            out(f"  [{w['code']}] {w['message']}")

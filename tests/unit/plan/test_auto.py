@@ -1,0 +1,180 @@
+"""Auto's rules: values within practice, monotone where practice says so, every choice with its reason."""
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from finetune.config import RunConfig
+from finetune.plan import auto
+from finetune.plan.plan import build_plan, what_if_summary
+
+records = st.integers(1, 2_000_000)
+tokens = st.integers(0, 10**9)
+
+
+def make(examples: int, tokens: int | None = None, model_facts=None, **settings):
+    config = RunConfig(**settings)
+    return build_plan(config, what_if_summary(config, examples, tokens), model_facts)
+
+
+# ----------------------------------------------------------------------------- epochs
+
+
+@pytest.mark.parametrize(("n", "epochs"), [(1, 4), (40, 4), (99, 4), (100, 3), (800, 3), (5_000, 2), (50_000, 1)])
+def test_epochs_by_data_size(n, epochs):
+    assert auto.auto_epochs(n).value == epochs
+
+
+@given(a=records, b=records)
+def test_more_data_never_means_more_epochs(a, b):
+    small, large = sorted((a, b))
+    assert auto.auto_epochs(large).value <= auto.auto_epochs(small).value
+    assert 1 <= auto.auto_epochs(large).value <= 4
+
+
+@given(n=records, a=tokens, b=tokens)
+def test_more_tokens_never_means_more_epochs(n, a, b):
+    small, large = sorted((a, b))
+    assert auto.auto_epochs(n, large).value <= auto.auto_epochs(n, small).value
+
+
+def test_epochs_are_never_raised_far_for_tiny_data():
+    assert auto.auto_epochs(5).value <= 4  # OpenAI's rule would give 100 // 5 = 20
+
+
+# ----------------------------------------------------------------------------- batch
+
+
+@given(n=records, epochs=st.integers(1, 4))
+def test_effective_batch_within_practice(n, epochs):
+    e = auto.auto_effective_batch(n, epochs).value
+    assert 1 <= e <= auto.MAX_EFFECTIVE_BATCH
+    assert e <= n
+    if n >= auto.MIN_EFFECTIVE_BATCH:
+        assert e >= auto.MIN_EFFECTIVE_BATCH
+
+
+@given(a=records, b=records)
+def test_more_data_never_means_a_smaller_auto_batch(a, b):
+    small, large = sorted((a, b))
+    e_small = auto.auto_effective_batch(small, auto.auto_epochs(small).value).value
+    e_large = auto.auto_effective_batch(large, auto.auto_epochs(large).value).value
+    assert e_large >= e_small
+
+
+def test_small_data_gets_a_smaller_batch_not_more_epochs():
+    plan = make(100)
+    assert plan.epochs == 3 and plan.effective_batch == 4 and plan.total_steps == 75
+    assert "halved" in plan.auto["batch_size"]
+    plan = make(800)
+    assert plan.effective_batch == 8 and plan.total_steps == 300
+
+
+def test_auto_batch_splits_over_accumulation_and_devices():
+    assert auto.auto_batch_size(800, 3, grad_accum=8, devices=1).value == 1
+    assert auto.auto_batch_size(20_000, 1, grad_accum=2, devices=2).value == 8
+
+
+def test_auto_batch_shrinks_to_fit_memory():
+    choice = auto.auto_batch_size(800, 3, 1, 1, fits=lambda b: b <= 2, device_name="l4-24gb")
+    assert choice.value == 2 and "l4-24gb" in choice.reason and "--grad-accum" in choice.reason
+
+
+# ----------------------------------------------------------------------------- learning rate
+
+
+@given(effective=st.integers(1, 4096), hidden=st.one_of(st.none(), st.integers(64, 16384)))
+def test_lora_lr_is_ten_times_full(effective, hidden):
+    lora = auto.auto_lr("lora", effective, hidden).value
+    full = auto.auto_lr("full", effective, hidden).value
+    assert lora > full
+    assert math.isclose(lora / full, 10, rel_tol=1e-9)
+
+
+@given(a=st.integers(1, 4096), b=st.integers(1, 4096))
+def test_lr_grows_with_the_batch(a, b):
+    small, large = sorted((a, b))
+    assert auto.auto_lr("lora", large).value >= auto.auto_lr("lora", small).value
+
+
+@given(a=st.integers(64, 16384), b=st.integers(64, 16384))
+def test_wider_models_never_get_a_larger_lr(a, b):
+    narrow, wide = sorted((a, b))
+    assert auto.auto_lr("lora", 16, wide).value <= auto.auto_lr("lora", 16, narrow).value
+
+
+def test_reference_rates():
+    assert auto.auto_lr("lora", 16, 4096).value == 2e-4
+    assert auto.auto_lr("full", 16, 4096).value == 2e-5
+    assert auto.auto_lr("lora", 64, 4096).value == 4e-4  # sqrt(64 / 16) = 2
+
+
+def test_lr_follows_the_users_batch():
+    plan = make(800, batch_size=32)
+    assert plan.learning_rate == auto.auto_lr("lora", 32).value
+    assert plan.learning_rate > make(800).learning_rate
+
+
+# ----------------------------------------------------------------------------- LoRA rank, warmup, evaluation
+
+
+@given(n=records, a=tokens, b=tokens)
+def test_rank_grows_with_tokens(n, a, b):
+    small, large = sorted((a, b))
+    r_small, r_large = auto.auto_lora_rank(n, small).value, auto.auto_lora_rank(n, large).value
+    assert r_small <= r_large and {r_small, r_large} <= {8, 16, 32, 64}
+
+
+def test_rank_without_tokens_is_guessed_and_says_so():
+    choice = auto.auto_lora_rank(100_000, None)
+    assert choice.value == 32 and "guessed" in choice.reason
+
+
+def test_lora_alpha_is_twice_the_rank():
+    assert auto.auto_lora_alpha(16).value == 32
+
+
+def test_warmup_is_a_ratio():
+    plan = make(800, epochs=3, batch_size=8)
+    assert plan.warmup_steps == 15 and plan.warmup_ratio == 0.05 and "warmup_steps" in plan.auto
+    plan = make(8000, epochs=3, batch_size=8)
+    assert plan.warmup_steps == round(0.05 * plan.total_steps)
+
+
+@pytest.mark.parametrize("total", [1, 5, 9, 10, 39, 300, 12_345])
+def test_about_ten_evaluations(total):
+    every = auto.auto_eval_every(total, True).value
+    assert every >= 1 and total // every <= 10
+    assert total < 10 or total // every >= 9
+
+
+def test_save_every_follows_eval_every():
+    plan = make(800)
+    assert plan.save_every == plan.eval_every == 30
+
+
+# ----------------------------------------------------------------------------- reasons
+
+
+def test_every_auto_value_has_a_reason_and_user_values_have_none():
+    plan = make(800, 400_000)
+    for field in ("epochs", "batch_size", "learning_rate", "lora_rank", "lora_alpha", "warmup_steps", "eval_every",
+                  "save_every", "gradient_checkpointing", "shard", "val_fraction"):  # fmt: skip
+        assert plan.auto[field], field
+    data = plan.to_dict()
+    assert set(data["auto"]) <= set(data)  # every key names a field of the plan
+    plan = make(800, epochs=2, batch_size=8, lr=1e-4, lora_rank=16, eval_every=10, warmup_ratio=0.1)
+    assert not {"epochs", "batch_size", "learning_rate", "lora_rank", "eval_every", "warmup_steps"} & set(plan.auto)
+    assert plan.lora_alpha == 32 and "lora_alpha" in plan.auto
+
+
+def test_full_fine_tuning_has_no_rank():
+    plan = make(800, method="full")
+    assert plan.lora_rank is None and plan.lora_alpha is None and "lora_rank" not in plan.auto
+
+
+def test_auto_batch_does_not_shrink_when_nothing_fits():
+    choice = auto.auto_batch_size(800, 3, 1, 1, fits=lambda b: False, device_name="l4-24gb")
+    assert choice.value == 8 and "even at 1" in choice.reason

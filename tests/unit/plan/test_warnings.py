@@ -1,0 +1,103 @@
+"""Every warning code: one case that triggers it and one close case where it must stay silent."""
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from finetune.config import RunConfig
+from finetune.plan.advice import WARNING_CODES
+from finetune.plan.auto import auto_lr
+from finetune.plan.model_facts import load_model_facts
+from finetune.plan.plan import DataSummary, build_plan, what_if_summary
+
+LLAMA_8B = load_model_facts("meta-llama/Llama-3.1-8B")
+QWEN_05B = load_model_facts("Qwen/Qwen2.5-0.5B")
+LR_FOR_32 = auto_lr("lora", 32, QWEN_05B.hidden_size).value  # Auto's rate for an effective batch of 32
+DATA = DataSummary(
+    train_records=800,
+    val_records=80,
+    train_conversations=800,
+    val_conversations=80,
+    messages=2_400,
+    tokens_in_file=400_000,
+    max_record_tokens=900,
+)
+
+
+def codes(examples=None, tokens=400_000, data=None, model=QWEN_05B, **settings) -> list[str]:
+    config = RunConfig(**settings)
+    if data is None:
+        data = what_if_summary(config, examples, tokens) if examples is not None else DATA
+    return [w["code"] for w in build_plan(config, data, model).warnings]
+
+
+# (code, settings that trigger it, close settings that must not)
+CASES = [
+    ("epochs_raised_for_small_data", dict(examples=40), dict(examples=800)),
+    ("epochs_raised_for_small_data", dict(examples=800, epochs=6), dict(examples=800, epochs=3)),
+    ("few_total_steps", dict(examples=100, epochs=3, batch_size=8), dict(examples=100, epochs=3)),
+    ("few_total_steps", dict(examples=800, max_steps=20), dict(examples=800, max_steps=60)),
+    ("warmup_steps_large_share", dict(examples=100, epochs=3, batch_size=4, warmup_steps=20),
+     dict(examples=800, epochs=3, batch_size=8, warmup_steps=20)),
+    ("batch_changed_lr_not", dict(examples=800, batch_size=32), dict(examples=800, batch_size=8)),
+    ("batch_changed_lr_not", dict(examples=800, batch_size=32, lr=1e-4), dict(examples=800, batch_size=32, lr=LR_FOR_32)),
+    ("small_validation_set", dict(data=replace(DATA, val_records=12)), dict(data=replace(DATA, val_records=30))),
+    ("no_validation_set", dict(examples=800, val_fraction=0), dict(examples=800, val_fraction=0.1)),
+    ("truncated_examples", dict(data=replace(DATA, truncated_records=3, truncated_tokens=700)), dict(data=DATA)),
+    ("dropped_examples", dict(data=replace(DATA, dropped_records=2)), dict(data=DATA)),
+    ("records_differ_from_conversations", dict(data=replace(DATA, train_conversations=300)), dict(data=DATA)),
+    ("model_size_unknown", dict(examples=800, model=None), dict(examples=800)),
+    ("does_not_fit_device", dict(examples=800, model=LLAMA_8B, method="full", gpu="a100-80gb"),
+     dict(examples=800, model=LLAMA_8B, method="lora", gpu="a100-80gb")),
+    ("max_steps_cuts_run", dict(examples=800, max_steps=100), dict(examples=800, max_steps=300)),
+    ("more_devices_than_examples", dict(examples=3, batch_size=1, devices=4), dict(examples=4, batch_size=1, devices=4)),
+    ("tokens_unknown", dict(examples=800, tokens=None), dict(examples=800)),
+    ("tokens_estimated", dict(data=replace(DATA, tokens_exact=False)), dict(data=DATA)),
+    ("unknown_device", dict(examples=800, gpu="tpu-v9"), dict(examples=800, gpu="h100")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("code", "trigger", "silent"), CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_warning_fires_and_stays_silent(code, trigger, silent):
+    assert code in codes(**trigger)
+    assert code not in codes(**silent)
+
+
+def test_every_code_is_tested_and_documented():
+    assert set(WARNING_CODES) == {case[0] for case in CASES}
+    doc = (Path(__file__).parents[3] / "docs" / "auto.md").read_text(encoding="utf-8")
+    for code in WARNING_CODES:
+        assert f"`{code}`" in doc, code
+
+
+def test_a_clean_plan_has_no_warnings():
+    assert codes(data=DATA) == []
+
+
+def test_few_steps_suggests_a_batch_not_epochs():
+    plan = build_plan(RunConfig(epochs=3, batch_size=8), what_if_summary(RunConfig(), 100, None), QWEN_05B)
+    (warning,) = [w for w in plan.warnings if w["code"] == "few_total_steps"]
+    assert "39 optimizer steps" in warning["message"] and "batch size of 6" in warning["message"]
+
+
+def test_batch_changed_lr_not_says_what_auto_would_use():
+    plan = build_plan(RunConfig(batch_size=32, lr=1e-4), DATA, QWEN_05B)
+    (warning,) = [w for w in plan.warnings if w["code"] == "batch_changed_lr_not"]
+    auto_lr = build_plan(RunConfig(batch_size=32), DATA, QWEN_05B).learning_rate
+    assert f"{auto_lr:g}" in warning["message"]
+
+
+def test_data_warnings_come_first_and_are_not_repeated():
+    data_warning = {"code": "truncated_examples", "message": "from prepare_data"}
+    data = replace(DATA, truncated_records=3, truncated_tokens=700)
+    plan = build_plan(RunConfig(), data, QWEN_05B, [data_warning])
+    assert plan.warnings[0] == data_warning
+    assert [w["code"] for w in plan.warnings].count("truncated_examples") == 1
+
+
+def test_warnings_have_code_and_message():
+    for warning in build_plan(
+        RunConfig(epochs=9, batch_size=32, lr=1e-3), replace(DATA, train_records=50), None
+    ).warnings:
+        assert set(warning) == {"code", "message"} and warning["message"]
