@@ -1,8 +1,8 @@
 """finetune: teach a language model to answer the way your team answers.
 
-    import finetune
-    config = finetune.RunConfig(data="train.jsonl", model="path/to/model", out="runs/one")
-    result = finetune.train(config)
+import finetune
+config = finetune.RunConfig(data="train.jsonl", model="path/to/model", out="runs/one")
+result = finetune.train(config)
 """
 
 from finetune.config import RunConfig

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 
 from finetune.config import AUTO, RunConfig
 from finetune.errors import UserError
@@ -188,6 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # deprecation notices from transformers/peft internals are not the user's business
+    warnings.filterwarnings("ignore", category=FutureWarning)
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -104,7 +104,9 @@ def build_toy_model(out_dir: str | Path, data: str | Path | None = None, size: T
     """Write a random-init Llama model and its tokenizer to `out_dir`; return the folder."""
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()
     size = size or ToySize()
     out = Path(out_dir)
     texts = DEFAULT_CORPUS.splitlines()

@@ -1,0 +1,33 @@
+# Two entry points for a fresh machine; each creates .venv and installs what it needs.
+#   make demo   build the toy model, train on the bundled examples, show before/after
+#   make test   lint + the test suite (CPU, toy model, a few minutes)
+PY ?= python3
+VENV := .venv
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-slow lint bench
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	# the CPU build of torch, pinned exactly: a looser pin makes pip fetch a several-GB CUDA build
+	$(VENV)/bin/pip install -q torch==2.13.0
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/finetune demo
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check finetune tests bench examples
+	$(VENV)/bin/ruff format --check finetune tests bench examples
+
+test: lint
+	$(VENV)/bin/pytest -q
+
+test-slow: $(STAMP)
+	$(VENV)/bin/pytest -q -m slow
+
+bench: $(STAMP)
+	$(VENV)/bin/pip install -q -e '.[bench]'
+	$(VENV)/bin/python bench/throughput.py

@@ -1,0 +1,132 @@
+"""`finetune demo`: the whole product in about two minutes on a laptop CPU.
+
+    finetune demo [--out runs/demo]
+
+1. builds the toy model (a tiny random-init Llama + a BPE tokenizer trained on the bundled data),
+2. answers the held-out prompts of examples/test.jsonl with it (before),
+3. plans and trains on examples/train.jsonl with Auto (plan, loss curve, report),
+4. answers the same prompts with the tuned model (after), and measures how often each answer
+   carries the team's house style (its exact greeting and sign-off), before vs after.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+from finetune.config import RunConfig
+from finetune.errors import UserError
+from finetune.toy import ToySize
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+MARKER = ".finetune-demo"  # a folder with this file was made by the demo and may be replaced by it
+SHOWN_PROMPTS = 3
+
+# The toy model starts from random weights: it must learn the language as well as the style, which
+# takes a pretraining-size learning rate and every weight (LoRA on a random base learns far slower).
+# Auto's rules are for pretrained models, so the demo sets these two and leaves the rest to Auto.
+DEMO_METHOD = "full"
+DEMO_LR = 1e-3
+# Big enough to learn the style well in three epochs (98% of held-out answers in a trial), small
+# enough to train in about a minute on 2 CPU cores.
+DEMO_SIZE = ToySize(hidden=256, layers=4, heads=8, kv_heads=4, intermediate=688)
+
+
+def _prepare_out(out: Path) -> None:
+    if out.exists() and any(out.iterdir()):
+        if not (out / MARKER).exists():
+            raise UserError(f"{out} exists and was not made by the demo; choose another --out")
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    (out / MARKER).write_text("made by finetune demo; the next demo run replaces this folder\n")
+
+
+def _load_examples():
+    from finetune.data.read import read_file
+
+    test = read_file(str(EXAMPLES / "test.jsonl"))
+    if not test.ok or not (EXAMPLES / "train.jsonl").exists():
+        raise UserError(f"the bundled examples in {EXAMPLES} are missing or damaged")
+    style = json.loads((EXAMPLES / "house_style.json").read_text())
+    return test.conversations, [style["greeting"], style["sign_off"]]
+
+
+def _answers(model_dir: Path, adapter_or_model: Path | None, prompts):
+    from transformers import AutoTokenizer
+
+    from finetune.eval.generate import generate_answers
+    from finetune.train.model import load_model
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = load_model(str(adapter_or_model or model_dir))
+    return generate_answers(model, tokenizer, prompts, max_new_tokens=100)
+
+
+def run_demo(out: str = "runs/demo") -> int:
+    from rich.console import Console
+    from rich.panel import Panel
+    from rich.table import Table
+
+    from finetune.eval.generate import style_rate
+    from finetune.toy import build_toy_model
+    from finetune.train.run import run_training
+
+    console = Console(highlight=False)
+    started = time.perf_counter()
+    root = Path(out)
+    _prepare_out(root)
+    prompts, markers = _load_examples()
+
+    console.rule("1. toy model")
+    model_dir = build_toy_model(root / "toy-model", data=EXAMPLES / "train.jsonl", size=DEMO_SIZE)
+    console.print(f"built a tiny Llama model and tokenizer in {model_dir}")
+    before = _answers(model_dir, None, prompts)
+
+    console.rule("2. plan and train (Auto)")
+    console.print(
+        f"demo settings: --method {DEMO_METHOD} --lr {DEMO_LR:g} (the toy model starts from random "
+        "weights); every other value is Auto's"
+    )
+    config = RunConfig(
+        data=str(EXAMPLES / "train.jsonl"), model=str(model_dir), out=str(root / "run"), method=DEMO_METHOD, lr=DEMO_LR
+    )
+    report = run_training(config)
+    from finetune.report.summary import print_summary
+
+    print_summary(report)
+
+    console.rule("3. before and after, on held-out prompts")
+    after = _answers(model_dir, Path(report["final_weights"]), prompts)
+    for conversation, old, new in list(zip(prompts, before, after, strict=True))[:SHOWN_PROMPTS]:
+        question = next(m.content for m in reversed(conversation.messages) if m.role == "user")
+        table = Table(show_header=True, expand=True)
+        table.add_column("before (base model)", ratio=1)
+        table.add_column("after (tuned)", ratio=1)
+        table.add_row(old[:400], new[:400])
+        console.print(Panel(table, title=f"prompt: {question}", title_align="left"))
+
+    rate_before, rate_after = style_rate(before, markers), style_rate(after, markers)
+    console.print(
+        f"house style (exact greeting and sign-off) on {len(prompts)} held-out prompts: "
+        f"base {rate_before:.0%} -> tuned {rate_after:.0%}"
+    )
+    result = {
+        "held_out_prompts": len(prompts),
+        "house_style_rate_base": rate_before,
+        "house_style_rate_tuned": rate_after,
+        "markers": markers,
+        "examples": [
+            {"prompt": p.messages[-2].content if len(p.messages) > 1 else "", "before": b, "after": a}
+            for p, b, a in list(zip(prompts, before, after, strict=True))[:SHOWN_PROMPTS]
+        ],
+    }
+    (root / "demo.json").write_text(json.dumps(result, indent=2, ensure_ascii=False))
+    run_dir = root / "run"
+    console.print(
+        f"loss curve: {run_dir / 'loss_curve.png'}   report: {run_dir / 'report.json'}   "
+        f"before/after: {root / 'demo.json'}"
+    )
+    console.print(f"demo finished in {time.perf_counter() - started:.0f} s")
+    return 0

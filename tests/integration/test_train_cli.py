@@ -1,0 +1,96 @@
+"""`finetune train` end to end on the toy model: outputs, loading back, plan obeyed, no overwrite."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from finetune.cli import main
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+SMALL = ["--epochs", "1", "--batch-size", "8", "--max-seq-len", "512", "--eval-every", "5"]
+
+
+@pytest.fixture(scope="module")
+def lora_run(toy_model, tmp_path_factory):
+    out = tmp_path_factory.mktemp("lora") / "run"
+    code = main(["train", str(EXAMPLES / "train.jsonl"), "--model", str(toy_model), "--out", str(out), *SMALL])
+    assert code == 0
+    return out
+
+
+def test_lora_run_writes_every_output(lora_run):
+    for name in ("plan.json", "metrics.jsonl", "loss_curve.png", "report.json", "checkpoints", "adapter"):
+        assert (lora_run / name).exists(), name
+    plan = json.loads((lora_run / "plan.json").read_text())
+    rows = [json.loads(line) for line in (lora_run / "metrics.jsonl").read_text().splitlines()]
+    report = json.loads((lora_run / "report.json").read_text())
+    assert len(rows) == plan["total_steps"] == report["steps_taken"]
+    assert report["tokens_processed"] == plan["tokens_processed"] and report["tokens_match"] is True
+    assert report["diagnosis"]["kind"] and report["diagnosis"]["next_step"]
+    assert report["final_is_best"] is True and report["best_step"] is not None
+    assert any("val_loss" in row for row in rows)
+
+
+def test_adapter_loads_with_peft_and_changes_the_output(lora_run, toy_model):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(toy_model)
+    ids = torch.tensor([[2, 30, 40, 50]])
+    before = base(input_ids=ids).logits
+    tuned = PeftModel.from_pretrained(base, lora_run / "adapter")
+    assert not torch.allclose(tuned(input_ids=ids).logits, before)
+
+
+def test_full_run_saves_a_loadable_model(toy_model, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "full"
+    args = ["train", str(EXAMPLES / "train.jsonl"), "--model", str(toy_model), "--out", str(out), "--method", "full"]
+    assert main([*args, *SMALL, "--max-steps", "4", "--val-fraction", "0"]) == 0
+    model = AutoModelForCausalLM.from_pretrained(out / "model")
+    assert (out / "model" / "model.safetensors").exists()
+    base = AutoModelForCausalLM.from_pretrained(toy_model)
+    assert not torch.equal(model.lm_head.weight, base.lm_head.weight)
+    report = json.loads((out / "report.json").read_text())
+    assert report["steps_taken"] == 4 and report["final_is_best"] is False
+
+
+def test_an_existing_run_is_never_overwritten(lora_run, toy_model, capsys):
+    before = (lora_run / "metrics.jsonl").read_text()
+    code = main(["train", str(EXAMPLES / "train.jsonl"), "--model", str(toy_model), "--out", str(lora_run), *SMALL])
+    assert code == 1
+    assert "--resume" in capsys.readouterr().err
+    assert (lora_run / "metrics.jsonl").read_text() == before
+
+
+def test_settings_from_yaml_with_flag_overrides(toy_model, tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text(
+        f"data: {EXAMPLES / 'train.jsonl'}\nmodel: {toy_model}\nout: {tmp_path / 'yaml-run'}\n"
+        "epochs: 1\nbatch-size: 16\nmax_steps: 3\nval_fraction: 0\n"
+    )
+    assert main(["train", "--config", str(config), "--max-steps", "2"]) == 0
+    plan = json.loads((tmp_path / "yaml-run" / "plan.json").read_text())
+    assert plan["batch_size"] == 16 and plan["total_steps"] == 2
+
+
+def test_bad_data_exits_1_with_the_line_and_no_traceback(toy_model, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"messages": [{"role": "user", "content": "hi"}]}\nnot json\n')
+    result = subprocess.run(
+        [sys.executable, "-m", "finetune", "train", str(bad), "--model", str(toy_model), "--out", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert f"{bad}:2" in result.stderr and "not_json" in result.stderr
+    assert not (tmp_path / "o").exists()
