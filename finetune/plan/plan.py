@@ -71,6 +71,8 @@ class DataSummary:
     """Why that share (Auto's rule, the user's flag or file)."""
     what_if: bool = False
     """True for `finetune plan --examples N`: nothing was read from a file."""
+    duplicates_removed: int = 0
+    """Validation conversations dropped because they duplicate a training conversation."""
 
 
 def summary_from_facts(facts: Any) -> DataSummary:
@@ -89,6 +91,7 @@ def summary_from_facts(facts: Any) -> DataSummary:
         dropped_records=facts.dropped_records,
         val_fraction=facts.val_fraction,
         val_fraction_reason=facts.val_fraction_reason,
+        duplicates_removed=facts.duplicates_removed,
     )
 
 
@@ -213,6 +216,8 @@ class Plan:
     """Advice: {"code", "message"}, codes stable (docs/auto.md)."""
     what_if: bool = False
     """True for a plan made from --examples, without a data file."""
+    duplicates_removed: int = 0
+    """Validation conversations dropped as exact copies of training ones (no leak across sides)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON of `finetune plan --json` and of plan.json."""
@@ -254,6 +259,7 @@ class Plan:
             "auto": dict(self.auto),
             "warnings": [dict(w) for w in self.warnings],
             "what_if": self.what_if,
+            "duplicates_removed": self.duplicates_removed,
         }
 
 
@@ -428,6 +434,7 @@ def build_plan(
         cost=cost,
         auto=auto,
         what_if=data.what_if,
+        duplicates_removed=data.duplicates_removed,
     )
     context = AdviceContext(
         config=config,

@@ -73,7 +73,9 @@ def _data_lines(plan: Plan) -> list[str]:
         val += f" records from {plan.validation_conversations:,} conversations"
     lines = [
         f"Training   {plan.examples:,} records (examples) from {conversations} conversations, {messages} messages",
-        f"Validation {val}" + (f" ({plan.val_fraction:.0%} held out)" if plan.val_fraction else ""),
+        f"Validation {val}"
+        + (f" ({plan.val_fraction:.0%} held out)" if plan.val_fraction else "")
+        + (f"; {plan.duplicates_removed} copies of training conversations removed" if plan.duplicates_removed else ""),
     ]
     if plan.tokens_in_file is None:
         lines.append("Tokens     unknown (give --tokens)")
