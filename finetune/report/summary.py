@@ -6,7 +6,7 @@
     print_summary(report)
 
 The plan is read tolerantly (it is another module's output): `total_steps` and `tokens_processed`
-at its top level, and `cost.estimated_time_s` / `cost.price_per_million_tokens`; a missing key
+at its top level, and `cost.seconds` (the estimated time) / `cost.price_per_million_tokens` / `cost.gpu_hour_price`; a missing key
 gives None in the report, never an error.
 """
 
@@ -68,7 +68,11 @@ def build_report(
         "tokens_planned": tokens_planned,
         "tokens_match": None if tokens_planned is None else tokens_processed == tokens_planned,
         "wall_time_s": wall_time_s,
-        "estimated_time_s": cost.get("estimated_time_s"),
+        "estimated_time_s": cost.get("seconds", cost.get("estimated_time_s")),  # the plan's estimate
+        "gpu_hour_price": cost.get("gpu_hour_price"),
+        "time_cost": None
+        if cost.get("gpu_hour_price") is None
+        else wall_time_s / 3600 * cost["gpu_hour_price"] * (cost.get("devices") or 1),
         "price_per_million_tokens": price,
         "cost": None if price is None else tokens_processed / 1e6 * price,
         "currency": cost.get("currency"),
@@ -128,6 +132,8 @@ def print_summary(report: dict, console=None) -> None:
     if r.get("cost") is not None:
         currency = f" {r['currency']}" if r.get("currency") else ""
         line("cost", f"{r['cost']:.2f}{currency} ({r['price_per_million_tokens']} per million tokens)")
+    if r.get("time_cost") is not None:
+        line("time cost", f"{r['time_cost']:.4f} (measured time x {r['gpu_hour_price']} per device-hour)")
     if r.get("final_is_best"):
         which = "the best checkpoint" + (f", step {r['best_step']}" if r.get("best_step") is not None else "")
     else:
