@@ -140,6 +140,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     return run_train(_config_from_args(args, data=getattr(args, "data", None)))
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    from finetune.eval.command import run_eval
+
+    return run_eval(args.data, args.model, args.tuned, args.limit, args.max_new_tokens, args.json, args.marker)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from finetune.demo import run_demo
 
@@ -180,6 +186,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("data", nargs="?", default=argparse.SUPPRESS, help="training file (or `data:` in --config)")
     _add_run_flags(p, training=True)
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("eval", help="answer held-out prompts with the base and the tuned model, side by side")
+    p.add_argument("data", help="held-out conversations; the last assistant reply of each is the reference")
+    p.add_argument("--model", required=True, help="the base model")
+    p.add_argument("--tuned", default=None, help="OUT/adapter (LoRA) or OUT/model (full) of a run")
+    p.add_argument("--limit", type=int, default=20, help="conversations to answer (default 20)")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--marker", action="append", default=[], help="text every answer should contain (repeatable)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("demo", help="build the toy model, train on the bundled examples, show before/after")
     p.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")
