@@ -16,12 +16,10 @@ from dataclasses import dataclass, field
 from finetune.config import AUTO, RunConfig
 from finetune.data.records import build_records
 from finetune.data.split import auto_val_fraction, remove_overlap, split_conversations
+from finetune.data.stats import estimate_record_tokens
 from finetune.data.tokenize import ChatTokenizer, check_masking, load_tokenizer
 from finetune.data.types import Conversation, ParsedFile, Record, TokenizedRecord
 from finetune.errors import UserError
-
-BYTES_PER_TOKEN_ESTIMATE = 4  # typical for English BPE; only used when no tokenizer is given
-TEMPLATE_TOKENS_PER_MESSAGE_ESTIMATE = 4  # role header and end-of-turn around each message
 
 
 @dataclass(frozen=True)
@@ -114,14 +112,9 @@ def _estimate_side(records: list[Record]) -> _Side:
     """Token counts from text length alone, for planning without a tokenizer."""
     side = _Side()
     for record in records:
-        total = target = 0
-        for i, message in enumerate(record.messages):
-            tokens = math.ceil(len(message.content.encode("utf-8")) / BYTES_PER_TOKEN_ESTIMATE)
-            total += tokens + TEMPLATE_TOKENS_PER_MESSAGE_ESTIMATE
-            if i in record.targets:
-                target += tokens + 1  # + end-of-turn
-        side.lengths.append(total)
-        side.target_tokens += target
+        estimate = estimate_record_tokens(record, max_seq_len=0)
+        side.lengths.append(estimate.total)
+        side.target_tokens += estimate.target
     return side
 
 
