@@ -127,6 +127,10 @@ class RunConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"{_flag(name)} must be a whole number of at least 1, got {value!r}")
+        if self.shard == "full" and self.method == "lora":
+            raise ConfigError(
+                "--shard full shards full fine-tuning (--method full); LoRA replicates the model: --shard none"
+            )
         if self.keep_checkpoints < 1:
             raise ConfigError(f"--keep-checkpoints must be at least 1, got {self.keep_checkpoints}")
         if self.lr != AUTO and (not isinstance(self.lr, int | float) or not 0 < self.lr < 1):

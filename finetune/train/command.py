@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from finetune.config import RunConfig
@@ -21,7 +22,8 @@ def run_train(config: RunConfig) -> int:
     try:
         report = run_training(config)
     except TrainingInterrupted as stop:
-        print(f"error: {stop}", file=sys.stderr)
+        if int(os.environ.get("RANK", "0")) == 0:  # every rank stops; one message is enough
+            print(f"error: {stop}", file=sys.stderr)
         return 128 + stop.signum
     if report:
         print_summary(report)

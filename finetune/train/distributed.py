@@ -4,15 +4,42 @@ Every rank computes the same step composition from the seed, so every rank knows
 of target tokens of a step without communicating. Gradients are summed across ranks once per
 optimizer step (after accumulation); since each rank's loss is already divided by the global target
 count, the sum is exactly the single-process gradient.
+
+Two ways to hold the model:
+- replicated (`--shard none`, DDP's math): every rank keeps the whole model and optimizer; one flat
+  all-reduce per step sums the gradients (`all_reduce_gradients`).
+- sharded (`--shard full`, FSDP2 `fully_shard`): each decoder layer, and the rest of the model, is split
+  across ranks and gathered only while it computes; gradients are reduce-scattered (summed, not averaged)
+  after the step's last micro-batch. Checkpoints hold the full, gathered state (written by rank 0), so they
+  load into any number of processes.
+
+A failure on one rank is written for the launcher (`rank_failures`), so the user reads that rank's message.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import time
+import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
+
+from finetune.errors import UserError
+
+# loss.py (and transformers with it) is imported where it is used: the launcher imports this module only to
+# know whether it runs under torchrun
+if TYPE_CHECKING:
+    from finetune.train.batching import Batch
+
+TIMEOUT_ENV = "FINETUNE_COLLECTIVE_TIMEOUT"
+DEFAULT_TIMEOUT_S = 600  # rank 0 writing a big checkpoint is the longest wait the others have at a barrier
 
 
 @dataclass(frozen=True)
@@ -31,8 +58,22 @@ class DistContext:
         return self.world_size > 1
 
 
+class RankFailed(UserError):
+    """An unexpected exception on one rank of several, reduced to one line that names the rank."""
+
+
 def launched_by_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def collective_timeout() -> timedelta:
+    """How long a rank waits in a collective for the others before failing (never forever)."""
+    text = os.environ.get(TIMEOUT_ENV, "")
+    try:
+        seconds = float(text) if text else DEFAULT_TIMEOUT_S
+    except ValueError:
+        raise UserError(f"{TIMEOUT_ENV} must be a number of seconds, got {text!r}") from None
+    return timedelta(seconds=seconds)
 
 
 def init_distributed() -> DistContext:
@@ -47,8 +88,11 @@ def init_distributed() -> DistContext:
     else:
         device, backend = torch.device("cpu"), "gloo"
     if not dist.is_initialized():
-        dist.init_process_group(backend=backend)
+        dist.init_process_group(backend=backend, timeout=collective_timeout())
     return DistContext(rank, world, local_rank, device)
+
+
+# ----------------------------------------------------------------------------- collectives
 
 
 def all_reduce_sum(tensor: torch.Tensor, ctx: DistContext) -> torch.Tensor:
@@ -72,6 +116,24 @@ def all_reduce_gradients(params: list[torch.nn.Parameter], ctx: DistContext) -> 
         offset += p.numel()
 
 
+def agree_on_stop(signum: int | None, ctx: DistContext) -> int | None:
+    """The stop signal any rank received: every rank must stop (and checkpoint) after the same step."""
+    if not ctx.distributed:
+        return signum
+    flag = torch.tensor([signum or 0], dtype=torch.int64, device=ctx.device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return int(flag) or None
+
+
+def gather_objects(obj, ctx: DistContext) -> list | None:
+    """Every rank's `obj` on rank 0 (in rank order); None on the other ranks."""
+    if not ctx.distributed:
+        return [obj]
+    gathered = [None] * ctx.world_size if ctx.is_main else None
+    dist.gather_object(obj, gathered, dst=0)
+    return gathered
+
+
 def barrier(ctx: DistContext) -> None:
     if ctx.distributed:
         dist.barrier()
@@ -80,3 +142,170 @@ def barrier(ctx: DistContext) -> None:
 def shutdown(ctx: DistContext) -> None:
     if ctx.distributed and dist.is_initialized():
         dist.destroy_process_group()
+
+
+# ----------------------------------------------------------------------------- FSDP (--shard full)
+
+
+class _LossRoot(torch.nn.Module):
+    """FSDP's root unit. The chunked loss reads the LM head's weight directly, outside any forward of the
+    model (loss.py); running the loss inside this module's forward makes FSDP gather the embeddings, final
+    norm and head before it, and reduce-scatter their gradients after the backward, like any other unit."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, batch: Batch) -> torch.Tensor:
+        from finetune.train.loss import nll_sum
+
+        return nll_sum(self.model, batch)
+
+
+def decoder_layers(model) -> list[torch.nn.Module]:
+    """The model's repeated blocks: the classes transformers never splits across devices."""
+    from finetune.train.loss import causal_lm
+
+    lm = causal_lm(model)
+    names = set(getattr(lm, "_no_split_modules", None) or ())
+    layers = [m for m in lm.modules() if type(m).__name__ in names]
+    if not layers:
+        raise UserError(f"cannot find the decoder layers of {type(lm).__name__} to shard; use --shard none")
+    return layers
+
+
+def shard_model(model, ctx: DistContext) -> torch.nn.Module:
+    """fully_shard each decoder layer, then the rest; returns the root, whose forward(batch) is the NLL sum.
+
+    The model may still be on the CPU: fully_shard moves each unit to the device as it shards it, so the
+    device never holds the whole model.
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import FSDPModule, fully_shard
+
+    mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
+    for layer in reversed(decoder_layers(model)):  # inner units before the units holding them, as FSDP requires
+        fully_shard(layer, mesh=mesh)
+    root = fully_shard(_LossRoot(model), mesh=mesh)
+    for unit in root.modules():
+        if isinstance(unit, FSDPModule):
+            # each rank's loss is already divided by the step's global target count: sum the ranks'
+            # gradients (as all_reduce_gradients does) rather than FSDP's default average; plain SUM also
+            # runs on gloo, which has neither AVG nor PREMUL_SUM
+            unit.set_gradient_divide_factor(1.0)
+            unit.set_force_sum_reduction_for_comms(True)
+    return root
+
+
+def set_gradient_sync(loss_of, enabled: bool) -> None:
+    """FSDP: reduce-scatter gradients only after the step's last micro-batch (a no-op otherwise)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    if isinstance(loss_of, FSDPModule):
+        loss_of.set_requires_gradient_sync(enabled)
+
+
+def is_sharded(model) -> bool:
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(p, DTensor) for p in model.parameters())
+
+
+def local_value(tensor: torch.Tensor) -> torch.Tensor:
+    """A plain tensor from a DTensor (e.g. the gradient norm FSDP's clipping returns)."""
+    from torch.distributed.tensor import DTensor
+
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
+def gather_full_state(model, optimizer) -> tuple[dict, dict]:
+    """Collective: the full weights and optimizer state, in CPU memory on rank 0 ({} on the other ranks)."""
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+        get_optimizer_state_dict,
+    )
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return get_model_state_dict(model, options=options), get_optimizer_state_dict(model, optimizer, options=options)
+
+
+def scatter_full_state(model, optimizer, weights: dict, optimizer_state: dict) -> None:
+    """Collective: rank 0's full weights and optimizer state into every rank's shards (the others pass {})."""
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=False)
+    set_model_state_dict(model, weights, options=options)
+    set_optimizer_state_dict(model, optimizer, optimizer_state, options=options)
+
+
+# ----------------------------------------------------------------------------- failures
+
+
+PEER_LOST = ("Connection closed by peer", "Connection reset by peer")  # gloo's words when another rank died
+
+
+def _lost_contact(exc: BaseException) -> bool:
+    return isinstance(exc, dist.DistError) or any(words in str(exc) for words in PEER_LOST)
+
+
+def _describe(exc: BaseException) -> str:
+    first_line = (str(exc).strip().splitlines() or [""])[0][:300]
+    text = f"{type(exc).__name__}: {first_line}"
+    if _lost_contact(exc):
+        return f"lost contact with the other ranks, most likely because one of them failed first ({text[:160]})"
+    return text
+
+
+def record_failure(message: str, rank: int, user_error: bool, lost_contact: bool = False) -> None:
+    """Write torchelastic's error file (TORCHELASTIC_ERROR_FILE, set by torchrun for each worker).
+
+    torchrun shows its `message` as the run's root cause; launch.py reads the `finetune` part, whose
+    sub-second time tells which rank failed first (torchelastic's own timestamp has whole seconds only).
+    """
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    now = time.time()
+    detail = message if user_error else traceback.format_exc()
+    data = {
+        "message": {"message": message, "extraInfo": {"py_callstack": detail, "timestamp": str(int(now))}},
+        "finetune": {
+            "rank": rank,
+            "time": now,
+            "message": message,
+            "user_error": user_error,
+            "lost_contact": lost_contact,  # a consequence of another rank's failure, not a cause
+        },
+    }
+    with contextlib.suppress(OSError), open(path, "w", encoding="utf-8") as f:
+        json.dump(data, f)
+
+
+@contextlib.contextmanager
+def rank_failures(ctx: DistContext, passthrough: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
+    """On several ranks: record a failure for the launcher and name the rank in its one-line message.
+
+    A UserError keeps its type with "rank N: " in front; any other exception becomes a RankFailed (a
+    UserError, so the command line prints one line, not a traceback per rank: the traceback goes to the
+    error file). `passthrough` exceptions (a coordinated stop that every rank raises) are left alone.
+    """
+    if not ctx.distributed:
+        yield
+        return
+    try:
+        yield
+    except passthrough:
+        raise
+    except UserError as exc:
+        record_failure(str(exc), ctx.rank, user_error=True)
+        exc.args = (f"rank {ctx.rank}: {exc}",)
+        raise
+    except Exception as exc:
+        message = _describe(exc)
+        record_failure(message, ctx.rank, user_error=False, lost_contact=_lost_contact(exc))
+        raise RankFailed(f"rank {ctx.rank}: {message}") from exc

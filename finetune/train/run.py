@@ -5,6 +5,9 @@
 
 Outputs (OUT = config.out): plan.json, metrics.jsonl, loss_curve.png, report.json, checkpoints/,
 and adapter/ (LoRA, PEFT format) or model/ (full, save_pretrained). Only rank 0 writes them.
+
+Under torchrun (`finetune train --devices N`, see launch.py and docs/distributed.md) every process runs
+this same function; a failure on one rank is recorded for the launcher with that rank's number.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import json
 import os
 import shutil
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -27,10 +31,12 @@ from finetune.report.diagnosis import diagnose
 from finetune.report.metrics import read_metrics
 from finetune.report.plot import plot_loss_curve
 from finetune.report.summary import build_report, write_report
-from finetune.train.checkpoint import checkpoint_dir, list_checkpoints, load_weights_only
-from finetune.train.distributed import DistContext, init_distributed
-from finetune.train.loop import LoopResult, LoopSettings, train_loop
+from finetune.train.checkpoint import checkpoint_dir, copy_weights, list_checkpoints, load_weights_only, read_state
+from finetune.train.distributed import DistContext, init_distributed, rank_failures, shutdown
+from finetune.train.loop import LoopResult, LoopSettings, TrainingInterrupted, train_loop
+from finetune.train.loss import use_varlen_attention
 from finetune.train.model import add_lora, enable_gradient_checkpointing, load_model
+from finetune.train.progress import ProgressReporter
 
 RUN_FILES = ("plan.json", "metrics.jsonl", "report.json", "checkpoints", "adapter", "model")
 
@@ -76,22 +82,40 @@ def loop_settings(plan: Plan, config: RunConfig, pad_id: int, bf16: bool) -> Loo
         is_lora=config.method == "lora",
         resume=config.resume,
         pad_id=pad_id,
+        shard=plan.shard,
     )
 
 
-def _export_final(model, tokenizer, out: Path, result: LoopResult, is_lora: bool) -> tuple[Path, bool]:
+def _export_final(
+    model, tokenizer, out: Path, result: LoopResult, is_lora: bool, sharded: bool = False
+) -> tuple[Path, bool]:
     """Write adapter/ or model/ from the best checkpoint (validation on) or the last one."""
     use_best = result.best_step is not None
     source = checkpoint_dir(out, result.best_step if use_best else result.steps)
-    load_weights_only(source, model, is_lora)
     final = out / ("adapter" if is_lora else "model")
     tmp = final.with_name(final.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
+    if sharded:  # the ranks hold pieces of the model; the checkpoint holds it whole
+        copy_weights(source, tmp)
+    else:
+        load_weights_only(source, model, is_lora)
+        model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     return final, use_best
+
+
+def _resume_note(out: Path, devices: int) -> str | None:
+    """What resuming on another device count means (the loop allows it)."""
+    found = list_checkpoints(out)
+    before = read_state(found[-1]).shape.get("devices") if found else None
+    if before in (None, devices):
+        return None
+    return (
+        f"resuming on {devices} device(s) a run checkpointed on {before}: every step keeps its records, so the "
+        "weights equal an uninterrupted run's up to float rounding (with LoRA dropout on, the masks differ)"
+    )
 
 
 def run_training(
@@ -107,7 +131,18 @@ def run_training(
         raise UserError("no model: pass --model (a hub id or a local folder)")
     if not config.out:
         raise UserError("no output folder: pass --out DIR")
+    joined = ctx is None
     ctx = ctx or init_distributed()
+    with rank_failures(ctx, passthrough=(TrainingInterrupted,)):  # every rank stops alike: no rank to name
+        report = _run_training(config, on_step, show, ctx)
+    if joined:
+        shutdown(ctx)
+    return report
+
+
+def _run_training(
+    config: RunConfig, on_step: Callable[[dict], None] | None, show: Callable[[str], None] | None, ctx: DistContext
+) -> dict:
     out = Path(config.out)
     say = show if (show and ctx.is_main) else (lambda _: None)
     if ctx.is_main:
@@ -128,6 +163,8 @@ def run_training(
 
     # ---- model
     model = load_model(config.model, torch.float32, config.trust_remote_code)
+    if config.packing:
+        use_varlen_attention(model)  # packed records run as one row, attention record by record: no filler, no mask
     is_lora = config.method == "lora"
     if is_lora:
         model = add_lora(model, plan.lora_rank, plan.lora_alpha, config.lora_dropout, config.seed)
@@ -138,13 +175,24 @@ def run_training(
     settings = loop_settings(plan, config, pad_id, _use_bf16(config, ctx.device))
 
     # ---- train
+    if config.resume and ctx.is_main and (note := _resume_note(out, plan.devices)):
+        say(f"note: {note}")
     say(f"training {plan.total_steps} steps; outputs in {out}")
-    result = train_loop(model, prepared.train, prepared.val, settings, out, ctx, on_step=on_step)
+    first_step = int(list_checkpoints(out)[-1].name.split("-")[-1]) if config.resume else 0
+    with ProgressReporter(plan.total_steps, first_step) if (show and ctx.is_main) else nullcontext() as progress:
+
+        def report_step(row: dict) -> None:
+            if progress:
+                progress(row)
+            if on_step:
+                on_step(row)
+
+        result = train_loop(model, prepared.train, prepared.val, settings, out, ctx, on_step=report_step)
     if not ctx.is_main:
         return {}
 
     # ---- outputs
-    final, is_best = _export_final(model, tokenizer, out, result, is_lora)
+    final, is_best = _export_final(model, tokenizer, out, result, is_lora, sharded=plan.shard == "full")
     rows = read_metrics(out / "metrics.jsonl")
     diagnosis = diagnose(rows, plan.steps_per_epoch)
     plot_loss_curve(rows, out / "loss_curve.png", plan.steps_per_epoch, result.best_step, title=f"{config.model}")
