@@ -7,6 +7,7 @@ so changing batch × accumulation × devices (with the same product) never chang
 
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import dataclass
 
@@ -57,6 +58,11 @@ class Batch:
     weights: torch.Tensor  # [rows, length], float loss weight per target (0 elsewhere)
     attention_mask: torch.Tensor | None  # only on the padded path; None lets the model build a packed mask
     num_tokens: int  # real (non-padding) tokens
+    # Packed batches only, for variable-length attention (FlashAttention's varlen path, or loss.py's SDPA one):
+    # the records laid end to end in one row, without the filler that makes the rows rectangular.
+    flat_index: torch.Tensor | None = None  # [num_tokens] positions of the real tokens in the flattened rows
+    cu_seq_lens: torch.Tensor | None = None  # int32 [records + 1]: where each record starts in that flat row
+    max_record_len: int = 0
 
     @property
     def num_targets(self) -> int:
@@ -71,6 +77,9 @@ class Batch:
             move(self.weights),
             move(self.attention_mask),
             self.num_tokens,
+            move(self.flat_index),
+            move(self.cu_seq_lens),
+            self.max_record_len,
         )
 
 
@@ -100,12 +109,15 @@ def pack_batch(records: list[TokenizedRecord], max_row_len: int, pad_id: int) ->
 
     Rows are bounded by max_row_len because SDPA's block-diagonal mask costs the square of the row
     length. Rows shorter than the longest are filled with pad tokens that form their own segment
-    and are never scored; with first-fit decreasing that filler is small.
+    and are never scored; with first-fit decreasing that filler is small. With variable-length
+    attention the loss drops the filler altogether (flat_index, cu_seq_lens): one row, no padding.
     """
     rows = pack_rows(records, max_row_len)
     width = max(sum(len(r) for r in row) for row in rows)
     ids, pos, tgt, wts = [], [], [], []
-    for row in rows:
+    flat_index: list[int] = []
+    record_lens: list[int] = []
+    for r, row in enumerate(rows):
         row_ids: list[int] = []
         row_pos: list[int] = []
         row_tgt: list[int] = []
@@ -116,11 +128,14 @@ def pack_batch(records: list[TokenizedRecord], max_row_len: int, pad_id: int) ->
             row_pos += range(len(record))
             row_tgt += targets
             row_wts += weights
+            record_lens.append(len(record))
+        flat_index += range(r * width, r * width + len(row_ids))
         fill = width - len(row_ids)
         ids.append(row_ids + [pad_id] * fill)
         pos.append(row_pos + list(range(fill)))
         tgt.append(row_tgt + [IGNORE_INDEX] * fill)
         wts.append(row_wts + [0.0] * fill)
+    cu_seq_lens = torch.tensor([0, *itertools.accumulate(record_lens)], dtype=torch.int32)
     return Batch(
         torch.tensor(ids),
         torch.tensor(pos),
@@ -128,6 +143,9 @@ def pack_batch(records: list[TokenizedRecord], max_row_len: int, pad_id: int) ->
         torch.tensor(wts, dtype=torch.float32),
         None,
         sum(len(r) for r in records),
+        torch.tensor(flat_index),
+        cu_seq_lens,
+        max(record_lens),
     )
 
 
