@@ -12,6 +12,7 @@ this same function; a failure on one rank is recorded for the launcher with that
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -133,6 +134,8 @@ def run_training(
         raise UserError("no output folder: pass --out DIR")
     joined = ctx is None
     ctx = ctx or init_distributed()
+    if config.gpu is None and ctx.device.type == "cpu":
+        config = dataclasses.replace(config, gpu="cpu")  # size time and memory for the machine we are on
     with rank_failures(ctx, passthrough=(TrainingInterrupted,)):  # every rank stops alike: no rank to name
         report = _run_training(config, on_step, show, ctx)
     if joined:
