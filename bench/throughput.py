@@ -1,6 +1,6 @@
 """Throughput and memory of `finetune` against TRL's SFTTrainer and a bare PyTorch loop, side by side.
 
-    .venv/bin/python bench/throughput.py --variants varlen --results bench/RESULTS.md   # ~10 min on 2 quiet CPU cores
+    .venv/bin/python bench/throughput.py --results bench/RESULTS.md   # ~10 min on 2 quiet CPU cores
     .venv/bin/python bench/throughput.py --methods lora --rounds 1 --timed 4 --systems finetune,bare   # a quick look
 
 One invocation builds the data set (bench/data.py, deterministic) and a toy Llama model sized for
@@ -415,23 +415,8 @@ def apply_variant(name: str) -> None:
     VARIANTS[name]()
 
 
-def _variant_varlen() -> None:
-    """run.py calling loss.use_varlen_attention(model) after loading: packed rows run as one flat row,
-    attention record by record (no block-diagonal mask, no filler)."""
-    import finetune.train.run as run
-    from finetune.train.loss import use_varlen_attention
-
-    load_model = run.load_model
-
-    def load(*args, **kwargs):
-        model = load_model(*args, **kwargs)
-        use_varlen_attention(model)
-        return model
-
-    run.load_model = load
-
-
-VARIANTS: dict = {"varlen": _variant_varlen}
+# name -> a function that monkeypatches finetune in the worker, to measure a proposed change before making it
+VARIANTS: dict = {}
 
 
 # ---------------------------------------------------------------------------- the worker entry point
@@ -754,9 +739,9 @@ the CPU (its compact, targets-only path is for Triton devices) and computes entr
 metrics every micro-batch: that is TRL as shipped.
 
 finetune's side: `run_training(RunConfig(...))`, the same code as `finetune train`, with validation
-off; the checkpoint written after the last step is left out of the timing. `finetune+varlen` is
-the same run with `loss.use_varlen_attention(model)` called after loading (a change proposed for
-run.py): packed micro-batches then run as one row of real tokens, attention record by record.
+off; the checkpoint written after the last step is left out of the timing. Packed micro-batches run
+as one row of real tokens with attention record by record (`loss.use_varlen_attention`), and AdamW
+uses the fused kernel.
 """
 
 
