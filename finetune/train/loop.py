@@ -315,14 +315,14 @@ def train_loop(
                 row["val_loss"] = evaluate(model, val, s, ctx, eval_batch_records, loss_of)
                 if state.best_val_loss is None or row["val_loss"] < state.best_val_loss:
                     state.best_step, state.best_val_loss = state.step, row["val_loss"]
+            if metrics:  # before the checkpoint: a resume drops rows past its checkpoint, never misses one
+                metrics.append(row)
             save_now = state.step % s.save_every == 0 or last_step or "val_loss" in row or stop_signum is not None
             if save_now:
                 save_checkpoint(out, model, optimizer, state, s.is_lora, ctx)  # every rank; rank 0 writes
                 if ctx.is_main:
                     prune_checkpoints(out, s.keep_checkpoints, state.best_step)
                 barrier(ctx)
-            if metrics:
-                metrics.append(row)
             if on_step:
                 on_step(row)
             if stop_signum is not None and not last_step:
