@@ -4,22 +4,11 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from gradients import assert_same_gradients, grads
 
 from finetune.train.batching import pack_batch, pad_batch
 from finetune.train.loss import nll_sum, reference_nll_sum
 from finetune.train.model import load_model
-
-
-def _grads(model) -> dict[str, torch.Tensor]:
-    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-
-
-def assert_same_gradients(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> None:
-    """Equal up to float rounding: every element within 1e-5 of the tensor's largest entry."""
-    assert got.keys() == expected.keys()
-    for name, grad in got.items():
-        scale = float(expected[name].abs().max())
-        assert torch.allclose(grad, expected[name], rtol=1e-4, atol=1e-5 * scale), name
 
 
 def test_loss_equals_hand_computed_formula(toy_model, records):
@@ -45,12 +34,12 @@ def test_chunked_head_matches_plain_path_loss_and_gradients(toy_model, records):
     batch = pad_batch(records[:8], pad_id=0)
     reference = reference_nll_sum(model, batch)
     reference.backward()
-    expected = _grads(model)
+    expected = grads(model)
     model.zero_grad(set_to_none=True)
     fused = nll_sum(model, batch, chunk=7)  # several chunks, the last one partial
     fused.backward()
     assert torch.allclose(fused, reference, rtol=1e-5)
-    assert_same_gradients(_grads(model), expected)
+    assert_same_gradients(grads(model), expected)
 
 
 def test_packing_matches_padding(toy_model, records):
@@ -58,14 +47,14 @@ def test_packing_matches_padding(toy_model, records):
     model = load_model(str(toy_model))
     padded = nll_sum(model, pad_batch(records, pad_id=0))
     padded.backward()
-    expected = _grads(model)
+    expected = grads(model)
     model.zero_grad(set_to_none=True)
     packed_batch = pack_batch(records, 64, pad_id=0)
     assert packed_batch.input_ids.shape[0] < len(records)  # really packed several records per row
     packed = nll_sum(model, packed_batch)
     packed.backward()
     assert torch.allclose(packed, padded, rtol=1e-5)
-    assert_same_gradients(_grads(model), expected)
+    assert_same_gradients(grads(model), expected)
 
 
 def test_masked_tokens_have_no_influence(toy_model, records):

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from gradients import assert_same_gradients, grads
 
 from finetune.train.batching import pack_batch, pad_batch
 from finetune.train.loss import (
@@ -20,23 +21,11 @@ from finetune.train.loss import (
 from finetune.train.model import add_lora, enable_gradient_checkpointing, load_model
 
 
-def _grads(model) -> dict[str, torch.Tensor]:
-    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-
-
-def assert_same_gradients(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> None:
-    """Equal up to float rounding: every element within 1e-5 of the tensor's largest entry (as test_loss.py)."""
-    assert got.keys() == expected.keys()
-    for name, grad in got.items():
-        scale = float(expected[name].abs().max())
-        assert torch.allclose(grad, expected[name], rtol=1e-4, atol=1e-5 * scale), name
-
-
 def _loss_and_grads(model, loss_fn, batch):
     model.zero_grad(set_to_none=True)
     loss = loss_fn(model, batch)
     loss.backward()
-    return float(loss.detach()), _grads(model)
+    return float(loss.detach()), grads(model)
 
 
 def test_flat_row_is_the_records_end_to_end(records):
