@@ -4,6 +4,7 @@ finetune toy-model DIR [--data FILE]
 finetune validate FILE [--model DIR] [--show N] [--json]
 finetune plan DATA.jsonl [--model M] ... [--json]      |   finetune plan --examples N [--tokens T] ...
 finetune train DATA.jsonl --model M --out DIR [...]    |   finetune train --config run.yaml
+finetune convert IN --out OUT.jsonl [--format F]
 finetune demo [--out DIR]
 """
 
@@ -15,6 +16,7 @@ import sys
 import warnings
 
 from finetune.config import AUTO, RunConfig
+from finetune.data.formats import FORMATS
 from finetune.errors import UserError
 
 # ----------------------------------------------------------------------------- argument types
@@ -69,6 +71,13 @@ def _add_run_flags(p: argparse.ArgumentParser, training: bool) -> None:
     p.add_argument("--last-batch", choices=["keep", "drop"], default=s, help="keep or drop a partial last batch")
     p.add_argument("--val-fraction", type=_auto_or_float, default=s, help="held-out share (0 = none), or auto")
     p.add_argument("--val-file", default=s, help="use this file as the validation set")
+    p.add_argument("--format", choices=FORMATS, default=s, help="read the data as this format (default: detect)")
+    p.add_argument(
+        "--skip-invalid",
+        action="store_true",
+        default=s,
+        help="train on the valid lines; list the others in OUT/skipped.jsonl",
+    )
     p.add_argument("--seed", type=int, default=s, help="seed for split, shuffling and init (default 0)")
     p.add_argument("--price-per-million-tokens", type=float, default=s, help="price per 1M tokens processed")
     p.add_argument("--gpu-hour-price", type=float, default=s, help="price of one device-hour")
@@ -122,6 +131,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         as_json=args.json,
         max_seq_len=args.max_seq_len,
         record_policy=args.record_policy,
+        format=args.format,
     )
 
 
@@ -144,6 +154,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from finetune.eval.command import run_eval
 
     return run_eval(args.data, args.model, args.tuned, args.limit, args.max_new_tokens, args.json, args.marker)
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    from finetune.data.convert import run_convert
+
+    return run_convert(args.input, args.out, args.format)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -171,6 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--show", type=int, default=0, metavar="N", help="print N records with scored tokens marked")
     p.add_argument("--max-seq-len", type=int, default=1024)
     p.add_argument("--record-policy", choices=["all", "last", "each"], default="all")
+    p.add_argument("--format", choices=FORMATS, default=None, help="read the file as this format (default: detect)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_validate)
 
@@ -196,6 +213,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--marker", action="append", default=[], help="text every answer should contain (repeatable)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("convert", help="write any data format finetune reads as OpenAI chat JSONL")
+    p.add_argument("input", metavar="IN", help="data file: OpenAI chat, ShareGPT, Alpaca or prompt/completion")
+    p.add_argument("--out", required=True, metavar="OUT.jsonl", help="file to write (must not exist yet)")
+    p.add_argument("--format", choices=FORMATS, default=None, help="read IN as this format (default: detect)")
+    p.set_defaults(func=cmd_convert)
 
     p = sub.add_parser("demo", help="build the toy model, train on the bundled examples, show before/after")
     p.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")

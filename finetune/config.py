@@ -28,7 +28,11 @@ def _flag(name: str) -> str:
 class RunConfig:
     # ---- data
     data: str | None = None
-    """Training file (chat JSONL or prompt/completion JSONL)."""
+    """Training file: OpenAI chat, ShareGPT, Alpaca or prompt/completion JSONL (also .jsonl.gz, .parquet)."""
+    format: Literal["chat", "prompt_completion", "sharegpt", "alpaca"] | None = None
+    """Read the data as this format instead of detecting it from the first line in a known format."""
+    skip_invalid: bool = False
+    """Train on the valid lines and list every invalid one in OUT/skipped.jsonl (default: stop on any error)."""
     val_file: str | None = None
     """Use this file as the validation set instead of cutting one from `data`."""
     val_fraction: float | str = AUTO
@@ -123,6 +127,8 @@ class RunConfig:
         self._check_choice("schedule", ("linear", "cosine"))
         self._check_choice("dtype", ("auto", "fp32", "bf16"))
         self._check_choice("shard", ("auto", "full", "none"))
+        if self.format is not None:
+            self._check_choice("format", ("chat", "prompt_completion", "sharegpt", "alpaca"))
         for name in ("grad_accum", "devices", "max_seq_len"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:

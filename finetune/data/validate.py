@@ -1,6 +1,7 @@
 """`finetune validate`: is this file usable for training, and what will the model learn from it?
 
-    finetune validate FILE [--model DIR] [--show N] [--max-seq-len L] [--record-policy all|last|each] [--json]
+    finetune validate FILE [--model DIR] [--show N] [--max-seq-len L] [--record-policy all|last|each]
+                           [--format chat|prompt_completion|sharegpt|alpaca] [--json]
 
 Every problem is reported (never only the first) as `FILE:LINE [code] message`; the codes are listed
 in docs/formats.md. Exit code 0 when the file is usable (warnings allowed), 1 when it is not.
@@ -37,6 +38,7 @@ NO_TARGET_TOKENS = "no_target_tokens"
 FIRST_TOKEN_SCORED = "first_token_scored"
 END_OF_TURN_NOT_SCORED = "end_of_turn_not_scored"
 TEMPLATE_MISMATCH = "template_mismatch"
+TEMPLATE_CANNOT_RENDER_TOOLS = "template_cannot_render_tools"
 
 POLICY_MEANING = {
     RecordPolicy.ALL: "one record per conversation, every weighted reply scored",
@@ -77,9 +79,10 @@ def validate_file(
     tokenizer=None,
     max_seq_len: int = 1024,
     record_policy: RecordPolicy | str = RecordPolicy.ALL,
+    format: str | None = None,
 ) -> Validation:
     """Read and check `path`; with a tokenizer, count tokens exactly and prove the masks."""
-    return validate_parsed(read_file(path), tokenizer, max_seq_len, record_policy)
+    return validate_parsed(read_file(path, format), tokenizer, max_seq_len, record_policy)
 
 
 def validate_parsed(
@@ -98,6 +101,7 @@ def validate_parsed(
         from finetune.data.tokenize import ChatTokenizer
 
         chat = ChatTokenizer(tokenizer)  # UserError when the template never closes a reply with a special token
+        records = _without_unrenderable_tools(records, chat, result)
         result.counts = _count_exact(records, chat, max_seq_len, result)
         _check_masks(result, chat.end_of_turn_id, chat.end_of_turn_text)
     exact = tokenizer is not None
@@ -113,6 +117,35 @@ def validate_parsed(
 
 def _file_order(problem: Problem) -> tuple[bool, int]:
     return problem.line is not None, problem.line or 0  # whole-file problems first, then by line (stable)
+
+
+def _without_unrenderable_tools(records: list[Record], chat, result: Validation) -> list[Record]:
+    """One error for every record that uses tools the template cannot render (named by its first line)."""
+    from finetune.data.tokenize import tool_needs
+
+    missing: set[str] = set()
+    lines: list[int] = []
+    kept = []
+    for record in records:
+        lacking = tool_needs(record.messages, record.tools) - chat.tool_support
+        if lacking:
+            missing |= lacking
+            if not lines or lines[-1] != record.line:
+                lines.append(record.line)
+        else:
+            kept.append(record)
+    if lines:
+        what = {"calls": "tool calls", "results": "tool results", "schemas": "tool schemas (tools=)"}
+        result.errors.append(
+            Problem(
+                lines[0],
+                TEMPLATE_CANNOT_RENDER_TOOLS,
+                f"the model's chat template cannot render {' or '.join(what[m] for m in sorted(missing))}, "
+                f"which {_count(len(lines), 'line')} use (first: line {lines[0]}); use a model whose template "
+                "supports tools (e.g. Qwen2.5, Llama 3.1 Instruct), or remove the tools",
+            )
+        )
+    return kept
 
 
 def _count_exact(records: list[Record], chat, max_seq_len: int, result: Validation) -> list[RecordTokens]:
@@ -185,10 +218,11 @@ def run_validate(
     as_json: bool = False,
     max_seq_len: int = 1024,
     record_policy: str = "all",
+    format: str | None = None,
 ) -> int:
     """The `finetune validate` command: print the report; 0 when the file is usable, 1 when not."""
     _check_flags(show, max_seq_len, record_policy)
-    parsed = read_file(file)  # a missing file is reported before a model is loaded
+    parsed = read_file(file, format)  # a missing file is reported before a model is loaded
     tokenizer = None
     if model is not None:
         from finetune.data.tokenize import load_tokenizer

@@ -73,6 +73,8 @@ class DataSummary:
     """True for `finetune plan --examples N`: nothing was read from a file."""
     duplicates_removed: int = 0
     """Validation conversations dropped because they duplicate a training conversation."""
+    skipped_lines: int = 0
+    """Invalid lines left out with --skip-invalid (listed in OUT/skipped.jsonl)."""
 
 
 def summary_from_facts(facts: Any) -> DataSummary:
@@ -92,6 +94,7 @@ def summary_from_facts(facts: Any) -> DataSummary:
         val_fraction=facts.val_fraction,
         val_fraction_reason=facts.val_fraction_reason,
         duplicates_removed=facts.duplicates_removed,
+        skipped_lines=getattr(facts, "skipped_lines", 0),
     )
 
 
@@ -218,6 +221,8 @@ class Plan:
     """True for a plan made from --examples, without a data file."""
     duplicates_removed: int = 0
     """Validation conversations dropped as exact copies of training ones (no leak across sides)."""
+    skipped_lines: int = 0
+    """Invalid lines of the data left out with --skip-invalid."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON of `finetune plan --json` and of plan.json."""
@@ -260,6 +265,7 @@ class Plan:
             "warnings": [dict(w) for w in self.warnings],
             "what_if": self.what_if,
             "duplicates_removed": self.duplicates_removed,
+            "skipped_lines": self.skipped_lines,
         }
 
 
@@ -435,6 +441,7 @@ def build_plan(
         auto=auto,
         what_if=data.what_if,
         duplicates_removed=data.duplicates_removed,
+        skipped_lines=data.skipped_lines,
     )
     context = AdviceContext(
         config=config,

@@ -24,6 +24,7 @@ import torch
 
 from finetune.config import RunConfig
 from finetune.data.prepare import prepare_data
+from finetune.data.skipped import write_skipped
 from finetune.data.tokenize import load_tokenizer
 from finetune.errors import UserError
 from finetune.plan.model_facts import load_model_facts
@@ -163,6 +164,7 @@ def _run_training(
         render_plan(plan)
         out.mkdir(parents=True, exist_ok=True)
         (out / "plan.json").write_text(json.dumps(plan.to_dict(), indent=2))
+        write_skipped(out, prepared.skipped)
 
     # ---- model
     model = load_model(config.model, torch.float32, config.trust_remote_code)
@@ -207,7 +209,7 @@ def _run_training(
         final_weights=str(final),
         final_is_best=is_best,
         tokens_processed=result.tokens_processed,
-        extra={"out_dir": str(out), "method": config.method},
+        extra={"out_dir": str(out), "method": config.method, "skipped_lines": len(prepared.skipped)},
     )
     write_report(report, out / "report.json")
     return report
