@@ -24,6 +24,7 @@ import os
 from dataclasses import dataclass
 from functools import cached_property
 
+from finetune.data.formats.openai import parse_arguments
 from finetune.data.types import IGNORE_INDEX, Message, Record, TokenizedRecord, ToolCall, Truncation
 from finetune.errors import UserError
 
@@ -33,14 +34,19 @@ _PROBE_FUNCTION, _PROBE_ARGUMENT = "finetune_probe_function_7f3a", "finetune_pro
 _PROBE_RESULT, _PROBE_DESCRIPTION = "finetune probe result 7f3a", "finetune probe description 7f3a"
 
 
+TOOL_FEATURES = {"calls": "tool calls", "results": "tool results", "schemas": "tool schemas (tools=)"}
+
+
+def describe_tool_features(features: set[str]) -> str:
+    return " or ".join(TOOL_FEATURES[f] for f in sorted(features))
+
+
 class ToolTemplateError(UserError):
     """The model's chat template cannot render the tool calls, tool results or tool schemas the data holds."""
 
 
 def template_message(message: Message, call_names: dict[str, str]) -> dict:
     """A Message as chat templates expect it (developer as system, call arguments as an object)."""
-    from finetune.data.formats.openai import parse_arguments
-
     item: dict = {"role": "system" if message.role == "developer" else message.role, "content": message.content}
     if message.name:
         item["name"] = message.name
@@ -144,10 +150,8 @@ class ChatTokenizer:
     def check_tool_support(self, record: Record) -> None:
         missing = tool_needs(record.messages, record.tools) - self.tool_support
         if missing:
-            what = {"calls": "tool calls", "results": "tool results", "schemas": "tool schemas (tools=)"}
             raise ToolTemplateError(
-                f"line {record.line}: the model's chat template cannot render "
-                f"{' or '.join(what[m] for m in sorted(missing))}; "
+                f"line {record.line}: the model's chat template cannot render {describe_tool_features(missing)}; "
                 "use a model whose template supports tools (e.g. Qwen2.5, Llama 3.1 Instruct), or remove the tools"
             )
 

@@ -121,7 +121,7 @@ def _file_order(problem: Problem) -> tuple[bool, int]:
 
 def _without_unrenderable_tools(records: list[Record], chat, result: Validation) -> list[Record]:
     """One error for every record that uses tools the template cannot render (named by its first line)."""
-    from finetune.data.tokenize import tool_needs
+    from finetune.data.tokenize import describe_tool_features, tool_needs
 
     missing: set[str] = set()
     lines: list[int] = []
@@ -135,12 +135,11 @@ def _without_unrenderable_tools(records: list[Record], chat, result: Validation)
         else:
             kept.append(record)
     if lines:
-        what = {"calls": "tool calls", "results": "tool results", "schemas": "tool schemas (tools=)"}
         result.errors.append(
             Problem(
                 lines[0],
                 TEMPLATE_CANNOT_RENDER_TOOLS,
-                f"the model's chat template cannot render {' or '.join(what[m] for m in sorted(missing))}, "
+                f"the model's chat template cannot render {describe_tool_features(missing)}, "
                 f"which {_count(len(lines), 'line')} use (first: line {lines[0]}); use a model whose template "
                 "supports tools (e.g. Qwen2.5, Llama 3.1 Instruct), or remove the tools",
             )
