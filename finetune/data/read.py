@@ -45,7 +45,7 @@ UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 def read_file(path: str | Path, format: str | None = None) -> ParsedFile:
     """Read, decode, parse and validate every line of `path`; never raises for what the bytes hold.
 
-    `format` forces one of FORMATS; by default the first line in a known format decides.
+    `format` forces one of FORMATS; by default (None or "auto") the first line in a known format decides.
     """
     return parse_bytes(load_bytes(path), str(path), format)
 
@@ -82,6 +82,8 @@ def _read_bytes(path: Path, size: int = -1) -> bytes:
 
 def parse_bytes(data: bytes, path: str = "", format: str | None = None) -> ParsedFile:
     """Validate the content of a data file held in memory (`path` only names it in messages)."""
+    if format == "auto":
+        format = None  # detect it
     if format is not None and format not in FORMATS:
         raise UserError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}")
     parsed = ParsedFile(path=path, format=None)
