@@ -233,7 +233,8 @@ def run_validate(
         document = result.to_dict() | ({"shown": [s.to_dict() for s in shown]} if show else {})
         print(json.dumps(document, ensure_ascii=True))  # ASCII: safe whatever the terminal's encoding
     else:
-        _print_report(result, shown, max_seq_len, show)
+        forced = format not in (None, "auto")
+        _print_report(result, shown, max_seq_len, show, "--format" if forced else "detected")
     return 0 if result.ok else 1
 
 
@@ -259,13 +260,14 @@ def _shown(result: Validation, show: int, tokenizer) -> list[ShownRecord]:
 # ----------------------------------------------------------------------------- human output
 
 
-def _print_report(result: Validation, shown: list[ShownRecord], max_seq_len: int, show: int) -> None:
+def _print_report(result: Validation, shown: list[ShownRecord], max_seq_len: int, show: int, how: str) -> None:
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(errors="replace")  # a terminal that cannot show a character gets '?', not a crash
     console = Console(highlight=False, soft_wrap=True)  # one problem per line, greppable
     path = _printable(result.path)
     _print_problems(console, path, "errors", result.errors, "red")
     _print_problems(console, path, "warnings", result.warnings, "yellow")
+    console.print(f"format: {result.stats['format'] or 'unknown'} ({how})", markup=False)
     console.print(_stats_table(result.stats))
     if show:
         _print_shown(console, shown, show, result.stats["tokens_exact"])
@@ -296,7 +298,6 @@ def _stats_table(stats: dict) -> Table:
     table.add_column(style="bold")
     table.add_column(justify="right")
     table.add_column(style="dim")
-    table.add_row("format", str(stats["format"] or "unknown"), "")
     table.add_row("conversations", f"{stats['conversations']:,}", "usable lines of the file")
     table.add_row("messages", f"{stats['messages']:,}", "all roles, all turns: not what training counts")
     table.add_row(

@@ -248,9 +248,8 @@ def test_format_is_reported(line, name, tmp_path, capsys):
     path = tmp_path / "data.jsonl"
     path.write_bytes(jsonl(line))
     assert main(["validate", str(path)]) == 0
-    assert [row.split() for row in capsys.readouterr().out.splitlines() if row.startswith("format")] == [
-        ["format", name]
-    ]
+    out = capsys.readouterr().out
+    assert [row for row in out.splitlines() if row.startswith("format")] == [f"format: {name} (detected)"]
     assert main(["validate", str(path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["stats"]["format"] == name
 
@@ -284,6 +283,8 @@ def test_format_flag_forces_one_format(tmp_path, capsys):
         ("bad_tools", 1),  # "tools": "" is not a list
         ("missing_messages", 1),
     ]
+    assert main(["validate", str(path), "--format", "sharegpt"]) == 1
+    assert "format: sharegpt (--format)" in capsys.readouterr().out
     assert main(["validate", str(path), "--format", "sharegpt", "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert report["stats"]["format"] == "sharegpt" and {e["line"] for e in report["errors"]} == {2}
