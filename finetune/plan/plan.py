@@ -75,6 +75,10 @@ class DataSummary:
     """Validation conversations dropped because they duplicate a training conversation."""
     skipped_lines: int = 0
     """Invalid lines left out with --skip-invalid (listed in OUT/skipped.jsonl)."""
+    target_tokens: int | None = None
+    """Scored tokens of the training records (replies, tool calls, end-of-turn); None when unknown."""
+    context_tokens: int | None = None
+    """Tokens read but never scored (prompts, tool schemas and results, headers); billed all the same."""
 
 
 def summary_from_facts(facts: Any) -> DataSummary:
@@ -95,6 +99,8 @@ def summary_from_facts(facts: Any) -> DataSummary:
         val_fraction_reason=facts.val_fraction_reason,
         duplicates_removed=facts.duplicates_removed,
         skipped_lines=getattr(facts, "skipped_lines", 0),
+        target_tokens=getattr(facts, "target_tokens", None),
+        context_tokens=getattr(facts, "context_tokens", None),
     )
 
 
@@ -223,6 +229,10 @@ class Plan:
     """Validation conversations dropped as exact copies of training ones (no leak across sides)."""
     skipped_lines: int = 0
     """Invalid lines of the data left out with --skip-invalid."""
+    target_tokens: int | None = None
+    """Scored tokens in the training records (one epoch)."""
+    context_tokens: int | None = None
+    """Tokens read but never scored (one epoch): prompts, tool schemas and results; billed, not learned."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON of `finetune plan --json` and of plan.json."""
@@ -266,6 +276,8 @@ class Plan:
             "what_if": self.what_if,
             "duplicates_removed": self.duplicates_removed,
             "skipped_lines": self.skipped_lines,
+            "target_tokens": self.target_tokens,
+            "context_tokens": self.context_tokens,
         }
 
 
@@ -442,6 +454,8 @@ def build_plan(
         what_if=data.what_if,
         duplicates_removed=data.duplicates_removed,
         skipped_lines=data.skipped_lines,
+        target_tokens=data.target_tokens,
+        context_tokens=data.context_tokens,
     )
     context = AdviceContext(
         config=config,

@@ -85,6 +85,11 @@ def _data_lines(plan: Plan) -> list[str]:
             f"Tokens     {approx}{plan.tokens_in_file:,} in the file x {plan.epochs} epochs = "
             f"{approx}{_n(plan.tokens_processed)} processed (billed); each record seen {plan.times_each_example_seen}x"
         )
+        if plan.target_tokens is not None and plan.context_tokens is not None:
+            lines.append(
+                f"           {approx}{plan.target_tokens:,} scored + {approx}{plan.context_tokens:,} context "
+                "(prompts, tool schemas and results: read and billed, never scored)"
+            )
     return lines
 
 

@@ -186,3 +186,19 @@ def test_plan_counts_tool_schemas_as_context_not_targets(tokenizer, exact):
     if exact:
         schema_block = len(tokenizer(json.dumps(WEATHER))["input_ids"])
         assert a.context_tokens - b.context_tokens > schema_block
+
+
+def test_the_plan_shows_schema_tokens_as_context(toy_model, tmp_path, capsys):
+    with_tools, without = tmp_path / "with.jsonl", tmp_path / "without.jsonl"
+    with_tools.write_text(json.dumps(LINE) + "\n")
+    without.write_text(json.dumps(LINE | {"tools": []}) + "\n")
+    plans = []
+    for path in (with_tools, without):
+        assert main(["plan", str(path), "--model", str(toy_model), "--val-fraction", "0", "--json"]) == 0
+        plans.append(json.loads(capsys.readouterr().out))
+    a, b = plans
+    assert a["target_tokens"] == b["target_tokens"] > 0
+    assert a["context_tokens"] - b["context_tokens"] == a["tokens_in_file"] - b["tokens_in_file"] > 0
+    assert a["target_tokens"] + a["context_tokens"] == a["tokens_in_file"]
+    assert main(["plan", str(with_tools), "--model", str(toy_model), "--val-fraction", "0"]) == 0
+    assert f"{a['context_tokens']:,} context (prompts, tool schemas" in capsys.readouterr().out
