@@ -191,7 +191,10 @@ class ChatTokenizer:
         """
         if record.tools or any(m.tool_calls or m.role == "tool" for m in record.messages):
             self.check_tool_support(record)
-        text = self.render(record.messages, record.tools)
+        try:
+            text = self.render(record.messages, record.tools)
+        except Exception as exc:  # templates raise what they refuse (e.g. "only single tool-calls are supported")
+            raise UserError(f"line {record.line}: the chat template refuses this conversation: {exc}") from None
         eot = self.end_of_turn_text
         pieces: list[tuple[str, float]] = []
         cursor = 0  # start of the text not yet assigned to a piece

@@ -202,3 +202,19 @@ def test_the_plan_shows_schema_tokens_as_context(toy_model, tmp_path, capsys):
     assert a["target_tokens"] + a["context_tokens"] == a["tokens_in_file"]
     assert main(["plan", str(with_tools), "--model", str(toy_model), "--val-fraction", "0"]) == 0
     assert f"{a['context_tokens']:,} context (prompts, tool schemas" in capsys.readouterr().out
+
+
+def test_a_template_that_refuses_a_conversation_is_a_line_error_not_a_traceback(toy_model, tmp_path, capsys):
+    strict = tmp_path / "strict-model"
+    tokenizer = AutoTokenizer.from_pretrained(toy_model)
+    single_calls_only = "{% for m in messages %}{% if m['tool_calls'] and m['tool_calls'] | length > 1 %}"
+    single_calls_only += (
+        "{{ raise_exception('This model only supports single tool-calls at once!') }}{% endif %}{% endfor %}"
+    )
+    tokenizer.chat_template = single_calls_only + tokenizer.chat_template
+    tokenizer.save_pretrained(strict)
+    path = tmp_path / "tools.jsonl"
+    path.write_text(json.dumps(LINE) + "\n")
+    assert main(["validate", str(path), "--model", str(strict), "--json"]) == 1
+    (error,) = json.loads(capsys.readouterr().out)["errors"]
+    assert error["code"] == "template_mismatch" and "single tool-calls" in error["message"] and error["line"] == 1
