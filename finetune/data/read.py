@@ -109,7 +109,7 @@ def parse_bytes(data: bytes, path: str = "", format: str | None = None) -> Parse
         format, detected_at = _detect_format(lines)
     parsed.format = format
     for line in lines:
-        _check_line(line, format, detected_at, path)
+        _check_line(line, format, detected_at)
     _warn_duplicates(lines)
 
     for line in lines:
@@ -177,7 +177,7 @@ def _detect_format(lines: list[Line]) -> tuple[str | None, int | None]:
 # ----------------------------------------------------------------------------- one line: JSON object -> Conversation
 
 
-def _check_line(line: Line, file_format: str | None, detected_at: int | None, path: str) -> None:
+def _check_line(line: Line, file_format: str | None, detected_at: int | None) -> None:
     obj = line.value
     if not isinstance(obj, dict):
         return
@@ -189,7 +189,7 @@ def _check_line(line: Line, file_format: str | None, detected_at: int | None, pa
             f"{detected_at}); use one format per file, or `finetune convert` each part to OpenAI chat first",
         )
         return
-    line.conversation = CHECKERS[file_format or "chat"](obj, line, path)
+    line.conversation = CHECKERS[file_format or "chat"](obj, line)
 
 
 def _warn_duplicates(lines: list[Line]) -> None:

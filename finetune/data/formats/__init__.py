@@ -32,7 +32,7 @@ FORMAT_NAMES = {
     ALPACA: "Alpaca (instruction/output)",
 }
 
-Checker = Callable[[dict, Line, str], Conversation | None]
+Checker = Callable[[dict, Line], Conversation | None]
 CHECKERS: dict[str, Checker] = {
     CHAT: check_chat,
     PROMPT_COMPLETION: check_prompt_completion,

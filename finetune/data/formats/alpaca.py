@@ -17,7 +17,7 @@ from finetune.data.types import Conversation, Message
 KEYS = ("instruction", "input", "output", "system", "history")
 
 
-def check_alpaca(obj: dict, line: Line, source: str) -> Conversation | None:
+def check_alpaca(obj: dict, line: Line) -> Conversation | None:
     check_unknown_keys(obj, KEYS, "", line)
     instruction = check_string(obj.get("instruction"), '"instruction"', line)
     extra = check_string(obj.get("input"), '"input"', line, required=False)
@@ -31,7 +31,7 @@ def check_alpaca(obj: dict, line: Line, source: str) -> Conversation | None:
         messages += [Message("user", question), Message("assistant", answer)]
     prompt = f"{instruction}\n{extra}" if extra else instruction
     messages += [Message("user", prompt), Message("assistant", output)]
-    return finish_conversation(messages, (), None, line, source)
+    return finish_conversation(messages, (), None, line)
 
 
 def _history(value: object, line: Line) -> list[tuple[str, str]] | None:

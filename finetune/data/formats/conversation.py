@@ -29,7 +29,7 @@ INSTRUCTION_ROLES = ("system", "developer")
 
 
 def finish_conversation(
-    messages: list[Message], tools: tuple[dict, ...], parallel: bool | None, line: Line, source: str
+    messages: list[Message], tools: tuple[dict, ...], parallel: bool | None, line: Line
 ) -> Conversation | None:
     """Judge well-formed messages together; the Conversation when the line has no error."""
     messages = _fill_call_ids(messages)
@@ -42,7 +42,7 @@ def finish_conversation(
             messages = linked
     if line.errors:
         return None
-    return Conversation(tuple(messages), line.number, source, tools, parallel)
+    return Conversation(tuple(messages), line.number, tools, parallel)
 
 
 def _fill_call_ids(messages: list[Message]) -> list[Message]:

@@ -48,7 +48,7 @@ LEGACY_ROLES = {"function": "tool"}  # the legacy result of a `function_call`
 NON_TEXT_PARTS = ("image_url", "input_image", "image", "input_audio", "audio", "file", "input_file", "video")
 
 
-def check_chat(obj: dict, line: Line, source: str) -> Conversation | None:
+def check_chat(obj: dict, line: Line) -> Conversation | None:
     check_unknown_keys(obj, TOP_KEYS, "", line)
     tools = check_tools(obj.get("tools"), obj.get("functions"), line)
     parallel = obj.get("parallel_tool_calls")
@@ -69,7 +69,7 @@ def check_chat(obj: dict, line: Line, source: str) -> Conversation | None:
     messages = [check_message(i, item, line) for i, item in enumerate(raw, start=1)]
     if any(m is None for m in messages) or tools is None:
         return None  # the conversation is only judged on well-formed messages
-    return finish_conversation(messages, tools, parallel if isinstance(parallel, bool) else None, line, source)
+    return finish_conversation(messages, tools, parallel if isinstance(parallel, bool) else None, line)
 
 
 # ----------------------------------------------------------------------------- tools

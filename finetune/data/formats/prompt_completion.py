@@ -11,7 +11,7 @@ from finetune.data.types import Conversation, Message
 KEYS = ("prompt", "completion")
 
 
-def check_prompt_completion(obj: dict, line: Line, source: str) -> Conversation | None:
+def check_prompt_completion(obj: dict, line: Line) -> Conversation | None:
     check_unknown_keys(obj, KEYS, "", line)
     texts = []
     for key in KEYS:
@@ -23,4 +23,4 @@ def check_prompt_completion(obj: dict, line: Line, source: str) -> Conversation 
     if any(text is None for text in texts) or line.errors:
         return None
     prompt, completion = texts
-    return Conversation((Message("user", prompt), Message("assistant", completion)), line.number, source)
+    return Conversation((Message("user", prompt), Message("assistant", completion)), line.number)

@@ -46,7 +46,7 @@ ROLES = {
 }
 
 
-def check_sharegpt(obj: dict, line: Line, source: str) -> Conversation | None:
+def check_sharegpt(obj: dict, line: Line) -> Conversation | None:
     check_unknown_keys(obj, KEYS, "", line)
     system = check_string(obj.get("system"), '"system"', line, required=False)
     tools = _tools(obj.get("tools"), line)
@@ -67,7 +67,7 @@ def check_sharegpt(obj: dict, line: Line, source: str) -> Conversation | None:
         return None
     if system:
         messages.insert(0, Message("system", system))
-    return finish_conversation(messages, tools, None, line, source)
+    return finish_conversation(messages, tools, None, line)
 
 
 def _tools(value: object, line: Line) -> tuple[dict, ...] | None:

@@ -178,8 +178,8 @@ def test_plan_counts_tool_schemas_as_context_not_targets(tokenizer, exact):
     with_tools = conversation()
     without = conversation(LINE | {"tools": []})
     config = RunConfig(val_fraction=0)
-    a = prepare_conversations([with_tools], [], config, tokenizer if exact else None).facts
-    b = prepare_conversations([without], [], config, tokenizer if exact else None).facts
+    a = prepare_conversations([with_tools], [], config, tokenizer if exact else None).summary
+    b = prepare_conversations([without], [], config, tokenizer if exact else None).summary
     assert a.target_tokens == b.target_tokens > 0
     assert a.context_tokens > b.context_tokens
     assert a.tokens_in_file - b.tokens_in_file == a.context_tokens - b.context_tokens  # billed, not scored
