@@ -181,9 +181,13 @@ def read_metrics(run: Path) -> list[dict]:
 
 
 def checkpoint_steps(run: Path) -> list[int]:
-    from finetune.train.checkpoint import list_checkpoints
-
-    return [int(p.name.split("-")[-1]) for p in list_checkpoints(run)]
+    """Steps of the checkpoints in RUN/checkpoints/step-NNNNNN (train/checkpoint.py's layout; read here without
+    importing that module, which loads torch: a worker never needs torch itself)."""
+    root = run / "checkpoints"
+    if not root.is_dir():
+        return []
+    found = [p.name[len("step-") :] for p in root.iterdir() if p.is_dir() and p.name.startswith("step-")]
+    return sorted(int(step) for step in found if step.isdigit())
 
 
 def final_weights(run: Path) -> Path | None:
