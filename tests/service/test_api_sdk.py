@@ -175,3 +175,28 @@ def test_upload_over_the_limit_is_413_and_leaves_nothing(server, client):
     assert raised.value.status_code == 413
     assert set((server.data_dir / "files").iterdir()) == before
     assert list((server.data_dir / "uploads").iterdir()) == []
+
+
+def test_plan_route_and_job_paging(client, jobs):
+    body = {"model": "toy", "training_file": jobs["file"].id,
+            "method": {"type": "supervised", "supervised": {"hyperparameters": SMALL}}}  # fmt: skip
+    plan = client.post("/fine_tuning/plan", body=body, cast_to=object)
+    assert plan["object"] == "fine_tuning.plan" and plan["epochs"] == 1 and plan["total_steps"] >= 1
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.post("/fine_tuning/plan", body=body | {"model": "/etc/passwd"}, cast_to=object)
+    assert raised.value.code == "model_not_available" and raised.value.param == "model"
+    with pytest.raises(openai.BadRequestError) as raised:
+        bad = {"type": "supervised", "supervised": {"hyperparameters": {"n_epochs": 0}}}
+        client.fine_tuning.jobs.create(model="toy", training_file=jobs["file"].id, method=bad)
+    assert raised.value.param == "hyperparameters.n_epochs"
+
+    seen, page = [], client.fine_tuning.jobs.list(limit=1)
+    while True:
+        seen += [j.id for j in page.data]
+        if not page.has_next_page():
+            break
+        page = page.get_next_page()
+    assert seen == [j.id for j in client.fine_tuning.jobs.list(limit=100).data]
+    assert jobs["done"].id in seen and len(seen) >= 3
+    tagged = client.fine_tuning.jobs.list(metadata={"team": "research"}).data
+    assert [j.id for j in tagged] == [jobs["done"].id]
