@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import threading
+import traceback
 from pathlib import Path
 
 from finetune.errors import UserError
@@ -55,7 +56,12 @@ class Worker:
 
     def run_forever(self) -> None:
         while not self.stopping.is_set():
-            if not self.run_once():
+            try:
+                busy = self.run_once()
+            except Exception as exc:  # the database is unreachable for a while: keep trying, quietly
+                print(f"worker {self.name}: cannot claim jobs: {type(exc).__name__}", file=sys.stderr)
+                busy = False
+            if not busy:
                 self.stopping.wait(self.poll_seconds)
 
     def run_once(self) -> bool:
@@ -66,6 +72,10 @@ class Worker:
             self._process(claim)
         except LeaseLost:
             print(f"worker {self.name}: lost the lease on {claim.job['id']}; another worker has it", file=sys.stderr)
+        except Exception:  # a bug must not take the worker down, nor send the job round every worker forever
+            traceback.print_exc()
+            with contextlib.suppress(Exception):
+                self._fail(claim.job, claim.token, "internal_error", "the worker failed unexpectedly; see its log")
         return True
 
     # ------------------------------------------------------------------ one job
@@ -157,9 +167,12 @@ class Worker:
             if error:
                 self._fail(job, token, error["code"], error["message"], error["param"])
                 return False
-        self.store.worker_update(
+        validated = self.store.worker_update(
             job["id"], token, {"status": "queued"}, [{"message": "Validated training file(s)"}], ("validating_files",)
         )
+        if not validated:  # cancelled or paused meanwhile
+            self.store.release(job["id"], token)
+            return False
         job["status"] = "queued"
         return True
 
