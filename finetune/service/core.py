@@ -59,8 +59,22 @@ def settings_from_hyperparameters(hyper: dict[str, Any]) -> tuple[dict[str, Any]
     try:
         RunConfig(**settings)
     except (UserError, TypeError, ValueError) as exc:
-        raise SettingsError(str(exc), next(iter(hyper), "hyperparameters")) from None
+        raise SettingsError(_in_api_terms(str(exc)), _blamed(str(exc), hyper)) from None
     return settings, multiplier
+
+
+def _blamed(message: str, hyper: dict[str, Any]) -> str:
+    """The caller's key a RunConfig message is about (its messages name the flag, e.g. --epochs)."""
+    for key in hyper:
+        if f"--{OPENAI_KEYS.get(key, key).replace('_', '-')}" in message:
+            return key
+    return next(iter(hyper), "hyperparameters")
+
+
+def _in_api_terms(message: str) -> str:
+    for key, name in OPENAI_KEYS.items():
+        message = message.replace(f"--{name.replace('_', '-')}", key)
+    return message
 
 
 def run_config(
