@@ -85,7 +85,9 @@ class Worker:
         run = self.settings.runs_dir / job["id"]
         if claim.was_running and not self._count_death(job, token, run, "its worker stopped answering"):
             return
-        if job["status"] == "validating_files" and not self._validate(job, token):
+        # a job paused or resumed before it was planned has not been validated either
+        unchecked = job["status"] == "validating_files" or job["resolved"] is None
+        if unchecked and not self._validate(job, token):
             return
         config_path = self.settings.runs_dir / f"{job['id']}.yaml"
         needs_plan = job["resolved"] is None or not config_path.exists()
@@ -168,7 +170,11 @@ class Worker:
                 self._fail(job, token, error["code"], error["message"], error["param"])
                 return False
         validated = self.store.worker_update(
-            job["id"], token, {"status": "queued"}, [{"message": "Validated training file(s)"}], ("validating_files",)
+            job["id"],
+            token,
+            {"status": "queued"},
+            [{"message": "Validated training file(s)"}],
+            only_from=("validating_files", "queued"),
         )
         if not validated:  # cancelled or paused meanwhile
             self.store.release(job["id"], token)
@@ -322,8 +328,9 @@ class Worker:
                 new_events.append(metrics_event(row, total))
         if fresh:
             last = fresh[-1]["step"]
-            self.store.worker_update(job["id"], token, {"events_step": last}, new_events)
-            job["events_step"] = last
+            # after a cancel or pause the terminal or paused event stays the last word
+            if self.store.worker_update(job["id"], token, {"events_step": last}, new_events, only_from=("running",)):
+                job["events_step"] = last
         by_step = {r["step"]: r for r in rows}
         kept = {step: checkpoint_metrics(by_step.get(step, {"step": step})) for step in core.checkpoint_steps(run)}
         self.store.sync_checkpoints(job["id"], token, kept, fine_tuned_model_name(job))

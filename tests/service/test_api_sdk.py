@@ -17,7 +17,7 @@ from service_helpers import Server
 
 TERMINAL = {"succeeded", "failed", "cancelled"}
 SMALL = {"n_epochs": 1, "batch_size": 4, "max_seq_len": 256, "val_fraction": 0.25, "eval_every": 1, "save_every": 1}
-LONGER = SMALL | {"n_epochs": 3, "val_fraction": 0}
+LONGER = SMALL | {"n_epochs": 2, "val_fraction": 0}
 
 
 @pytest.fixture(scope="module")

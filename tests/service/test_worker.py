@@ -95,3 +95,21 @@ def test_four_workers_forty_jobs_each_run_exactly_once(tmp_path, toy_model, tiny
     assert Counter(log.read_text().split()) == dict.fromkeys(ids, 1)  # every job trained exactly once
     assert {j["attempts"] for j in jobs} == {1}
     assert len({j["worker"] for j in jobs}) == 1  # released: no job still names a worker
+
+
+def test_a_job_paused_before_validation_is_still_validated_after_resume(tmp_path, toy_model, monkeypatch):
+    _fake(monkeypatch)
+    settings = settings_for(tmp_path / "d", toy_model, heartbeat_seconds=0.1)
+    settings.make_dirs()
+    store = Store(settings.database_url)
+    store.migrate()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json\n")
+    job_id = _add_job(store, settings, bad)
+    store.transition("a", job_id, "pause")
+    assert not Worker(settings, store).run_once()  # paused: nothing to claim
+    store.transition("a", job_id, "resume")
+    assert Worker(settings, store).run_once()
+    job = store.get_job("a", job_id)
+    assert job["status"] == "failed" and job["error"]["code"] == "invalid_training_file"
+    assert "line 1" in job["error"]["message"]
