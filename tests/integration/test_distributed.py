@@ -67,7 +67,7 @@ def train_on_two(
     """`finetune train --devices 2` as a user runs it; fails the test instead of hanging."""
     environ = {**os.environ, **env}
     if hooks:
-        environ["PYTHONPATH"] = str(hooks)
+        environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(hooks), os.environ.get("PYTHONPATH")]))
     command = [sys.executable, "-m", "finetune", "train", data, "--model", str(toy_model), "--out", str(out)]
     return subprocess.run(
         [*command, *SHARED, "--devices", "2", *flags], capture_output=True, text=True, env=environ, timeout=240
@@ -142,7 +142,7 @@ def test_only_rank_0_writes_outputs(two_processes):
     assert [row["step"] for row in metrics(out)] == list(range(1, STEPS + 1))  # one line per step, none twice
     report = json.loads((out / "report.json").read_text())
     assert report["steps_taken"] == STEPS
-    assert result.stdout.count("Run summary") == 1  # one summary, from rank 0
+    assert result.stderr.count("Run summary") == 1 and result.stdout == ""  # one summary, from rank 0, on stderr
     assert not list(out.rglob("*.tmp"))
 
 
