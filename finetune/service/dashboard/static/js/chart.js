@@ -29,6 +29,12 @@ export function align(seriesList) {
   return [xs, ...ys];
 }
 
+function tick(v) {
+  if (v === 0) return "0";
+  const a = Math.abs(v);
+  return a < 1e-2 || a >= 1e5 ? v.toExponential(1) : String(+v.toPrecision(3));
+}
+
 function widthOf(el) {
   return Math.max(260, Math.floor(el.clientWidth || el.parentElement?.clientWidth || 600));
 }
@@ -37,7 +43,6 @@ function widthOf(el) {
 function marksPlugin(getMarks) {
   return {
     hooks: {
-      drawSeries: [],
       draw: [(u) => {
         const { ctx } = u;
         const { top, height } = u.bbox;
@@ -66,7 +71,7 @@ export function makeChart(el, { title, xLabel, yLabel, series, data, height = 26
     height,
     cursor: { sync: sync ? { key: sync } : undefined, drag: { x: true, y: false } },
     scales: { x: { time: false }, y: log ? { distr: 3 } : {} },
-    axes: [{ label: xLabel }, { label: yLabel, size: 60 }],
+    axes: [{ label: xLabel }, { label: yLabel, size: 70, values: (_u, ticks) => ticks.map(tick) }],
     legend: { live: true },
     series: [{ label: xLabel }, ...series],
     plugins: [marksPlugin(marks)],

@@ -18,6 +18,12 @@ export function h(tag, attrs = {}, ...children) {
   return el;
 }
 
+// replaceChildren without its pitfalls: nested arrays are flattened, null/undefined/false left out.
+export function fill(el, ...children) {
+  el.replaceChildren(...children.flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false));
+  return el;
+}
+
 export class ApiError extends Error {
   constructor(status, body) {
     const err = (body && body.error) || {};
@@ -78,7 +84,7 @@ export const fmt = {
     return `${n.toFixed(i ? 1 : 0)} ${u[i]}`;
   },
   time: (t) => (t ? new Date(t * 1000).toLocaleString() : "–"),
-  clock: (t) => (t ? new Date(t * 1000).toLocaleTimeString() : "–"),
+  clock: (t) => (t ? new Date(t * 1000).toLocaleTimeString([], { hour12: false }) : "–"),
 };
 
 export const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);

@@ -56,8 +56,19 @@ const PLAN_ROWS = [
   ["gradient_checkpointing", "Gradient checkpointing"], ["shard", "Sharding"], ["schedule", "Schedule"], ["max_seq_len", "Max sequence length"],
 ];
 
-export function planView(plan) {
+const FROM_FORM = { epochs: "n_epochs", batch_size: "batch_size", learning_rate: "learning_rate_multiplier", lora_rank: "lora_rank" };
+const DERIVED = { effective_batch: "batch × accumulation × devices", lora_alpha: "2 × rank" };
+
+function why(key, plan, given) {
   const auto = plan.auto || {};
+  if (auto[key]) return h("span", {}, h("span", { class: "badge" }, "Auto"), " ", auto[key]);
+  if (given && FROM_FORM[key] && given[FROM_FORM[key]] !== undefined) return "your setting";
+  if (DERIVED[key]) return DERIVED[key];
+  return given ? "default" : "fixed (not Auto)";
+}
+
+// `given`: the hyperparameters the user typed (null on a run's page, where the plan is already frozen)
+export function planView(plan, given = null) {
   const mem = plan.memory || {};
   const cost = plan.cost || {};
   const about = plan.tokens_exact ? "" : "≈ ";
@@ -66,7 +77,7 @@ export function planView(plan) {
   const stats = [
     ["steps", fmt.int(plan.total_steps), `${fmt.int(plan.steps_per_epoch)} per epoch`],
     ["tokens processed", `${about}${fmt.int(plan.tokens_processed)}`, "billed"],
-    ["time", time ? `≈ ${fmt.duration(time)}` : "–", cost.device ? `on ${cost.devices || 1} × ${cost.device}` : ""],
+    ["time", time ? (time < 1 ? "< 1 s" : `≈ ${fmt.duration(time)}`) : "–", cost.device ? `on ${cost.devices || 1} × ${cost.device}${cost.device_assumed ? " (assumed)" : ""}` : ""],
     ["memory", mem.total ? fmt.bytes(mem.total) : "–", mem.device ? `${mem.fits_device === false ? "does NOT fit" : "per device"} ${mem.device}` : ""],
     ["cost", money !== null ? fmt.money(money + (cost.time_cost || 0)) : cost.time_cost ? fmt.money(cost.time_cost) : "–", "tokens + device time"],
   ];
@@ -77,7 +88,7 @@ export function planView(plan) {
       h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Setting"), h("th", { scope: "col", class: "num" }, "Value"), h("th", { scope: "col" }, "Why"))),
       h("tbody", {}, PLAN_ROWS.filter(([k]) => plan[k] !== undefined && plan[k] !== null).map(([k, label]) =>
         h("tr", {}, h("td", {}, label), h("td", { class: "num mono" }, typeof plan[k] === "number" ? fmt.num(plan[k], 4).replace(/\.?0+$/, "") : String(plan[k])),
-          h("td", { class: "reason" }, auto[k] ? h("span", {}, h("span", { class: "badge" }, "Auto"), " ", auto[k]) : "your setting"))))),
+          h("td", { class: "reason" }, why(k, plan, given)))))),
     ),
   );
 }
@@ -118,7 +129,7 @@ export async function render(main, [presetFile], signal) {
       const plan = await api("/v1/fine_tuning/plan", { method: "POST", body });
       if (mine !== seq || signal.aborted) return;
       lastPlan = plan;
-      planBox.replaceChildren(planView(plan));
+      planBox.replaceChildren(planView(plan, body.method.supervised.hyperparameters));
       startBtn.disabled = false;
     } catch (e) {
       if (mine !== seq) return;

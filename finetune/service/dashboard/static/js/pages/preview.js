@@ -1,6 +1,6 @@
 // Data preview of an uploaded file, before any job: every problem with its line, the counts, a token-length
 // histogram, the records as the model sees them (scored tokens highlighted, context dimmed), and the split.
-import { api, fmt, h, qs } from "../util.js";
+import { api, fill, fmt, h, qs } from "../util.js";
 import { baseModels } from "./newjob.js";
 
 const PAGE = 10;
@@ -97,7 +97,7 @@ export async function render(main, [fileId], signal) {
       h("button", { type: "button", disabled: offset === 0, onclick: () => { offset = Math.max(0, offset - PAGE); load(); } }, "Previous records"),
       h("span", { class: "muted" }, `records ${data.records_total ? offset + 1 : 0}–${Math.min(offset + PAGE, data.records_total)} of ${fmt.int(data.records_total)}`),
       h("button", { type: "button", disabled: offset + PAGE >= data.records_total, onclick: () => { offset += PAGE; load(); } }, "Next records"));
-    out.replaceChildren(
+    fill(out,
       verdict,
       problemsTable("Errors", data.errors, "error"),
       problemsTable("Warnings", data.warnings, "warn"),
