@@ -167,7 +167,12 @@ def test_live_plan_start_a_job_and_watch_it(alice, service, tmp_path, screenshot
     second = _api(
         service,
         "/v1/fine_tuning/jobs",
-        {"model": "toy", "training_file": small_file, "suffix": "rank16", "method": {"type": "supervised", "supervised": {"hyperparameters": hyper}}},
+        {
+            "model": "toy",
+            "training_file": small_file,
+            "suffix": "rank16",
+            "method": {"type": "supervised", "supervised": {"hyperparameters": hyper}},
+        },
     )
     shared["second"] = second["id"]
 
@@ -184,7 +189,9 @@ def test_live_plan_start_a_job_and_watch_it(alice, service, tmp_path, screenshot
             _shoot(page, screenshots, "run-live")
         page.wait_for_timeout(400)
     assert page.locator("h1 + span .badge").inner_text() == "succeeded"
-    page.wait_for_function("document.querySelector('section[aria-label=Curves] p.small').textContent.startsWith('24 steps')")
+    page.wait_for_function(
+        "document.querySelector('section[aria-label=Curves] p.small').textContent.startsWith('24 steps')"
+    )
     assert len(seen) >= 2 and max(seen) <= 24, seen
     assert page.locator("section[aria-label=Curves] canvas").count() == 3  # loss, learning rate, gradient norm
 

@@ -31,10 +31,10 @@ from starlette.background import BackgroundTask
 from finetune.config import AUTO
 from finetune.errors import UserError
 from finetune.service.auth import COOKIE, current_tenant
-from finetune.service.deps import settings_of, store_of
-from finetune.service.errors import APIError, not_found
 from finetune.service.dashboard.curve import RunViews
 from finetune.service.dashboard.preview import FilePreview
+from finetune.service.deps import settings_of, store_of
+from finetune.service.errors import APIError, not_found
 
 STATIC = Path(__file__).parent / "static"
 # Checkpoint files that only resume training; a download carries the weights.
