@@ -1,4 +1,4 @@
-"""A real `finetune serve` on loopback (one worker, the toy model) and Debian's chromium driven by Playwright.
+"""A real `finetune serve` on loopback (two workers, the toy model) and Debian's chromium driven by Playwright.
 
 Playwright cannot download its own browser on these machines, so the tests launch the system's chromium
 (`apt-get install chromium`; .ci/run does it). Without it they skip, unless FINETUNE_REQUIRE_BROWSER=1
@@ -68,8 +68,10 @@ def service(tmp_path_factory, toy_model) -> Service:
     log = open(data_dir / "serve.log", "w")  # noqa: SIM115 - closed at teardown
     process = subprocess.Popen(
         [sys.executable, "-m", "finetune", "serve", "--host", "127.0.0.1", "--port", str(port)]
-        + ["--data-dir", str(data_dir), "--model", f"toy={toy_model}", "--workers", "1"],
+        + ["--data-dir", str(data_dir), "--model", f"toy={toy_model}", "--workers", "2"],
         cwd=data_dir,
+        # two toy jobs side by side, one thread each, so the comparison's second run does not wait for the first
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,  # so teardown can stop the server and the worker it started, and nothing else

@@ -1,7 +1,7 @@
 // Compare runs: their curves overlaid (validation loss, smoothed training loss) and their settings side by
 // side, only the ones that differ unless asked for all.
 import { align, COLORS, ema, line, makeChart } from "../chart.js";
-import { api, badge, fmt, h } from "../util.js";
+import { api, badge, h } from "../util.js";
 import { loadAllJobs } from "./jobs.js";
 
 const SETTINGS = [
@@ -15,8 +15,9 @@ const SETTINGS = [
   ["best step", (_j, _p, r) => r?.best_step], ["best validation loss", (_j, _p, r) => r?.best_val_loss], ["diagnosis", (_j, _p, r) => r?.diagnosis?.kind],
 ];
 
-function show(v) {
+function show(v, name) {
   if (v === null || v === undefined) return "–";
+  if (name === "seed") return String(v);
   if (typeof v === "number") return Number.isInteger(v) ? v.toLocaleString("en-US") : v.toPrecision(4);
   return String(v);
 }
@@ -51,7 +52,7 @@ export async function render(main, [idList]) {
     return { id, job, curve, plan: run.plan || {}, report: run.report };
   }));
 
-  const legend = h("ul", { class: "row", "aria-label": "Runs" }, runs.map((r, i) =>
+  const legend = h("ul", { class: "row legend", "aria-label": "Runs" }, runs.map((r, i) =>
     h("li", { style: `color:${COLORS[i]}` }, h("a", { href: `#/jobs/${r.id}`, class: "mono" }, r.id), r.job.suffix ? ` (${r.job.suffix})` : "", " ", badge(r.job.status))));
   const valEl = h("div", { class: "chart", "aria-label": "Validation loss of each run" });
   const trainEl = h("div", { class: "chart", "aria-label": "Smoothed training loss of each run" });
@@ -73,7 +74,7 @@ export async function render(main, [idList]) {
     series: runs.map((r, i) => line(r.job.suffix || r.id, COLORS[i])) });
 
   const rows = SETTINGS.map(([name, get]) => {
-    const values = runs.map((r) => show(get(r.job, r.plan, r.report)));
+    const values = runs.map((r) => show(get(r.job, r.plan, r.report), name));
     const same = values.every((v) => v === values[0]);
     return h("tr", { class: same ? "diff-same" : "diff", dataset: { same: String(same) } }, h("th", { scope: "row" }, name), values.map((v) => h("td", { class: "mono" }, v)));
   });
@@ -84,5 +85,5 @@ export async function render(main, [idList]) {
   allBox.addEventListener("change", () => {
     for (const r of rows) r.classList.toggle("diff-same", !allBox.checked && r.dataset.same === "true");
   });
-  main.append(h("p", { class: "small muted" }, `${differing} of ${SETTINGS.length} settings differ.`), h("p", {}, fmt.int(runs.length), " runs compared."));
+  main.append(h("p", { class: "small muted" }, `${differing} of ${SETTINGS.length} settings differ.`));
 }

@@ -38,13 +38,14 @@ export async function render(main, _params, signal) {
   const tbody = h("tbody");
   const empty = h("p", { class: "muted", hidden: true }, "No jobs yet. ", h("a", { href: "#/new" }, "Start one"), ".");
   const updated = h("p", { class: "muted small", "aria-live": "off" });
+  const usage = h("p", { class: "small", id: "usage" });
   main.append(
     h("div", { class: "row" }, h("h1", {}, "Jobs"), h("a", { class: "button primary", href: "#/new" }, "New job"), compareBtn),
     h("div", { class: "tablewrap" },
       h("table", { "aria-label": "Fine-tuning jobs" },
         h("thead", {}, h("tr", {}, COLUMNS.map(([t, c]) => h("th", { class: c, scope: "col" }, t || h("span", { class: "sr" }, "Select"))))),
         tbody)),
-    empty, updated,
+    empty, usage, updated,
   );
   const rows = new Map();
   let anyActive = true;
@@ -98,6 +99,9 @@ export async function render(main, _params, signal) {
       order.push(row.tr);
     }
     tbody.replaceChildren(...order);
+    const use = await api("/v1/usage");
+    usage.textContent = `Trained tokens, all jobs: ${fmt.int(use.total_trained_tokens)}` +
+      (use.total_cost !== null && use.total_cost !== undefined ? ` · cost ${fmt.money(use.total_cost)}` : "");
     updated.textContent = `Updated ${new Date().toLocaleTimeString()}`;
   }
 
