@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import threading
+import traceback
 from pathlib import Path
 
 from finetune.errors import UserError
@@ -55,7 +56,12 @@ class Worker:
 
     def run_forever(self) -> None:
         while not self.stopping.is_set():
-            if not self.run_once():
+            try:
+                busy = self.run_once()
+            except Exception as exc:  # the database is unreachable for a while: keep trying, quietly
+                print(f"worker {self.name}: cannot claim jobs: {type(exc).__name__}", file=sys.stderr)
+                busy = False
+            if not busy:
                 self.stopping.wait(self.poll_seconds)
 
     def run_once(self) -> bool:
@@ -66,6 +72,10 @@ class Worker:
             self._process(claim)
         except LeaseLost:
             print(f"worker {self.name}: lost the lease on {claim.job['id']}; another worker has it", file=sys.stderr)
+        except Exception:  # a bug must not take the worker down, nor send the job round every worker forever
+            traceback.print_exc()
+            with contextlib.suppress(Exception):
+                self._fail(claim.job, claim.token, "internal_error", "the worker failed unexpectedly; see its log")
         return True
 
     # ------------------------------------------------------------------ one job
@@ -75,7 +85,9 @@ class Worker:
         run = self.settings.runs_dir / job["id"]
         if claim.was_running and not self._count_death(job, token, run, "its worker stopped answering"):
             return
-        if job["status"] == "validating_files" and not self._validate(job, token):
+        # a job paused or resumed before it was planned has not been validated either
+        unchecked = job["status"] == "validating_files" or job["resolved"] is None
+        if unchecked and not self._validate(job, token):
             return
         config_path = self.settings.runs_dir / f"{job['id']}.yaml"
         needs_plan = job["resolved"] is None or not config_path.exists()
@@ -157,9 +169,16 @@ class Worker:
             if error:
                 self._fail(job, token, error["code"], error["message"], error["param"])
                 return False
-        self.store.worker_update(
-            job["id"], token, {"status": "queued"}, [{"message": "Validated training file(s)"}], ("validating_files",)
+        validated = self.store.worker_update(
+            job["id"],
+            token,
+            {"status": "queued"},
+            [{"message": "Validated training file(s)"}],
+            only_from=("validating_files", "queued"),
         )
+        if not validated:  # cancelled or paused meanwhile
+            self.store.release(job["id"], token)
+            return False
         job["status"] = "queued"
         return True
 
@@ -309,8 +328,9 @@ class Worker:
                 new_events.append(metrics_event(row, total))
         if fresh:
             last = fresh[-1]["step"]
-            self.store.worker_update(job["id"], token, {"events_step": last}, new_events)
-            job["events_step"] = last
+            # after a cancel or pause the terminal or paused event stays the last word
+            if self.store.worker_update(job["id"], token, {"events_step": last}, new_events, only_from=("running",)):
+                job["events_step"] = last
         by_step = {r["step"]: r for r in rows}
         kept = {step: checkpoint_metrics(by_step.get(step, {"step": step})) for step in core.checkpoint_steps(run)}
         self.store.sync_checkpoints(job["id"], token, kept, fine_tuned_model_name(job))
