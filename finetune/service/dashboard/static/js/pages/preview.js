@@ -78,13 +78,14 @@ export async function render(main, [fileId], signal) {
   if (models.length) model.value = models[0].id;
   const maxLen = h("input", { id: "pv-len", type: "number", min: 1, value: 1024, inputmode: "numeric" });
   const policy = h("select", { id: "pv-policy" }, ["all", "last", "each"].map((p) => h("option", { value: p }, p)));
+  const seed = h("input", { id: "pv-seed", type: "number", min: 0, value: 0, inputmode: "numeric" });
   const out = h("div", { "aria-live": "polite" });
   let offset = 0;
 
   async function load() {
     out.replaceChildren(h("p", { class: "muted" }, "Reading the file…"));
     const data = await api(`/v1/dashboard/files/${fileId}/preview${qs({
-      model: model.value, max_seq_len: maxLen.value, record_policy: policy.value, offset, limit: PAGE,
+      model: model.value, max_seq_len: maxLen.value, record_policy: policy.value, seed: seed.value, offset, limit: PAGE,
     })}`);
     if (signal.aborted) return;
     const s = data.stats || {};
@@ -128,6 +129,7 @@ export async function render(main, [fileId], signal) {
     h("div", { class: "field" }, h("label", { for: "pv-model" }, "Model (tokenizer and chat template)"), model),
     h("div", { class: "field" }, h("label", { for: "pv-len" }, "Max sequence length"), maxLen),
     h("div", { class: "field" }, h("label", { for: "pv-policy" }, "Scored replies"), policy),
+    h("div", { class: "field" }, h("label", { for: "pv-seed" }, "Split seed ", h("span", { class: "hint" }, "the job's seed")), seed),
     h("button", { type: "submit" }, "Refresh"),
     h("a", { class: "button primary", href: `#/new?file=${fileId}` }, "New job with this file"));
   form.addEventListener("submit", (ev) => { ev.preventDefault(); offset = 0; load(); });
