@@ -67,6 +67,7 @@ class RunView:
     _metrics: _Cached = field(default_factory=_Cached)
     _plan: _Cached = field(default_factory=_Cached)
     _report: _Cached = field(default_factory=_Cached)
+    _answers: dict = field(default_factory=dict)  # (what, argument) -> (stamps, answer)
 
     def _cached(self, cache: _Cached, name: str, load):
         path = self.folder / name
@@ -75,6 +76,20 @@ class RunView:
             cache.value = load(path) if stamp is not None else None
             cache.stamp = stamp
         return cache.value
+
+    def _stamps(self) -> tuple:
+        names = ("metrics.jsonl", "plan.json", "report.json", "checkpoints")
+        return tuple(_stamp(self.folder / name) for name in names)
+
+    def _memo(self, what: str, argument: int, build):
+        """A polled answer is rebuilt only when one of the run's files changed since it was built."""
+        stamps = self._stamps()
+        cached = self._answers.get((what, argument))
+        if cached is not None and cached[0] == stamps:
+            return cached[1]
+        answer = build()
+        self._answers[(what, argument)] = (stamps, answer)
+        return answer
 
     def rows(self) -> list[dict]:
         return self._cached(self._metrics, "metrics.jsonl", read_metrics) or []
@@ -102,6 +117,12 @@ class RunView:
         return min(vals)[1] if vals else None
 
     def curve(self, points: int = 800) -> dict:
+        return self._memo("curve", points, lambda: self._curve(points))
+
+    def progress(self) -> dict:
+        return self._memo("progress", 0, self._progress)
+
+    def _curve(self, points: int) -> dict:
         rows = self.rows()
         keep = downsample(len(rows), [r.get("train_loss") for r in rows], points)
         kept = [rows[i] for i in keep]
@@ -125,7 +146,7 @@ class RunView:
             "best_step": self.best_step(),
         }
 
-    def progress(self) -> dict:
+    def _progress(self) -> dict:
         rows = self.rows()
         plan = self.plan() or {}
         report = self.report()

@@ -64,10 +64,11 @@ def _job(request: Request, tenant: str, job_id: str) -> dict:
 
 
 def _same_origin(request: Request) -> bool:
-    """A sign-in form posted from another site would sign the browser in to the attacker's tenant."""
+    """A sign-in form posted from another site would sign the browser in to the attacker's tenant. Browsers send
+    Origin on every cross-site POST; a request without one (curl, the SDK) is not a browser's."""
     origin = request.headers.get("origin")
-    if not origin or origin == "null":
-        return origin is None
+    if origin is None:
+        return True
     return urlsplit(origin).netloc == request.headers.get("host")
 
 
