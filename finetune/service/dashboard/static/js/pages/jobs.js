@@ -90,7 +90,7 @@ export async function render(main, _params, signal) {
         c.status.replaceChildren(badge(job.status));
         c.step.textContent = p.total_steps ? `${fmt.int(p.step || 0)} / ${fmt.int(p.total_steps)}` : "–";
         c.epoch.textContent = p.epoch !== null && p.epoch !== undefined ? `${fmt.fixed(p.epoch, 2)}${p.epochs ? ` / ${p.epochs}` : ""}` : "–";
-        c.eta.textContent = job.status === "running" ? fmt.duration(p.eta_s) : TERMINAL.has(job.status) ? "done" : "–";
+        c.eta.textContent = job.status === "running" ? fmt.duration(p.eta_s) : job.status === "succeeded" ? "done" : "–";
         c.tps.textContent = p.tokens_per_s ? fmt.int(p.tokens_per_s) : "–";
         c.spark.replaceChildren(sparkline(p.spark || [], { label: `${job.id} training loss` }));
         c.tokens.textContent = fmt.int(job.trained_tokens ?? p.tokens);
