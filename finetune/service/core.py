@@ -156,7 +156,7 @@ def write_job_config(config: RunConfig, path: Path) -> None:
 
 def train_command(config_path: Path, out: Path, resume: bool) -> list[str]:
     """The library's own command line; `--devices N` in the config makes it launch N processes (torchrun)."""
-    command = [sys.executable, "-m", "finetune", "train", "--config", str(config_path), "--out", str(out)]
+    command = [sys.executable, "-m", "finetune", "train", "--config", str(config_path), "--out", str(out), "--json"]
     return [*command, "--resume"] if resume else command
 
 

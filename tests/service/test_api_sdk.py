@@ -166,6 +166,10 @@ def test_no_key_or_a_wrong_key_is_401(server):
     assert json.loads(raised.value.read())["error"]["code"] == "invalid_api_key"
     with urllib.request.urlopen(server.url.removesuffix("/v1") + "/healthz") as answer:
         assert answer.status == 200
+    # the dashboard's cookie is the other way in, through the same dependency
+    by_cookie = urllib.request.Request(f"{server.url}/models", headers={"Cookie": f"finetune_key={server.key}"})
+    with urllib.request.urlopen(by_cookie) as answer:
+        assert answer.status == 200 and json.loads(answer.read())["object"] == "list"
 
 
 def test_upload_over_the_limit_is_413_and_leaves_nothing(server, client):

@@ -113,3 +113,34 @@ def test_a_job_paused_before_validation_is_still_validated_after_resume(tmp_path
     job = store.get_job("a", job_id)
     assert job["status"] == "failed" and job["error"]["code"] == "invalid_training_file"
     assert "line 1" in job["error"]["message"]
+
+
+def test_the_lease_is_kept_while_a_slow_validation_runs(tmp_path, toy_model, tiny_data, monkeypatch):
+    """A regression: validation and planning ran without a heartbeat, so under load another worker took the job
+    meanwhile and it was trained twice."""
+    import threading
+
+    from finetune.service import core
+
+    _fake(monkeypatch)
+    settings = settings_for(tmp_path / "d", toy_model, lease_seconds=0.5, heartbeat_seconds=0.1)
+    settings.make_dirs()
+    store = Store(settings.database_url)
+    store.migrate()
+    job_id = _add_job(store, settings, tiny_data)
+    real_validate = core.validate_training_file
+    monkeypatch.setattr(core, "validate_training_file", lambda *a: time.sleep(2) or real_validate(*a))
+    worker = threading.Thread(target=Worker(settings, store).run_once)
+    worker.start()
+    while store.get_job("a", job_id)["worker"] is None:  # the worker's claim comes first
+        time.sleep(0.01)
+    stolen = []
+    while worker.is_alive():
+        claim = store.claim("thief", lease_seconds=30)
+        if claim:
+            stolen.append(claim.job["id"])
+            store.release(claim.job["id"], claim.token)
+        time.sleep(0.1)
+    worker.join()
+    job = store.get_job("a", job_id)
+    assert stolen == [] and job["status"] == "succeeded" and job["attempts"] == 1
