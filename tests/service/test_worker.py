@@ -123,13 +123,13 @@ def test_the_lease_is_kept_while_a_slow_validation_runs(tmp_path, toy_model, tin
     from finetune.service import core
 
     _fake(monkeypatch)
-    settings = settings_for(tmp_path / "d", toy_model, lease_seconds=0.5, heartbeat_seconds=0.1)
+    settings = settings_for(tmp_path / "d", toy_model, lease_seconds=3, heartbeat_seconds=0.3)  # margin for a busy CI
     settings.make_dirs()
     store = Store(settings.database_url)
     store.migrate()
     job_id = _add_job(store, settings, tiny_data)
     real_validate = core.validate_training_file
-    monkeypatch.setattr(core, "validate_training_file", lambda *a: time.sleep(2) or real_validate(*a))
+    monkeypatch.setattr(core, "validate_training_file", lambda *a: time.sleep(7) or real_validate(*a))
     worker = threading.Thread(target=Worker(settings, store).run_once)
     worker.start()
     while store.get_job("a", job_id)["worker"] is None:  # the worker's claim comes first
