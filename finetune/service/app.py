@@ -7,6 +7,7 @@ import time
 
 from fastapi import FastAPI
 
+from finetune.service.dashboard.routes import mount_dashboard
 from finetune.service.errors import install_error_handlers
 from finetune.service.routes import files, jobs, models
 from finetune.service.settings import ServiceSettings
@@ -34,4 +35,5 @@ def create_app(settings: ServiceSettings, store: Store | None = None) -> FastAPI
     app.include_router(jobs.router)
     app.include_router(jobs.usage_router)
     app.include_router(models.router)
+    mount_dashboard(app)
     return app

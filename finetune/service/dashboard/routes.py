@@ -1,0 +1,290 @@
+"""The dashboard's own additions to the public API, all under /v1/dashboard and all behind the same key auth
+as every other route (the key as a Bearer header or the sign-in cookie), plus the page itself at `/`.
+
+    POST   /v1/dashboard/session                     sign in: {"key"} (JSON or form) -> HttpOnly SameSite cookie
+    GET    /v1/dashboard/session                     who is signed in: {"tenant"}
+    DELETE /v1/dashboard/session                     sign out (clears the cookie)
+    GET    /v1/dashboard/progress?job_id=...         the jobs list's live columns, for many jobs in one call
+    GET    /v1/dashboard/jobs/{id}/curve?points=N    down-sampled metrics for the charts
+    GET    /v1/dashboard/jobs/{id}/run               the frozen plan (settings + Auto reasons) and the report
+    GET    /v1/dashboard/jobs/{id}/download          a zip of the final weights, or ?checkpoint=ID of one checkpoint
+    GET    /v1/dashboard/files/{id}/preview          validation problems, counts, histogram, records, split
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import tempfile
+import threading
+import zipfile
+from collections import OrderedDict
+from pathlib import Path
+from typing import Annotated
+from urllib.parse import urlsplit
+
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from starlette.background import BackgroundTask
+
+from finetune.config import AUTO
+from finetune.errors import UserError
+from finetune.service.auth import COOKIE, current_tenant
+from finetune.service.dashboard.curve import RunViews
+from finetune.service.dashboard.preview import FilePreview
+from finetune.service.deps import settings_of, store_of
+from finetune.service.errors import APIError, not_found
+
+STATIC = Path(__file__).parent / "static"
+# Checkpoint files that only resume training; a download carries the weights.
+TRAINING_STATE = {"optimizer.pt", "rng.pt", "state.json", "scheduler.pt"}
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+)
+
+session_router = APIRouter(prefix="/v1/dashboard")
+router = APIRouter(prefix="/v1/dashboard", dependencies=[Depends(current_tenant)])
+_views = RunViews()
+
+
+def run_folder(request: Request, job_id: str) -> Path:
+    return settings_of(request).runs_dir / job_id
+
+
+def _job(request: Request, tenant: str, job_id: str) -> dict:
+    job = store_of(request).get_job(tenant, job_id)
+    if job is None:
+        raise not_found("fine-tuning job", job_id, "fine_tuning_job_id")
+    return job
+
+
+# ------------------------------------------------------------------------------------------------- session
+
+
+def _same_origin(request: Request) -> bool:
+    """A sign-in form posted from another site would sign the browser in to the attacker's tenant. Browsers send
+    Origin on every cross-site POST; a request without one (curl, the SDK) is not a browser's."""
+    origin = request.headers.get("origin")
+    if origin is None:
+        return True
+    return urlsplit(origin).netloc == request.headers.get("host")
+
+
+@session_router.post("/session")
+async def sign_in(request: Request) -> Response:
+    is_form = not request.headers.get("content-type", "").startswith("application/json")
+    try:
+        body = await request.form() if is_form else await request.json()
+    except ValueError:
+        body = {}
+    key = body.get("key") if hasattr(body, "get") else None
+    if not _same_origin(request):
+        raise APIError(403, "Sign-in must come from the dashboard's own page.", "cross_origin")
+    tenant = store_of(request).tenant_for_key(key.strip()) if isinstance(key, str) and key.strip() else None
+    if tenant is None:
+        if is_form:
+            return RedirectResponse("/#/login", status_code=303)
+        raise APIError(401, "Missing or invalid API key.", "invalid_api_key")
+    response: Response = (
+        RedirectResponse("/#/jobs", status_code=303)
+        if is_form
+        else JSONResponse({"object": "dashboard.session", "tenant": tenant})
+    )
+    response.set_cookie(
+        COOKIE,
+        key.strip(),
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+        path="/",
+    )
+    return response
+
+
+@session_router.delete("/session")
+def sign_out() -> Response:
+    response = JSONResponse({"object": "dashboard.session", "deleted": True})
+    response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
+    return response
+
+
+@router.get("/session")
+def whoami(tenant: str = Depends(current_tenant)) -> dict:
+    return {"object": "dashboard.session", "tenant": tenant}
+
+
+# ------------------------------------------------------------------------------------------------- runs
+
+
+@router.get("/progress")
+def progress(
+    request: Request, tenant: str = Depends(current_tenant), job_id: Annotated[list[str] | None, Query()] = None
+) -> dict:
+    wanted = set((job_id or [])[:500])
+    data = {}
+    for job in store_of(request).all_jobs(tenant):
+        if job["id"] in wanted:
+            data[job["id"]] = _views.get(run_folder(request, job["id"])).progress()
+    return {"object": "dashboard.progress", "data": data}
+
+
+@router.get("/jobs/{job_id}/curve")
+def curve(
+    job_id: str, request: Request, tenant: str = Depends(current_tenant), points: int = Query(800, ge=10, le=5000)
+) -> dict:
+    _job(request, tenant, job_id)
+    return _views.get(run_folder(request, job_id)).curve(points)
+
+
+@router.get("/jobs/{job_id}/run")
+def run_details(job_id: str, request: Request, tenant: str = Depends(current_tenant)) -> dict:
+    _job(request, tenant, job_id)
+    view = _views.get(run_folder(request, job_id))
+    report = view.report()
+    if report:  # server paths are nobody's business
+        report = {k: v for k, v in report.items() if k not in ("out_dir", "final_weights")}
+    return {"object": "dashboard.run", "plan": view.plan(), "report": report}
+
+
+def _weights_folder(request: Request, tenant: str, job_id: str, checkpoint: str | None) -> tuple[Path, str]:
+    job = _job(request, tenant, job_id)
+    run = run_folder(request, job_id)
+    if checkpoint is None:
+        for name in ("adapter", "model"):
+            if (run / name).is_dir():
+                return run / name, f"{job_id}-{name}"
+        raise APIError(400, f"Job {job_id} has no final weights yet (status {job['status']}).", "not_ready", "job")
+    page = store_of(request).list_checkpoints(tenant, job_id, None, 10_000)
+    step = next((row["step"] for row in (page.rows if page else []) if row["id"] == checkpoint), None)
+    folder = run / "checkpoints" / f"step-{step:06d}" if step is not None else None
+    if folder is None or not folder.is_dir():
+        raise not_found("checkpoint", checkpoint, "checkpoint")
+    return folder, f"{job_id}-step-{step}"
+
+
+def _zip(folder: Path) -> str:
+    handle, path = tempfile.mkstemp(suffix=".zip")
+    os.close(handle)
+    # stored, not deflated: safetensors barely compress, and stored is as fast as a copy
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for file in sorted(folder.rglob("*")):
+            if file.is_file() and file.name not in TRAINING_STATE:
+                archive.write(file, file.relative_to(folder).as_posix())
+    return path
+
+
+@router.get("/jobs/{job_id}/download")
+def download(
+    job_id: str, request: Request, tenant: str = Depends(current_tenant), checkpoint: str | None = None
+) -> FileResponse:
+    folder, name = _weights_folder(request, tenant, job_id, checkpoint)
+    path = _zip(folder)
+    return FileResponse(
+        path, media_type="application/zip", filename=f"{name}.zip", background=BackgroundTask(os.unlink, path)
+    )
+
+
+# ------------------------------------------------------------------------------------------------- files
+
+
+@functools.lru_cache(maxsize=4)
+def _tokenizer(location: str):
+    from finetune.data.tokenize import load_tokenizer
+
+    return load_tokenizer(location)
+
+
+class _PreviewCache:
+    """The last few previews: paging through records must not re-tokenize the whole file."""
+
+    def __init__(self, size: int = 8) -> None:
+        self._items: OrderedDict[tuple, FilePreview] = OrderedDict()
+        self._lock = threading.Lock()
+        self._size = size
+
+    def get(self, key: tuple, make) -> FilePreview:
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+        value = make()
+        with self._lock:
+            self._items[key] = value
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+        return value
+
+
+_previews = _PreviewCache()
+
+
+def _fraction(text: str) -> float | str:
+    if text == AUTO:
+        return AUTO
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1:
+        raise APIError(400, f"val_fraction must be 'auto' or a number in [0, 1), got {text!r}.", "invalid_value")
+    return value
+
+
+@router.get("/files/{file_id}/preview")
+def preview(
+    file_id: str,
+    request: Request,
+    tenant: str = Depends(current_tenant),
+    model: str = "",
+    max_seq_len: int = Query(1024, ge=1, le=1_048_576),
+    record_policy: str = Query("all", pattern="^(all|last|each)$"),
+    val_fraction: str = AUTO,
+    seed: int = Query(0, ge=0),
+    offset: int = Query(0, ge=0),
+    limit: int = Query(10, ge=1, le=100),
+) -> dict:
+    row = store_of(request).get_file(tenant, file_id)
+    if row is None:
+        raise not_found("file", file_id, "file_id")
+    settings = settings_of(request)
+    location = None
+    if model:
+        location = settings.models.get(model)
+        if location is None:
+            raise APIError(
+                400, f"Unknown model {model!r}: GET /v1/models lists the ones you can use.", "invalid_value", "model"
+            )
+    path = settings.files_dir / file_id
+    fraction = _fraction(val_fraction)
+    key = (file_id, row["bytes"], row["created_at"], location, max_seq_len, record_policy, fraction, seed)
+
+    def make() -> FilePreview:
+        tokenizer = _tokenizer(location) if location else None
+        return FilePreview(str(path), tokenizer, max_seq_len, record_policy, fraction, seed)
+
+    try:
+        result = _previews.get(key, make).page(offset, limit)
+    except UserError as exc:
+        message = str(exc).replace(str(path), row["filename"])
+        raise APIError(400, message, "invalid_file", "file_id") from None
+    result["file"] = {"id": file_id, "filename": row["filename"], "bytes": row["bytes"]}
+    return result
+
+
+# ------------------------------------------------------------------------------------------------- mount
+
+
+def mount_dashboard(app: FastAPI) -> None:
+    """The routes above, the static assets and the page at `/`."""
+    app.include_router(session_router)
+    app.include_router(router)
+    app.mount("/dashboard/static", StaticFiles(directory=STATIC), name="dashboard-static")
+
+    @app.get("/", include_in_schema=False)
+    def index() -> FileResponse:
+        return FileResponse(
+            STATIC / "index.html",
+            headers={"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"},
+        )

@@ -1,0 +1,157 @@
+"""The dashboard's /v1/dashboard routes in-process (no browser): sign-in cookie, tenant isolation, the curve of a
+10,000-step run, progress, the final-weights download and the file preview."""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi")
+from fastapi.testclient import TestClient  # noqa: E402
+
+from finetune.service.app import create_app  # noqa: E402
+from finetune.service.settings import ServiceSettings  # noqa: E402
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+STEPS = 10_000
+
+
+@pytest.fixture
+def app(tmp_path, toy_model):
+    settings = ServiceSettings(data_dir=tmp_path / "data", models={"toy": str(toy_model)})
+    app = create_app(settings)
+    keys = {tenant: app.state.store.create_key(tenant)[1] for tenant in ("alice", "bob")}
+    app.state.test_keys = keys
+    return app
+
+
+def _client(app, tenant: str | None = None) -> TestClient:
+    client = TestClient(app, base_url="http://127.0.0.1")
+    if tenant:
+        client.headers["Authorization"] = f"Bearer {app.state.test_keys[tenant]}"
+    return client
+
+
+def _upload(client: TestClient, path: Path) -> str:
+    response = client.post("/v1/files", data={"purpose": "fine-tune"}, files={"file": (path.name, path.read_bytes())})
+    assert response.status_code == 200, response.text
+    return response.json()["id"]
+
+
+def _job_with_run(app, client: TestClient) -> tuple[str, Path]:
+    """A job (no worker runs it) whose run folder holds a 10,000-step run, as the trainer writes it."""
+    file_id = _upload(client, EXAMPLES / "train.jsonl")
+    response = client.post("/v1/fine_tuning/jobs", json={"model": "toy", "training_file": file_id})
+    assert response.status_code == 200, response.text
+    job_id = response.json()["id"]
+    run = app.state.settings.runs_dir / job_id
+    (run / "checkpoints" / "step-010000").mkdir(parents=True)
+    (run / "adapter").mkdir()
+    (run / "adapter" / "adapter_model.safetensors").write_bytes(b"weights")
+    (run / "adapter" / "adapter_config.json").write_text("{}")
+    rows = []
+    for step in range(1, STEPS + 1):
+        row = {"step": step, "epoch": step / 1000, "lr": 1e-4, "train_loss": 2.0 - step / STEPS, "grad_norm": 1.0}
+        row["tokens_per_s"] = 1000.0
+        if step == 5000:
+            row["train_loss"] = 50.0  # a spike down-sampling must not hide
+        if step % 1000 == 0:
+            row["val_loss"] = 1.5 - step / 2 / STEPS
+        rows.append(row)
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    plan = {"total_steps": STEPS, "steps_per_epoch": 1000, "epochs": 10, "tokens_processed": 1_000_000}
+    (run / "plan.json").write_text(json.dumps(plan))
+    report = {"best_step": 10000, "diagnosis": {"kind": "good_fit"}, "out_dir": str(run), "final_weights": str(run)}
+    (run / "report.json").write_text(json.dumps(report))
+    return job_id, run
+
+
+def test_sign_in_sets_an_httponly_strict_cookie_that_authenticates(app):
+    client = _client(app)
+    assert client.get("/v1/dashboard/session").status_code == 401
+    assert client.post("/v1/dashboard/session", json={"key": "ftk-nope-nope"}).status_code == 401
+    response = client.post("/v1/dashboard/session", json={"key": app.state.test_keys["alice"]})
+    assert response.status_code == 200 and response.json()["tenant"] == "alice"
+    cookie = response.headers["set-cookie"]
+    assert (
+        "finetune_key=" in cookie and "HttpOnly" in cookie and "SameSite=strict" in cookie.replace("Strict", "strict")
+    )
+    assert client.get("/v1/dashboard/session").json()["tenant"] == "alice"  # the cookie alone signs requests
+    assert client.get("/v1/fine_tuning/jobs").status_code == 200
+    client.delete("/v1/dashboard/session")
+    assert client.get("/v1/dashboard/session").status_code == 401
+
+
+def test_sign_in_from_another_site_is_refused(app):
+    client = _client(app)
+    response = client.post(
+        "/v1/dashboard/session", json={"key": app.state.test_keys["alice"]}, headers={"Origin": "https://evil.example"}
+    )
+    assert response.status_code == 403 and "set-cookie" not in response.headers
+
+
+def test_the_page_and_its_assets_are_served_with_a_strict_policy(app):
+    client = _client(app)
+    page = client.get("/")
+    assert page.status_code == 200 and "uPlot.iife.min.js" in page.text
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+    assert client.get("/dashboard/static/vendor/uplot/LICENSE").status_code == 200
+    assert client.get("/dashboard/static/js/app.js").headers["content-type"].startswith("text/javascript")
+
+
+def test_curve_of_a_10000_step_run_is_downsampled_and_keeps_the_spike(app):
+    alice = _client(app, "alice")
+    job_id, _ = _job_with_run(app, alice)
+    curve = alice.get(f"/v1/dashboard/jobs/{job_id}/curve", params={"points": 500}).json()
+    assert curve["steps_logged"] == STEPS and curve["downsampled"]
+    assert curve["points"] <= 2 * 500 + 2
+    assert 50.0 in curve["train"]["train_loss"]
+    assert curve["train"]["step"][0] == 1 and curve["train"]["step"][-1] == STEPS
+    assert len(curve["val"]["step"]) == 10  # every evaluation is kept
+    assert curve["checkpoints"] == [10000] and curve["best_step"] == 10000
+
+
+def test_progress_and_download_belong_to_the_tenant(app):
+    alice, bob = _client(app, "alice"), _client(app, "bob")
+    job_id, _ = _job_with_run(app, alice)
+    progress = alice.get("/v1/dashboard/progress", params={"job_id": [job_id, "ftjob-unknown"]}).json()["data"]
+    assert list(progress) == [job_id]
+    row = progress[job_id]
+    assert row["step"] == STEPS and row["total_steps"] == STEPS and 2 <= len(row["spark"]) <= 42
+    run = alice.get(f"/v1/dashboard/jobs/{job_id}/run").json()
+    assert run["plan"]["total_steps"] == STEPS and "out_dir" not in run["report"]  # no server paths
+    download = alice.get(f"/v1/dashboard/jobs/{job_id}/download")
+    assert download.headers["content-type"] == "application/zip"
+    assert sorted(zipfile.ZipFile(io.BytesIO(download.content)).namelist()) == [
+        "adapter_config.json",
+        "adapter_model.safetensors",
+    ]
+    assert bob.get("/v1/dashboard/progress", params={"job_id": job_id}).json()["data"] == {}
+    for path in ("curve", "run", "download"):
+        assert bob.get(f"/v1/dashboard/jobs/{job_id}/{path}").status_code == 404
+
+
+def test_preview_lists_problems_with_lines_and_renders_records(app, tmp_path):
+    alice, bob = _client(app, "alice"), _client(app, "bob")
+    good = (EXAMPLES / "train.jsonl").read_text().splitlines()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join([good[0], "{not json", good[1]]) + "\n")
+    bad_id = _upload(alice, bad)
+    preview = alice.get(f"/v1/dashboard/files/{bad_id}/preview", params={"model": "toy"}).json()
+    assert not preview["ok"] and preview["errors"][0]["line"] == 2
+    assert preview["records_total"] == 2 and preview["tokens_exact"]
+    spans = preview["records"][0]["spans"]
+    assert any(s["weight"] > 0 for s in spans) and any(s["weight"] == 0 for s in spans)
+    assert "".join(s["text"] for s in spans if s["weight"] > 0).endswith("<|im_end|>")  # end of turn is scored
+    assert sum(preview["histogram"]["counts"]) == 2
+
+    examples = _upload(alice, EXAMPLES / "train.jsonl")
+    page = alice.get(f"/v1/dashboard/files/{examples}/preview", params={"offset": 355, "limit": 10}).json()
+    assert page["ok"] and len(page["records"]) == 5 and not page["tokens_exact"]
+    assert page["split"]["val_conversations"] == 30 and len(page["split"]["val_lines"]) == 30
+    assert alice.get(f"/v1/dashboard/files/{examples}/preview", params={"model": "other"}).status_code == 400
+    assert bob.get(f"/v1/dashboard/files/{examples}/preview").status_code == 404
