@@ -5,6 +5,7 @@ finetune validate FILE [--model DIR] [--show N] [--json]
 finetune plan DATA.jsonl [--model M] ... [--json]      |   finetune plan --examples N [--tokens T] ...
 finetune train DATA.jsonl --model M --out DIR [...]    |   finetune train --config run.yaml
 finetune demo [--out DIR]
+finetune export RUN --out DIR [--merge | --adapter] [--dtype D]   |   finetune chat RUN [--system TEXT]
 """
 
 from __future__ import annotations
@@ -146,6 +147,19 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return run_eval(args.data, args.model, args.tuned, args.limit, args.max_new_tokens, args.json, args.marker)
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from finetune.export.command import run_export
+
+    run_export(args.run, args.out, args.mode, args.dtype, args.checkpoint, args.gguf)
+    return 0
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    from finetune.chat import run_chat
+
+    return run_chat(args.run, args.system, args.checkpoint, args.max_new_tokens, args.temperature)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from finetune.demo import run_demo
 
@@ -196,6 +210,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--marker", action="append", default=[], help="text every answer should contain (repeatable)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("export", help="write a run's model for use elsewhere: merged, full or adapter, with a card")
+    p.add_argument("run", help="the --out folder of a finetune train run")
+    p.add_argument("--out", required=True, help="folder to create (never overwritten)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--merge", dest="mode", action="store_const", const="merge", help="fold LoRA into the base")
+    mode.add_argument("--adapter", dest="mode", action="store_const", const="adapter", help="the adapter alone")
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None, help="default: the base's")
+    p.add_argument("--checkpoint", type=int, default=None, metavar="STEP", help="export a kept checkpoint")
+    p.add_argument("--gguf", action="store_true", help="also write model.gguf (llama.cpp, Ollama)")
+    p.set_defaults(func=cmd_export, mode=None)
+
+    p = sub.add_parser("chat", help="talk to a run's model in the terminal, streaming its answers")
+    p.add_argument("run", help="the --out folder of a finetune train run")
+    p.add_argument("--system", default=None, help="system message at the start of the conversation")
+    p.add_argument("--checkpoint", type=int, default=None, metavar="STEP", help="talk to a kept checkpoint")
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.set_defaults(func=cmd_chat)
 
     p = sub.add_parser("demo", help="build the toy model, train on the bundled examples, show before/after")
     p.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")
