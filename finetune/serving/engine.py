@@ -15,6 +15,7 @@ generations on the CPU would only slow each other down.
 from __future__ import annotations
 
 import threading
+import warnings
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -109,7 +110,9 @@ class Engine:
         entry = self._bases[base]
         name = entry.adapters.pop(adapter)
         if entry.adapters:
-            entry.model.delete_adapter(name)
+            with warnings.catch_warnings():  # "was active, now deleted": the next request sets its own
+                warnings.simplefilter("ignore", UserWarning)
+                entry.model.delete_adapter(name)
         else:  # the last adapter: take the LoRA layers out, keep the plain base
             entry.model = entry.model.unload()
 
@@ -153,7 +156,9 @@ class Engine:
         else:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         if params.stop:
-            kwargs.update(stop_strings=list(params.stop), tokenizer=tokenizer)
+            from transformers import StoppingCriteriaList
+
+            kwargs["stopping_criteria"] = StoppingCriteriaList([_StopText(tokenizer, len(ids), params.stop)])
         return kwargs
 
     @torch.no_grad()
@@ -222,6 +227,22 @@ class Engine:
         if len(done.text) > sent:
             yield done.text[sent:]
         yield done
+
+
+class _StopText:
+    """Stop once the generated text (not the prompt: OpenAI's `stop` never matches it) holds a stop string.
+
+    transformers' own `stop_strings` also matches across the end of the prompt.
+    """
+
+    def __init__(self, tokenizer, prompt_len: int, stops: tuple[str, ...]):
+        self.tokenizer, self.prompt_len, self.stops = tokenizer, prompt_len, stops
+        self.window = max(len(s) for s in stops) + 2  # a stop string spans at most this many tokens
+
+    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
+        tail = input_ids[0, max(self.prompt_len, input_ids.shape[1] - self.window) :]
+        text = self.tokenizer.decode(tail, skip_special_tokens=True)
+        return torch.tensor([_first_stop(text, self.stops) is not None], device=input_ids.device)
 
 
 def _first_stop(text: str, stops: tuple[str, ...]) -> int | None:
