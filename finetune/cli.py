@@ -160,6 +160,24 @@ def cmd_chat(args: argparse.Namespace) -> int:
     return run_chat(args.run, args.system, args.checkpoint, args.max_new_tokens, args.temperature)
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from finetune.service.commands import run_serve
+
+    return run_serve(args)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from finetune.service.commands import run_worker_command
+
+    return run_worker_command(args)
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    from finetune.service.commands import run_keys
+
+    return run_keys(args)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from finetune.demo import run_demo
 
@@ -230,10 +248,58 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.set_defaults(func=cmd_chat)
 
+    _add_service_parsers(sub)
+
     p = sub.add_parser("demo", help="build the toy model, train on the bundled examples, show before/after")
     p.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")
     p.set_defaults(func=cmd_demo)
     return parser
+
+
+def _add_service_parsers(sub) -> None:
+    """serve / worker / keys: the job service (finetune/service, docs/service.md)."""
+
+    def store_flags(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--data-dir", default="./finetune-data", help="database, uploads and runs (default ./finetune-data)"
+        )
+        p.add_argument(
+            "--database", default=None, help="SQLAlchemy URL, e.g. postgresql://... (default SQLite in --data-dir)"
+        )
+
+    def lease_flags(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--lease-seconds", type=float, default=None, help="a silent worker loses its job after this (30)"
+        )
+        p.add_argument("--heartbeat-seconds", type=float, default=None, help="how often a worker renews its lease (2)")
+
+    p = sub.add_parser("serve", help="the OpenAI-compatible fine-tuning API, with workers")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000)
+    store_flags(p)
+    p.add_argument("--workers", type=int, default=1, help="worker processes to start (0 = API only)")
+    p.add_argument("--model", action="append", default=[], metavar="NAME=PATH_OR_HUB_ID",
+                   help="a base model jobs may name (repeatable)")  # fmt: skip
+    p.add_argument("--max-upload-bytes", type=int, default=None, help="largest upload accepted (default 512 MiB)")
+    p.add_argument("--price-per-million-tokens", type=float, default=None, help="cost shown by GET /v1/usage")
+    lease_flags(p)
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("worker", help="run a worker alone (another process or machine, same database)")
+    store_flags(p)
+    lease_flags(p)
+    p.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser("keys", help="create, list and revoke API keys")
+    keys = p.add_subparsers(dest="keys_command", required=True)
+    for name, text in (("create", "print a new key once"), ("list", "list keys"), ("revoke", "revoke a key")):
+        k = keys.add_parser(name, help=text)
+        store_flags(k)
+        if name == "create":
+            k.add_argument("--tenant", required=True, help="the tenant the key acts for")
+        if name == "revoke":
+            k.add_argument("key_id", help="the key's id (from `finetune keys list`)")
+    p.set_defaults(func=cmd_keys)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,37 @@
+"""create_app(settings): the FastAPI app. Routers live in routes/ (and other packages: the dashboard,
+serving's chat completions) and are included here; every /v1 route depends on auth.current_tenant."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import FastAPI
+
+from finetune.service.errors import install_error_handlers
+from finetune.service.routes import files, jobs, models
+from finetune.service.settings import ServiceSettings
+from finetune.service.store import Store
+from finetune.service.upload import sweep_uploads
+
+
+def create_app(settings: ServiceSettings, store: Store | None = None) -> FastAPI:
+    settings.make_dirs()
+    store = store or Store(settings.database_url)
+    store.migrate()
+    sweep_uploads(settings.uploads_dir)
+
+    app = FastAPI(title="finetune", docs_url=None, redoc_url=None, openapi_url="/v1/openapi.json")
+    app.state.settings = settings
+    app.state.store = store
+    app.state.started = int(time.time())
+    install_error_handlers(app)
+
+    @app.get("/healthz", include_in_schema=False)
+    def healthz() -> dict:
+        return {"status": "ok"}
+
+    app.include_router(files.router)
+    app.include_router(jobs.router)
+    app.include_router(jobs.usage_router)
+    app.include_router(models.router)
+    return app

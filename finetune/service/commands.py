@@ -1,0 +1,129 @@
+"""`finetune serve`, `finetune worker`, `finetune keys`: what cli.py's cmd_* functions call."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from datetime import UTC, datetime
+
+from finetune.errors import UserError
+from finetune.service.settings import ServiceSettings
+from finetune.service.store import Store
+
+DATABASE_ENV = "FINETUNE_DATABASE_URL"  # how `serve` hands the URL to its workers: never on a command line
+
+
+def settings_from(args) -> ServiceSettings:
+    from finetune.service.settings import parse_models
+
+    values = {"data_dir": args.data_dir, "database": args.database or os.environ.get(DATABASE_ENV) or None}
+    for name in ("lease_seconds", "heartbeat_seconds", "max_upload_bytes", "price_per_million_tokens"):
+        if getattr(args, name, None) is not None:
+            values[name] = getattr(args, name)
+    values["models"] = parse_models(getattr(args, "model", None))
+    return ServiceSettings(**values)
+
+
+def _open_store(settings: ServiceSettings) -> Store:
+    settings.make_dirs()
+    try:
+        store = Store(settings.database_url)
+        store.migrate()
+    except Exception as exc:  # a wrong URL or an unreachable server: say which, without the password
+        from sqlalchemy.engine import make_url
+
+        shown = make_url(settings.database_url).render_as_string(hide_password=True)
+        raise UserError(f"cannot open the database {shown}: {type(exc).__name__}: {str(exc).splitlines()[0]}") from None
+    return store
+
+
+def run_serve(args) -> int:
+    import uvicorn
+
+    from finetune.service.app import create_app
+
+    settings = settings_from(args)
+    if not settings.models:
+        print("note: no --model NAME=PATH given: jobs can name no base model until one is registered", file=sys.stderr)
+    store = _open_store(settings)
+    key = store.ensure_default_key()
+    if key:
+        print(f"created an API key for tenant 'default' (shown only this once): {key}", flush=True)
+    workers = [_start_worker(args, settings) for _ in range(args.workers)]
+    try:
+        app = create_app(settings, store)
+        print(
+            f"serving the fine-tuning API on http://{args.host}:{args.port}/v1 ({args.workers} worker(s))", flush=True
+        )
+        uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+    finally:
+        for worker in workers:  # each checkpoints its job and queues it again
+            worker.send_signal(signal.SIGTERM)
+        for worker in workers:
+            try:
+                worker.wait(timeout=180)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+        store.close()
+    return 0
+
+
+def _start_worker(args, settings: ServiceSettings) -> subprocess.Popen:
+    command = [sys.executable, "-m", "finetune", "worker", "--data-dir", str(settings.data_dir)]
+    for name in ("lease_seconds", "heartbeat_seconds"):
+        if getattr(args, name, None) is not None:
+            command += ["--" + name.replace("_", "-"), str(getattr(args, name))]
+    env = dict(os.environ)
+    if settings.database:
+        env[DATABASE_ENV] = settings.database
+    from functools import partial
+
+    from finetune.service.worker import die_with_parent
+
+    # a worker outlives a killed `serve` only long enough to checkpoint its job and queue it again
+    return subprocess.Popen(command, env=env, preexec_fn=partial(die_with_parent, signal.SIGTERM))
+
+
+def run_worker_command(args) -> int:
+    from finetune.service.worker import Worker
+
+    settings = settings_from(args)
+    store = _open_store(settings)
+    worker = Worker(settings, store)
+
+    def stop(_signum, _frame) -> None:
+        worker.stopping.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    print(f"worker {worker.name} ready (data in {settings.data_dir})", flush=True)
+    worker.run_forever()
+    store.close()
+    return 0
+
+
+def run_keys(args) -> int:
+    store = _open_store(settings_from(args))
+    try:
+        if args.keys_command == "create":
+            key_id, key = store.create_key(args.tenant)
+            print(f"API key {key_id} for tenant {args.tenant!r} (shown only this once; only its hash is stored):")
+            print(key)
+        elif args.keys_command == "list":
+            print(f"{'id':<14} {'tenant':<24} {'created (UTC)':<20} revoked")
+            for row in store.list_keys():
+                revoked = _when(row["revoked_at"]) if row["revoked_at"] else "-"
+                print(f"{row['id']:<14} {row['tenant']:<24} {_when(row['created_at']):<20} {revoked}")
+        elif not store.revoke_key(args.key_id):
+            raise UserError(f"no active key with id {args.key_id!r} (see `finetune keys list`)")
+        else:
+            print(f"revoked key {args.key_id}")
+    finally:
+        store.close()
+    return 0
+
+
+def _when(seconds: int) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S")

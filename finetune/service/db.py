@@ -1,0 +1,182 @@
+"""The tables and the schema step, over SQLite (WAL) or PostgreSQL, through SQLAlchemy Core.
+
+Migrations are a short list of versioned steps (`MIGRATIONS`) recorded in `schema_version`, applied at
+every start of serve, worker and keys under a lock (PostgreSQL: an advisory lock; SQLite: BEGIN
+IMMEDIATE), so several workers starting together apply each step exactly once. Alembic would add a
+dependency, an ini file and an env.py for five tables; a new step here is one function appended to the list.
+
+Every write transaction on SQLite starts with BEGIN IMMEDIATE: it takes the write lock up front, so two
+workers claiming at once queue on busy_timeout instead of failing on a lock upgrade.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    Connection,
+    Engine,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    create_engine,
+    event,
+    text,
+)
+
+metadata = MetaData()
+
+# `row` columns are the order of creation (ids are random); lists page on them.
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("id", String(32), primary_key=True),  # the public part of a key, shown by `keys list`
+    Column("tenant", String(128), nullable=False),
+    Column("hash", String(64), nullable=False),  # sha256 of the whole key; the key itself is never stored
+    Column("created_at", BigInteger, nullable=False),
+    Column("revoked_at", BigInteger),
+)
+
+files = Table(
+    "files",
+    metadata,
+    Column("row", Integer, primary_key=True, autoincrement=True),
+    Column("id", String(64), nullable=False, unique=True),
+    Column("tenant", String(128), nullable=False, index=True),
+    Column("filename", Text, nullable=False),  # shown only: the bytes live at files/<id>
+    Column("purpose", String(32), nullable=False),
+    Column("bytes", BigInteger, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+)
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("row", Integer, primary_key=True, autoincrement=True),
+    Column("id", String(64), nullable=False, unique=True),
+    Column("tenant", String(128), nullable=False, index=True),
+    Column("model", Text, nullable=False),  # the registered name the job asked for
+    Column("model_location", Text, nullable=False),  # what that name meant when the job was created
+    Column("training_file", String(64), nullable=False),
+    Column("validation_file", String(64)),
+    Column("suffix", String(64)),
+    Column("seed", BigInteger, nullable=False),
+    Column("metadata", JSON),
+    Column("method", JSON, nullable=False),  # {"type": "supervised", "supervised": {"hyperparameters": {...}}}
+    Column("run_settings", JSON, nullable=False),  # RunConfig settings from the hyperparameters and the server
+    Column("lr_multiplier", Float),
+    Column("resolved", JSON),  # the plan's numbers once planned
+    Column("status", String(32), nullable=False, index=True),
+    Column("error", JSON),
+    Column("created_at", BigInteger, nullable=False),
+    Column("finished_at", BigInteger),
+    Column("estimated_finish", BigInteger),
+    Column("fine_tuned_model", Text),
+    Column("trained_tokens", BigInteger),
+    Column("result_files", JSON),
+    Column("report", JSON),
+    # ---- the workers' bookkeeping
+    Column("attempts", Integer, nullable=False, default=0),  # trainer starts (first run, resumes)
+    Column("claim_token", String(64)),  # the current holder's; every worker write must carry it
+    Column("worker", String(128)),
+    Column("lease_expires_at", Float),
+    Column("events_step", Integer, nullable=False, default=0),  # metrics rows up to here are events already
+    Column("death_step", Integer),  # the step the trainer last died at
+    Column("deaths_at_step", Integer, nullable=False, default=0),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("row", Integer, primary_key=True, autoincrement=True),  # the id: ftevent-<row>, monotonic
+    Column("job_id", String(64), ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("level", String(8), nullable=False),
+    Column("type", String(16), nullable=False),
+    Column("message", Text, nullable=False),
+    Column("data", JSON),
+    Index("events_job_row", "job_id", "row"),
+)
+
+checkpoints = Table(
+    "checkpoints",
+    metadata,
+    Column("row", Integer, primary_key=True, autoincrement=True),
+    Column("id", String(64), nullable=False, unique=True),
+    Column("job_id", String(64), ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("step", Integer, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("metrics", JSON),
+    UniqueConstraint("job_id", "step"),
+)
+
+schema_version = Table("schema_version", MetaData(), Column("version", Integer, nullable=False))
+
+
+def _v1(conn: Connection) -> None:
+    metadata.create_all(conn)
+
+
+MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [(1, _v1)]
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+
+def make_engine(url: str) -> Engine:
+    if url.startswith("postgresql://"):
+        url = "postgresql+psycopg://" + url[len("postgresql://") :]
+    if not url.startswith("sqlite"):
+        return create_engine(url, pool_pre_ping=True)
+    engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+
+    @event.listens_for(engine, "connect")
+    def _sqlite_setup(dbapi_conn, _record) -> None:
+        dbapi_conn.isolation_level = None  # SQLAlchemy emits BEGIN itself (below), not the sqlite3 module
+        cursor = dbapi_conn.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _sqlite_begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("write") else "BEGIN")
+
+    return engine
+
+
+def is_postgres(engine: Engine) -> bool:
+    return engine.dialect.name == "postgresql"
+
+
+@contextmanager
+def transaction(engine: Engine, write: bool = False) -> Iterator[Connection]:
+    """One transaction; `write` takes SQLite's write lock at BEGIN."""
+    with engine.connect().execution_options(write=write) as conn, conn.begin():
+        yield conn
+
+
+def migrate(engine: Engine) -> int:
+    """Bring the schema to SCHEMA_VERSION; returns the version found before."""
+    with transaction(engine, write=True) as conn:
+        if is_postgres(engine):
+            conn.execute(text("SELECT pg_advisory_xact_lock(7254001)"))  # several workers starting at once
+        schema_version.create(conn, checkfirst=True)
+        found = conn.execute(schema_version.select()).scalar()
+        if found is None:
+            conn.execute(schema_version.insert().values(version=0))
+            found = 0
+        for version, step in MIGRATIONS:
+            if version > found:
+                step(conn)
+                conn.execute(schema_version.update().values(version=version))
+        return found

@@ -1,0 +1,83 @@
+"""/v1/files: upload (streamed), list, retrieve, delete, content. Bytes live at files/<id>; the name a caller
+gave is only ever shown, never used as a path."""
+
+from __future__ import annotations
+
+import os
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import FileResponse
+
+from finetune.service.auth import current_tenant
+from finetune.service.deps import check_limit, settings_of, store_of
+from finetune.service.errors import APIError, not_found
+from finetune.service.objects import file_object, page_object
+from finetune.service.store import new_id
+from finetune.service.upload import receive_upload
+
+router = APIRouter(prefix="/v1", dependencies=[Depends(current_tenant)])
+UPLOAD_PURPOSES = ("fine-tune", "assistants", "batch", "vision", "user_data", "evals")
+
+
+@router.post("/files")
+async def create_file(request: Request, tenant: str = Depends(current_tenant)) -> dict:
+    settings = settings_of(request)
+    upload = await receive_upload(request, settings.uploads_dir, settings.max_upload_bytes)
+    purpose = upload.fields.get("purpose", "")
+    if purpose not in UPLOAD_PURPOSES:
+        upload.temp.unlink(missing_ok=True)
+        raise APIError(400, f"purpose must be one of {', '.join(UPLOAD_PURPOSES)}.", "invalid_value", "purpose")
+    file_id = new_id("file")
+    final = settings.files_dir / file_id
+    os.replace(upload.temp, final)
+    try:
+        row = store_of(request).add_file(tenant, file_id, upload.filename[:512], purpose, upload.size)
+    except BaseException:
+        final.unlink(missing_ok=True)
+        raise
+    return file_object(row)
+
+
+@router.get("/files")
+def list_files(
+    request: Request,
+    tenant: str = Depends(current_tenant),
+    after: str | None = None,
+    limit: int = 10_000,
+    order: str = "desc",
+    purpose: str | None = None,
+) -> dict:
+    if order not in ("asc", "desc"):
+        raise APIError(400, "order must be asc or desc.", "invalid_value", "order")
+    page = store_of(request).list_files(tenant, after, check_limit(limit), order, purpose)
+    return page_object(page, file_object)
+
+
+def _file(request: Request, tenant: str, file_id: str) -> dict:
+    row = store_of(request).get_file(tenant, file_id)
+    if row is None:
+        raise not_found("file", file_id, "file_id")
+    return row
+
+
+@router.get("/files/{file_id}")
+def retrieve_file(file_id: str, request: Request, tenant: str = Depends(current_tenant)) -> dict:
+    return file_object(_file(request, tenant, file_id))
+
+
+@router.delete("/files/{file_id}")
+def delete_file(file_id: str, request: Request, tenant: str = Depends(current_tenant)) -> dict:
+    _file(request, tenant, file_id)
+    if store_of(request).delete_file(tenant, file_id):
+        (settings_of(request).files_dir / file_id).unlink(missing_ok=True)
+    return {"id": file_id, "object": "file", "deleted": True}
+
+
+@router.get("/files/{file_id}/content")
+def file_content(file_id: str, request: Request, tenant: str = Depends(current_tenant)):
+    row = _file(request, tenant, file_id)
+    path = settings_of(request).files_dir / row["id"]
+    if not path.is_file():
+        raise not_found("file content", file_id, "file_id")
+    media = "text/csv" if row["filename"].endswith(".csv") else "application/octet-stream"
+    return FileResponse(path, media_type=media)

@@ -1,0 +1,51 @@
+"""/v1/models: the base models registered with `--model NAME=...` and the caller's fine-tuned models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import APIRouter, Depends, Request
+
+from finetune.service import core
+from finetune.service.auth import current_tenant
+from finetune.service.deps import settings_of, store_of
+from finetune.service.errors import not_found
+from finetune.service.objects import list_object, model_object
+from finetune.service.settings import ServiceSettings
+from finetune.service.store import Store
+
+router = APIRouter(prefix="/v1", dependencies=[Depends(current_tenant)])
+BASE_OWNER = "finetune"
+
+
+def visible_models(store: Store, settings: ServiceSettings, tenant: str, started: int) -> list[dict]:
+    found = [model_object(name, started, BASE_OWNER) for name in settings.models]
+    found += [model_object(j["fine_tuned_model"], j["finished_at"] or j["created_at"], j["tenant"])
+              for j in store.succeeded_jobs(tenant)]  # fmt: skip
+    return found
+
+
+def model_location(store: Store, settings: ServiceSettings, name: str, tenant: str) -> str | None:
+    """What a model name means for this tenant: a registered base's location, or a fine-tuned model's weights
+    (adapter/ or model/ of its run). None for anything else (serving's resolver)."""
+    if name in settings.models:
+        return settings.models[name]
+    for job in store.succeeded_jobs(tenant):
+        if job["fine_tuned_model"] == name:
+            weights = core.final_weights(Path(settings.runs_dir) / job["id"])
+            return str(weights) if weights else None
+    return None
+
+
+@router.get("/models")
+def list_models(request: Request, tenant: str = Depends(current_tenant)) -> dict:
+    items = visible_models(store_of(request), settings_of(request), tenant, request.app.state.started)
+    return list_object(items, False)
+
+
+@router.get("/models/{model:path}")
+def retrieve_model(model: str, request: Request, tenant: str = Depends(current_tenant)) -> dict:
+    for item in visible_models(store_of(request), settings_of(request), tenant, request.app.state.started):
+        if item["id"] == model:
+            return item
+    raise not_found("model", model, "model")

@@ -1,0 +1,67 @@
+"""Where the service keeps things; shared by `serve`, `worker` and `keys`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_DATA_DIR = "./finetune-data"
+DEFAULT_MAX_UPLOAD_BYTES = 512 * 1024 * 1024
+
+
+@dataclass
+class ServiceSettings:
+    data_dir: Path = Path(DEFAULT_DATA_DIR)
+    database: str | None = None
+    """SQLAlchemy URL; None = SQLite (WAL) at DATA_DIR/finetune.db."""
+    models: dict[str, str] = field(default_factory=dict)
+    """Base models jobs may name: NAME -> local folder or hub id (nothing else is ever loaded)."""
+    max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
+    price_per_million_tokens: float | None = None
+    """What a million trained tokens cost a tenant (GET /v1/usage); None = no price."""
+    lease_seconds: float = 30.0
+    """A worker that has not renewed its lease for this long is presumed dead; its job goes to another."""
+    heartbeat_seconds: float = 2.0
+    max_deaths_at_step: int = 3
+    """A job whose trainer dies this many times at the same step fails instead of resuming again."""
+
+    def __post_init__(self) -> None:
+        self.data_dir = Path(self.data_dir)
+
+    @property
+    def database_url(self) -> str:
+        return self.database or f"sqlite:///{(self.data_dir / 'finetune.db').resolve()}"
+
+    @property
+    def files_dir(self) -> Path:
+        return self.data_dir / "files"
+
+    @property
+    def uploads_dir(self) -> Path:
+        """Uploads in progress: a file only moves to files/ once complete, then its row is committed."""
+        return self.data_dir / "uploads"
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.data_dir / "runs"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.data_dir / "logs"
+
+    def make_dirs(self) -> None:
+        for folder in (self.data_dir, self.files_dir, self.uploads_dir, self.runs_dir, self.logs_dir):
+            folder.mkdir(parents=True, exist_ok=True)
+
+
+def parse_models(pairs: list[str] | None) -> dict[str, str]:
+    """`--model NAME=PATH_OR_HUB_ID` (repeatable) -> {NAME: location}."""
+    from finetune.errors import UserError
+
+    models: dict[str, str] = {}
+    for pair in pairs or []:
+        name, sep, location = pair.partition("=")
+        if not sep or not name.strip() or not location.strip():
+            raise UserError(f"--model expects NAME=PATH_OR_HUB_ID, got {pair!r}")
+        models[name.strip()] = location.strip()
+    return models

@@ -1,0 +1,377 @@
+"""The one data-access layer. Every query a tenant can reach takes the tenant and filters on it, so another
+tenant's ids simply are not found (404). The workers' calls are not tenant-scoped but carry the claim
+token: a write from a worker whose lease went to another worker matches no row and raises LeaseLost.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine, and_, delete, func, insert, or_, select, update
+
+from finetune.service import keys as keyring
+from finetune.service.db import api_keys, checkpoints, events, files, jobs, make_engine, migrate, transaction
+
+TERMINAL = ("succeeded", "failed", "cancelled")
+CLAIMABLE = ("validating_files", "queued")
+# action -> (statuses it is legal from, status it leads to)
+TRANSITIONS = {
+    "cancel": (("validating_files", "queued", "running", "paused"), "cancelled"),
+    "pause": (("validating_files", "queued", "running"), "paused"),
+    "resume": (("paused",), "queued"),
+}
+
+
+class IllegalTransition(Exception):
+    def __init__(self, action: str, status: str) -> None:
+        super().__init__(f"cannot {action} a job that is {status}")
+        self.status = status
+
+
+class LeaseLost(Exception):
+    """This worker's claim on a job is gone (its lease expired and another worker took the job)."""
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{secrets.token_urlsafe(18).replace('-', 'x').replace('_', 'y')}"
+
+
+def now() -> int:
+    return int(time.time())
+
+
+@dataclass
+class Page:
+    rows: list[dict]
+    has_more: bool
+
+
+@dataclass
+class Claim:
+    job: dict
+    token: str
+    was_running: bool  # the previous holder died mid-run (its lease expired)
+
+
+def _rows(result) -> list[dict]:
+    return [dict(r._mapping) for r in result]
+
+
+def _one(result) -> dict | None:
+    row = result.first()
+    return dict(row._mapping) if row is not None else None
+
+
+class Store:
+    def __init__(self, url: str, engine: Engine | None = None) -> None:
+        self.engine = engine or make_engine(url)
+
+    def migrate(self) -> int:
+        return migrate(self.engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def _read(self):
+        return transaction(self.engine, write=False)
+
+    def _write(self):
+        return transaction(self.engine, write=True)
+
+    # ------------------------------------------------------------------ keys
+
+    def create_key(self, tenant: str) -> tuple[str, str]:
+        """(key id, the key): the key is returned once and never stored."""
+        key_id, key, hashed = keyring.new_key()
+        with self._write() as conn:
+            conn.execute(insert(api_keys).values(id=key_id, tenant=tenant, hash=hashed, created_at=now()))
+        return key_id, key
+
+    def ensure_default_key(self) -> str | None:
+        """On a first start (no key at all), a key for tenant `default`; None when keys exist."""
+        with self._write() as conn:
+            if conn.execute(select(func.count()).select_from(api_keys)).scalar():
+                return None
+            key_id, key, hashed = keyring.new_key()
+            conn.execute(insert(api_keys).values(id=key_id, tenant="default", hash=hashed, created_at=now()))
+        return key
+
+    def list_keys(self) -> list[dict]:
+        with self._read() as conn:
+            return _rows(
+                conn.execute(
+                    select(api_keys.c.id, api_keys.c.tenant, api_keys.c.created_at, api_keys.c.revoked_at).order_by(
+                        api_keys.c.created_at, api_keys.c.id
+                    )
+                )
+            )
+
+    def revoke_key(self, key_id: str) -> bool:
+        with self._write() as conn:
+            done = conn.execute(
+                update(api_keys)
+                .where(api_keys.c.id == key_id, api_keys.c.revoked_at.is_(None))
+                .values(revoked_at=now())
+            )
+            return done.rowcount == 1
+
+    def tenant_for_key(self, key: str) -> str | None:
+        key_id = keyring.key_id_of(key)
+        row = None
+        if key_id is not None:
+            with self._read() as conn:
+                row = _one(
+                    conn.execute(select(api_keys).where(api_keys.c.id == key_id, api_keys.c.revoked_at.is_(None)))
+                )
+        if not keyring.matches(key, row["hash"] if row else None):
+            return None
+        return row["tenant"] if row else None
+
+    # ------------------------------------------------------------------ files
+
+    def add_file(self, tenant: str, file_id: str, filename: str, purpose: str, size: int) -> dict:
+        values = dict(id=file_id, tenant=tenant, filename=filename, purpose=purpose, bytes=size, created_at=now())
+        with self._write() as conn:
+            conn.execute(insert(files).values(**values))
+        return values
+
+    def get_file(self, tenant: str, file_id: str) -> dict | None:
+        with self._read() as conn:
+            return _one(conn.execute(select(files).where(files.c.tenant == tenant, files.c.id == file_id)))
+
+    def list_files(
+        self, tenant: str, after: str | None, limit: int, order: str = "desc", purpose: str | None = None
+    ) -> Page:
+        query = select(files).where(files.c.tenant == tenant)
+        if purpose:
+            query = query.where(files.c.purpose == purpose)
+        return self._page(files, query, tenant, after, limit, ascending=order == "asc")
+
+    def delete_file(self, tenant: str, file_id: str) -> bool:
+        with self._write() as conn:
+            return conn.execute(delete(files).where(files.c.tenant == tenant, files.c.id == file_id)).rowcount == 1
+
+    def all_file_ids(self) -> set[str]:
+        with self._read() as conn:
+            return set(conn.execute(select(files.c.id)).scalars())
+
+    # ------------------------------------------------------------------ paging
+
+    def _page(self, table, query, tenant: str, after: str | None, limit: int, ascending: bool = False) -> Page:
+        """Newest first (or oldest first); `after` = the id of the last item of the previous page."""
+        with self._read() as conn:
+            if after is not None:
+                anchor = conn.execute(select(table.c.row).where(table.c.tenant == tenant, table.c.id == after)).scalar()
+                if anchor is None:
+                    return Page([], False)  # an unknown cursor: an empty page, as the SDK expects
+                query = query.where(table.c.row > anchor if ascending else table.c.row < anchor)
+            query = query.order_by(table.c.row.asc() if ascending else table.c.row.desc()).limit(limit + 1)
+            rows = _rows(conn.execute(query))
+        return Page(rows[:limit], len(rows) > limit)
+
+    # ------------------------------------------------------------------ jobs (tenant side)
+
+    def create_job(self, tenant: str, values: dict[str, Any]) -> dict:
+        job_id = new_id("ftjob")
+        row = dict(values, id=job_id, tenant=tenant, status="validating_files", created_at=now(), attempts=0)
+        row.setdefault("events_step", 0)
+        row.setdefault("deaths_at_step", 0)
+        with self._write() as conn:
+            conn.execute(insert(jobs).values(**row))
+            self._event(conn, job_id, f"Created fine-tuning job: {job_id}")
+            return _one(conn.execute(select(jobs).where(jobs.c.id == job_id)))
+
+    def get_job(self, tenant: str, job_id: str) -> dict | None:
+        with self._read() as conn:
+            return _one(conn.execute(select(jobs).where(jobs.c.tenant == tenant, jobs.c.id == job_id)))
+
+    def list_jobs(self, tenant: str, after: str | None, limit: int, metadata: dict[str, str] | None = None) -> Page:
+        if not metadata:
+            return self._page(jobs, select(jobs).where(jobs.c.tenant == tenant), tenant, after, limit)
+        # metadata is a JSON column: filter in Python over the tenant's jobs (a tenant has few thousand at most)
+        page = self._page(jobs, select(jobs).where(jobs.c.tenant == tenant), tenant, after, 1_000_000)
+        chosen = [r for r in page.rows if all((r["metadata"] or {}).get(k) == v for k, v in metadata.items())]
+        return Page(chosen[:limit], len(chosen) > limit)
+
+    def transition(self, tenant: str, job_id: str, action: str) -> dict | None:
+        """cancel / pause / resume; None when the job is not the tenant's. The worker holding the job sees the
+        new status at its next heartbeat and stops the trainer (which checkpoints first)."""
+        allowed, target = TRANSITIONS[action]
+        with self._write() as conn:
+            job = _one(conn.execute(select(jobs).where(jobs.c.tenant == tenant, jobs.c.id == job_id).with_for_update()))
+            if job is None:
+                return None
+            if job["status"] not in allowed:
+                raise IllegalTransition(action, job["status"])
+            values: dict[str, Any] = {"status": target}
+            if target == "cancelled":
+                values["finished_at"] = now()
+                self._event(conn, job_id, "Fine-tuning job cancelled")
+            elif target == "paused":
+                self._event(conn, job_id, "Fine-tuning job paused")
+            else:
+                self._event(conn, job_id, "Fine-tuning job resumed")
+            conn.execute(update(jobs).where(jobs.c.id == job_id).values(**values))
+            return _one(conn.execute(select(jobs).where(jobs.c.id == job_id)))
+
+    def _owned(self, conn, tenant: str, job_id: str) -> bool:
+        return conn.execute(select(jobs.c.id).where(jobs.c.tenant == tenant, jobs.c.id == job_id)).first() is not None
+
+    def list_events(self, tenant: str, job_id: str, after: str | None, limit: int) -> Page | None:
+        query = select(events).where(events.c.job_id == job_id)
+        with self._read() as conn:
+            if not self._owned(conn, tenant, job_id):
+                return None
+            if after is not None:
+                anchor = _event_row(after)
+                if anchor is None:
+                    return Page([], False)
+                query = query.where(events.c.row < anchor)
+            rows = _rows(conn.execute(query.order_by(events.c.row.desc()).limit(limit + 1)))
+        return Page(rows[:limit], len(rows) > limit)
+
+    def list_checkpoints(self, tenant: str, job_id: str, after: str | None, limit: int) -> Page | None:
+        query = select(checkpoints).where(checkpoints.c.job_id == job_id)
+        with self._read() as conn:
+            if not self._owned(conn, tenant, job_id):
+                return None
+            if after is not None:
+                anchor = conn.execute(
+                    select(checkpoints.c.step).where(checkpoints.c.job_id == job_id, checkpoints.c.id == after)
+                ).scalar()
+                if anchor is None:
+                    return Page([], False)
+                query = query.where(checkpoints.c.step < anchor)
+            rows = _rows(conn.execute(query.order_by(checkpoints.c.step.desc()).limit(limit + 1)))
+        return Page(rows[:limit], len(rows) > limit)
+
+    def succeeded_jobs(self, tenant: str) -> list[dict]:
+        with self._read() as conn:
+            return _rows(
+                conn.execute(
+                    select(jobs)
+                    .where(jobs.c.tenant == tenant, jobs.c.status == "succeeded", jobs.c.fine_tuned_model.is_not(None))
+                    .order_by(jobs.c.row)
+                )
+            )
+
+    def all_jobs(self, tenant: str) -> list[dict]:
+        with self._read() as conn:
+            return _rows(conn.execute(select(jobs).where(jobs.c.tenant == tenant).order_by(jobs.c.row)))
+
+    # ------------------------------------------------------------------ events
+
+    @staticmethod
+    def _event(conn, job_id: str, message: str, level: str = "info", kind: str = "message", data=None) -> None:
+        conn.execute(
+            insert(events).values(job_id=job_id, created_at=now(), level=level, type=kind, message=message, data=data)
+        )
+
+    # ------------------------------------------------------------------ workers
+
+    def claim(self, worker: str, lease_seconds: float) -> Claim | None:
+        """Take the oldest job waiting (or one whose worker's lease ran out). PostgreSQL: FOR UPDATE SKIP LOCKED,
+        so workers never wait on each other's candidate; SQLite: the whole claim holds the write lock."""
+        t = time.time()
+        free = or_(jobs.c.claim_token.is_(None), jobs.c.lease_expires_at < t)
+        waiting = and_(jobs.c.status.in_(CLAIMABLE), free)
+        orphaned = and_(jobs.c.status == "running", jobs.c.lease_expires_at < t)
+        with self._write() as conn:
+            job = _one(
+                conn.execute(
+                    select(jobs)
+                    .where(or_(waiting, orphaned))
+                    .order_by(jobs.c.row)
+                    .limit(1)
+                    .with_for_update(skip_locked=True)
+                )
+            )
+            if job is None:
+                return None
+            token = uuid.uuid4().hex
+            conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job["id"])
+                .values(claim_token=token, worker=worker, lease_expires_at=t + lease_seconds)
+            )
+        job.update(claim_token=token, worker=worker, lease_expires_at=t + lease_seconds)
+        return Claim(job, token, was_running=job["status"] == "running")
+
+    def heartbeat(self, job_id: str, token: str, lease_seconds: float) -> str:
+        """Renew the lease; returns the job's status (cancel/pause show up here)."""
+        with self._write() as conn:
+            done = conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job_id, jobs.c.claim_token == token)
+                .values(lease_expires_at=time.time() + lease_seconds)
+            )
+            if done.rowcount != 1:
+                raise LeaseLost(job_id)
+            return conn.execute(select(jobs.c.status).where(jobs.c.id == job_id)).scalar()
+
+    def worker_update(
+        self,
+        job_id: str,
+        token: str,
+        values: dict[str, Any] | None = None,
+        new_events: list[dict] | None = None,
+        only_from: tuple[str, ...] | None = None,
+    ) -> bool:
+        """Apply a worker's write atomically: values, events. Refused (LeaseLost) without the current token;
+        skipped (False) when `only_from` is given and the job's status is no longer one of them (cancelled)."""
+        with self._write() as conn:
+            job = _one(
+                conn.execute(
+                    select(jobs.c.status).where(jobs.c.id == job_id, jobs.c.claim_token == token).with_for_update()
+                )
+            )
+            if job is None:
+                raise LeaseLost(job_id)
+            if only_from is not None and job["status"] not in only_from:
+                return False
+            if values:
+                conn.execute(update(jobs).where(jobs.c.id == job_id).values(**values))
+            for e in new_events or []:
+                self._event(conn, job_id, e["message"], e.get("level", "info"), e.get("type", "message"), e.get("data"))
+            return True
+
+    def sync_checkpoints(self, job_id: str, token: str, found: dict[int, dict], fine_tuned_base: str) -> None:
+        """Make the job's checkpoint rows the checkpoints kept on disk (the trainer prunes old ones)."""
+        with self._write() as conn:
+            if conn.execute(select(jobs.c.id).where(jobs.c.id == job_id, jobs.c.claim_token == token)).first() is None:
+                raise LeaseLost(job_id)
+            have = set(conn.execute(select(checkpoints.c.step).where(checkpoints.c.job_id == job_id)).scalars())
+            gone = have - set(found)
+            if gone:
+                conn.execute(delete(checkpoints).where(checkpoints.c.job_id == job_id, checkpoints.c.step.in_(gone)))
+            for step in sorted(set(found) - have):
+                conn.execute(
+                    insert(checkpoints).values(
+                        id=new_id("ftckpt"), job_id=job_id, step=step, created_at=now(), metrics=found[step]
+                    )
+                )
+
+    def release(self, job_id: str, token: str, values: dict[str, Any] | None = None) -> None:
+        """Give the job back (done, stopped, or to be resumed by whoever claims it next)."""
+        with self._write() as conn:
+            conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job_id, jobs.c.claim_token == token)
+                .values(claim_token=None, worker=None, lease_expires_at=None, **(values or {}))
+            )
+
+    def get_job_any(self, job_id: str) -> dict | None:
+        """For the worker and the operator, not for API callers."""
+        with self._read() as conn:
+            return _one(conn.execute(select(jobs).where(jobs.c.id == job_id)))
+
+
+def _event_row(event_id: str) -> int | None:
+    prefix = "ftevent-"
+    if not event_id.startswith(prefix) or not event_id[len(prefix) :].isdigit():
+        return None
+    return int(event_id[len(prefix) :])

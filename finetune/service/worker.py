@@ -1,0 +1,366 @@
+"""A worker: claim a job, validate and plan it, run `finetune train` on it as a child process, and turn the run
+folder into events and checkpoints, renewing the lease all the while.
+
+    claim (lease + token) -> validating_files -> queued (planned) -> running -> succeeded | failed
+                                                     cancel / pause: SIGTERM -> the trainer checkpoints and stops
+
+Every write carries the claim token, so a worker that lost its lease (stalled past it, and another worker took
+the job) has its writes refused and kills its trainer. A worker killed outright leaves the job `running` with
+a lease that runs out; the next worker to claim it counts a death at the last checkpoint's step and resumes
+from that checkpoint (`--resume`), which reproduces an uninterrupted run's weights.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import ctypes
+import io
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from finetune.errors import UserError
+from finetune.service import core
+from finetune.service.objects import fine_tuned_model_name
+from finetune.service.settings import ServiceSettings
+from finetune.service.store import Claim, LeaseLost, Store, new_id, now
+
+RESULTS_COLUMNS = ["step", "train_loss", "train_accuracy", "valid_loss", "valid_mean_token_accuracy"]
+# tests only: a stand-in for `python -m finetune train` (same arguments), to run many jobs in seconds
+TEST_TRAIN_COMMAND = "FINETUNE_TEST_TRAIN_COMMAND"
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """In a child (preexec_fn): receive `sig` when the parent dies (Linux), so a killed worker never leaves a
+    trainer writing on, and a stopped `serve` never leaves its workers running."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(sig))  # PR_SET_PDEATHSIG
+
+
+class Worker:
+    def __init__(self, settings: ServiceSettings, store: Store, name: str | None = None, poll_seconds: float = 1.0):
+        self.settings = settings
+        self.store = store
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.poll_seconds = poll_seconds
+        self.stopping = threading.Event()
+
+    # ------------------------------------------------------------------ the loop
+
+    def run_forever(self) -> None:
+        while not self.stopping.is_set():
+            if not self.run_once():
+                self.stopping.wait(self.poll_seconds)
+
+    def run_once(self) -> bool:
+        claim = self.store.claim(self.name, self.settings.lease_seconds)
+        if claim is None:
+            return False
+        try:
+            self._process(claim)
+        except LeaseLost:
+            print(f"worker {self.name}: lost the lease on {claim.job['id']}; another worker has it", file=sys.stderr)
+        return True
+
+    # ------------------------------------------------------------------ one job
+
+    def _process(self, claim: Claim) -> None:
+        job, token = claim.job, claim.token
+        run = self.settings.runs_dir / job["id"]
+        if claim.was_running and not self._count_death(job, token, run, "its worker stopped answering"):
+            return
+        if job["status"] == "validating_files" and not self._validate(job, token):
+            return
+        config_path = self.settings.runs_dir / f"{job['id']}.yaml"
+        needs_plan = job["resolved"] is None or not config_path.exists()
+        if needs_plan and not self._plan(job, token, run, config_path):
+            return
+        resume = bool(core.checkpoint_steps(run))
+        if not resume and run.exists():
+            shutil.rmtree(run)  # died before its first checkpoint: nothing to keep, start clean
+        attempts = job["attempts"] + 1
+        started = self.store.worker_update(
+            job["id"],
+            token,
+            {"status": "running", "attempts": attempts},
+            [{"message": f"Resuming from step {core.checkpoint_steps(run)[-1]} (attempt {attempts})"}]
+            if resume
+            else [{"message": f"Fine-tuning job started (attempt {attempts})"}],
+            only_from=("queued", "running"),
+        )
+        if not started:  # paused or cancelled meanwhile
+            self.store.release(job["id"], token)
+            return
+        self._train(job, token, run, config_path, resume, attempts)
+
+    def _fail(self, job: dict, token: str, code: str, message: str, param: str | None = None) -> None:
+        self.store.worker_update(
+            job["id"],
+            token,
+            {"status": "failed", "finished_at": now(), "error": {"code": code, "message": message, "param": param}},
+            [{"message": f"Fine-tuning job failed: {message}", "level": "error"}],
+            only_from=("validating_files", "queued", "running"),
+        )
+        self.store.release(job["id"], token)
+
+    def _count_death(self, job: dict, token: str, run: Path, why: str) -> bool:
+        """A trainer died mid-run. False when it has now died too often at the same step (the job failed)."""
+        steps = core.checkpoint_steps(run)
+        step = steps[-1] if steps else 0
+        deaths = job["deaths_at_step"] + 1 if job["death_step"] == step else 1
+        if deaths >= self.settings.max_deaths_at_step:
+            message = f"the trainer died {deaths} times at step {step} ({why}); not retrying"
+            self._fail(job, token, "training_died", message)
+            return False
+        self.store.worker_update(
+            job["id"],
+            token,
+            {"death_step": step, "deaths_at_step": deaths, "status": "running"},
+            [
+                {
+                    "message": f"The trainer died at step {step} ({why}); resuming from its last checkpoint",
+                    "level": "warn",
+                }
+            ],  # fmt: skip
+        )
+        job.update(death_step=step, deaths_at_step=deaths, status="running")
+        return True
+
+    def _files(self, job: dict) -> tuple[Path, Path | None]:
+        files = self.settings.files_dir
+        return files / job["training_file"], files / job["validation_file"] if job["validation_file"] else None
+
+    def _config(self, job: dict, run: Path):
+        data, val = self._files(job)
+        return core.run_config(
+            job["run_settings"], str(data), job["model_location"], job["seed"], str(val) if val else None, str(run)
+        )
+
+    def _validate(self, job: dict, token: str) -> bool:
+        config = self._config(job, self.settings.runs_dir / job["id"])
+        data, val = self._files(job)
+        checks = [(data, job["training_file"], "training_file")]
+        if val:
+            checks.append((val, job["validation_file"], "validation_file"))
+        for path, file_id, param in checks:
+            shown = self._shown_name(job["tenant"], file_id)
+            if not path.is_file():
+                self._fail(job, token, f"invalid_{param}", f"{shown}: the file was deleted", param)
+                return False
+            error = core.validate_training_file(path, shown, config, param)
+            if error:
+                self._fail(job, token, error["code"], error["message"], error["param"])
+                return False
+        self.store.worker_update(
+            job["id"], token, {"status": "queued"}, [{"message": "Validated training file(s)"}], ("validating_files",)
+        )
+        job["status"] = "queued"
+        return True
+
+    def _shown_name(self, tenant: str, file_id: str) -> str:
+        row = self.store.get_file(tenant, file_id)
+        return row["filename"] if row else file_id
+
+    def _plan(self, job: dict, token: str, run: Path, config_path: Path) -> bool:
+        config = self._config(job, run)
+        try:
+            config, plan = core.plan_for(config, job["lr_multiplier"])
+        except UserError as exc:
+            data, _ = self._files(job)
+            message = core.scrub(str(exc), data, self._shown_name(job["tenant"], job["training_file"]))
+            self._fail(job, token, "invalid_hyperparameters", message)
+            return False
+        core.write_job_config(config, config_path)
+        resolved = core.resolved_hyperparameters(plan, job["lr_multiplier"])
+        summary = (
+            f"Planned {plan['total_steps']} steps: {plan['epochs']} epoch(s) of {plan['examples']} examples, "
+            f"batch {plan['effective_batch']}, learning rate {plan['learning_rate']:.3g}, "
+            f"{plan['tokens_processed']} tokens"
+        )
+        data = {k: plan[k] for k in ("total_steps", "epochs", "examples", "effective_batch", "tokens_processed")}
+        new_events = [{"message": summary, "data": data}]
+        new_events += [{"message": f"[{w['code']}] {w['message']}", "level": "warn"} for w in plan["warnings"]]
+        seconds = (plan.get("cost") or {}).get("seconds")
+        values = {"resolved": resolved, "estimated_finish": now() + int(seconds) if seconds else None}
+        self.store.worker_update(job["id"], token, values, new_events)
+        job["resolved"] = resolved
+        return True
+
+    # ------------------------------------------------------------------ training
+
+    def _command(self, config_path: Path, run: Path, resume: bool) -> list[str]:
+        fake = os.environ.get(TEST_TRAIN_COMMAND)
+        if fake:
+            return [*fake.split(), "--config", str(config_path), "--out", str(run), *(["--resume"] if resume else [])]
+        return core.train_command(config_path, run, resume)
+
+    def _train(self, job: dict, token: str, run: Path, config_path: Path, resume: bool, attempt: int) -> None:
+        log_path = self.settings.logs_dir / f"{job['id']}-attempt-{attempt}.log"
+        with open(log_path, "wb") as log:
+            child = subprocess.Popen(
+                self._command(config_path, run, resume),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                preexec_fn=die_with_parent,
+                start_new_session=True,  # a Ctrl-C at the worker's terminal is the worker's to handle
+            )
+        stop_sent = False
+        try:
+            while True:
+                try:
+                    child.wait(timeout=self.settings.heartbeat_seconds)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                status = self.store.heartbeat(job["id"], token, self.settings.lease_seconds)
+                if (status != "running" or self.stopping.is_set()) and not stop_sent:
+                    child.send_signal(signal.SIGTERM)  # the trainer saves a checkpoint at the step boundary
+                    stop_sent = True
+                self._sync(job, token, run)
+        except LeaseLost:
+            child.kill()
+            child.wait()
+            raise
+        except BaseException:
+            child.kill()
+            child.wait()
+            raise
+        self._sync(job, token, run)
+        self._finish(job, token, run, child.returncode, stop_sent, log_path)
+
+    def _finish(self, job: dict, token: str, run: Path, code: int, stop_sent: bool, log_path: Path) -> None:
+        status = self.store.heartbeat(job["id"], token, self.settings.lease_seconds)
+        if code == 0 and core.read_report(run) is not None:
+            if status == "running":
+                self._succeed(job, token, run)
+            self.store.release(job["id"], token)
+            return
+        if stop_sent:
+            if status == "running":  # this worker was told to stop: another one resumes the job
+                self.store.worker_update(
+                    job["id"], token, {"status": "queued"}, [{"message": "Worker stopping; the job is queued again"}]
+                )
+            self.store.release(job["id"], token)
+            return
+        if code == 1:  # the library's own error for something in the data or settings
+            data, _ = self._files(job)
+            message = core.scrub(_last_error(log_path), data, self._shown_name(job["tenant"], job["training_file"]))
+            self._fail(job, token, "training_failed", message)
+            return
+        job.update(self.store.get_job_any(job["id"]) or {})
+        why = f"exit code {code}" if code >= 0 else f"killed by {signal.Signals(-code).name}"
+        if self._count_death(job, token, run, why):
+            self.store.worker_update(job["id"], token, {"status": "queued"}, only_from=("running",))
+            self.store.release(job["id"], token)
+
+    def _succeed(self, job: dict, token: str, run: Path) -> None:
+        report = core.read_report(run) or {}
+        rows = core.read_metrics(run)
+        file_id = new_id("file")
+        content = results_csv(rows).encode()
+        (self.settings.files_dir / file_id).write_bytes(content)
+        self.store.add_file(job["tenant"], file_id, "step_metrics.csv", "fine-tune-results", len(content))
+        name = fine_tuned_model_name(job)
+        diagnosis = report.get("diagnosis") or {}
+        new_events = []
+        if diagnosis.get("message"):
+            level = "info" if diagnosis.get("kind") in (None, "good", "healthy", "ok") else "warn"
+            text = " ".join(x for x in (diagnosis.get("message"), diagnosis.get("next_step")) if x)
+            new_events.append({"message": f"Diagnosis ({diagnosis.get('kind')}): {text}", "level": level})
+        new_events.append({"message": "The job has successfully completed"})
+        done = self.store.worker_update(
+            job["id"],
+            token,
+            {
+                "status": "succeeded",
+                "finished_at": now(),
+                "fine_tuned_model": name,
+                "trained_tokens": report.get("tokens_processed"),
+                "result_files": [file_id],
+                "report": _jsonable(report),
+            },
+            new_events,
+            only_from=("running",),
+        )
+        if not done:
+            self.store.delete_file(job["tenant"], file_id)
+            (self.settings.files_dir / file_id).unlink(missing_ok=True)
+
+    # ------------------------------------------------------------------ run folder -> events, checkpoints
+
+    def _sync(self, job: dict, token: str, run: Path) -> None:
+        plan = core.read_plan(run) or {}
+        rows = core.read_metrics(run)
+        total = plan.get("total_steps")
+        save_every = plan.get("save_every") or 0
+        fresh = [r for r in rows if r["step"] > job["events_step"]]
+        new_events = []
+        for row in fresh:
+            evaluated = row.get("val_loss") is not None
+            saved = (save_every and row["step"] % save_every == 0) or row["step"] == total
+            if evaluated or saved:
+                new_events.append(metrics_event(row, total))
+        if fresh:
+            last = fresh[-1]["step"]
+            self.store.worker_update(job["id"], token, {"events_step": last}, new_events)
+            job["events_step"] = last
+        by_step = {r["step"]: r for r in rows}
+        kept = {step: checkpoint_metrics(by_step.get(step, {"step": step})) for step in core.checkpoint_steps(run)}
+        self.store.sync_checkpoints(job["id"], token, kept, fine_tuned_model_name(job))
+
+
+def metrics_event(row: dict, total: int | None) -> dict:
+    val = row.get("val_loss")
+    data = {
+        "step": row["step"],
+        "total_steps": total,
+        "train_loss": row.get("train_loss"),
+        "valid_loss": val,
+        "full_valid_loss": val,  # our validation always covers the whole held-out set
+        "train_mean_token_accuracy": None,
+        "valid_mean_token_accuracy": None,
+        "full_valid_mean_token_accuracy": None,
+    }
+    message = f"Step {row['step']}/{total}: training loss={row.get('train_loss', float('nan')):.4f}"
+    if val is not None:
+        message += f", validation loss={val:.4f}"
+    return {"message": message, "type": "metrics", "data": data}
+
+
+def checkpoint_metrics(row: dict) -> dict:
+    val = row.get("val_loss")
+    found = {"step": row["step"], "train_loss": row.get("train_loss"), "valid_loss": val, "full_valid_loss": val}
+    return {k: v for k, v in found.items() if v is not None}
+
+
+def results_csv(rows: list[dict]) -> str:
+    """OpenAI's results file: one row per step; accuracy columns stay empty (not measured)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(RESULTS_COLUMNS)
+    for row in rows:
+        val = row.get("val_loss")
+        writer.writerow([row["step"], f"{row['train_loss']:.5f}", "", "" if val is None else f"{val:.5f}", ""])
+    return out.getvalue()
+
+
+def _last_error(log_path: Path) -> str:
+    try:
+        lines = log_path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "the trainer failed"
+    errors = [line[len("error: ") :] for line in lines if line.startswith("error: ")]
+    return errors[-1] if errors else (lines[-1] if lines else "the trainer failed")
+
+
+def _jsonable(report: dict) -> dict:
+    import json
+
+    return json.loads(json.dumps(report, default=str))
