@@ -91,6 +91,7 @@ def _add_run_flags(p: argparse.ArgumentParser, training: bool) -> None:
     p.add_argument("--dtype", choices=["auto", "fp32", "bf16"], default=s, help="compute precision")
     p.add_argument("--no-packing", dest="packing", action="store_false", default=s, help="pad instead of pack")
     p.add_argument("--lora-dropout", type=float, default=s, help="dropout on the LoRA path (default 0)")
+    p.add_argument("--test-fraction", type=float, default=s, help="held-out test share (OUT/test.jsonl)")
 
 
 def _config_from_args(args: argparse.Namespace, data: str | None) -> RunConfig:
@@ -142,9 +143,24 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from finetune.eval.command import run_eval
+    from finetune.eval.command import EvalRequest, run_eval
 
-    return run_eval(args.data, args.model, args.tuned, args.limit, args.max_new_tokens, args.json, args.marker)
+    return run_eval(
+        EvalRequest(
+            data=args.data,
+            model=args.model,
+            tuned=args.tuned,
+            limit=args.limit,
+            max_new_tokens=args.max_new_tokens,
+            as_json=args.json,
+            markers=tuple(args.marker),
+            test=args.test,
+            checkpoints=args.checkpoints,
+            rules=tuple(args.rule),
+            out=args.out,
+            show=args.show,
+        )
+    )
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -219,11 +235,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_flags(p, training=True)
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("eval", help="answer held-out prompts with the base and the tuned model, side by side")
-    p.add_argument("data", help="held-out conversations; the last assistant reply of each is the reference")
-    p.add_argument("--model", required=True, help="the base model")
+    p = sub.add_parser("eval", help="answer held-out prompts with the base and the tuned model, and score them")
+    p.add_argument("data", help="a run folder, or held-out conversations (the last assistant reply is the reference)")
+    p.add_argument("--model", default=None, help="the base model (a run knows its own)")
     p.add_argument("--tuned", default=None, help="OUT/adapter (LoRA) or OUT/model (full) of a run")
-    p.add_argument("--limit", type=int, default=20, help="conversations to answer (default 20)")
+    p.add_argument("--test", default=None, help="run folder: the test file (default RUN/test.jsonl)")
+    p.add_argument("--checkpoints", action="store_true", help="run folder: also score every kept checkpoint")
+    p.add_argument("--rule", action="append", default=[], metavar="NAME=REGEX", help="a rule answers should follow")
+    p.add_argument("--out", default=None, help="write eval.json and eval.html here (a run: default RUN)")
+    p.add_argument("--limit", type=int, default=None, help="conversations to answer (file: default 20; run: all)")
+    p.add_argument("--show", type=int, default=3, help="best and worst examples to show (default 3)")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--marker", action="append", default=[], help="text every answer should contain (repeatable)")
     p.add_argument("--json", action="store_true", help="machine-readable output")

@@ -33,6 +33,8 @@ class RunConfig:
     """Use this file as the validation set instead of cutting one from `data`."""
     val_fraction: float | str = AUTO
     """Share of conversations held out for validation; 0 disables validation; auto picks from the data size."""
+    test_fraction: float = 0.0
+    """Share of conversations held out as a test set, from both training and validation (OUT/test.jsonl)."""
     record_policy: Literal["all", "last", "each"] = "all"
     """How a conversation becomes records: all targets in one record, only the last, or one record per target."""
     max_seq_len: int = 1024
@@ -141,6 +143,8 @@ class RunConfig:
             not isinstance(self.val_fraction, int | float) or not 0 <= self.val_fraction < 1
         ):
             raise ConfigError(f"--val-fraction must be at least 0 and below 1, or 'auto', got {self.val_fraction!r}")
+        if not isinstance(self.test_fraction, int | float) or not 0 <= self.test_fraction < 1:
+            raise ConfigError(f"--test-fraction must be at least 0 and below 1, got {self.test_fraction!r}")
         if self.warmup_ratio is not None and not 0 <= self.warmup_ratio < 1:
             raise ConfigError(f"--warmup-ratio must be at least 0 and below 1, got {self.warmup_ratio}")
         if self.warmup_steps is not None and self.warmup_steps < 0:

@@ -135,7 +135,7 @@ def _results(report: dict, step: int | None) -> list[str]:
 
 
 def _evaluation(evaluation: dict) -> list[str]:
-    overall = evaluation.get("overall") or {}
+    overall = evaluation.get("summary") or {}
     if not overall:
         return []
     metrics = sorted({m for numbers in overall.values() for m in numbers})

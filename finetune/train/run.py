@@ -150,6 +150,10 @@ def _run_training(
     say = show if (show and ctx.is_main) else (lambda _: None)
     if ctx.is_main:
         _check_out_dir(out, config.resume)
+    if config.test_fraction:
+        from finetune.eval.test_split import hold_out_test
+
+        config = hold_out_test(config, out)  # before the split and the plan: the test set is never trained on
 
     # ---- data and plan
     tokenizer = load_tokenizer(config.model, config.trust_remote_code)

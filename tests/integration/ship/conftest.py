@@ -17,5 +17,5 @@ FEW_STEPS = ["--epochs", "1", "--batch-size", "8", "--max-seq-len", "512", "--lr
 def lora_run(toy_model, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("ship") / "run"
     args = ["train", str(EXAMPLES / "train.jsonl"), "--model", str(toy_model), "--out", str(out), *FEW_STEPS]
-    assert main([*args, "--eval-every", "3", "--keep-checkpoints", "2"]) == 0
+    assert main([*args, "--eval-every", "3", "--keep-checkpoints", "2", "--test-fraction", "0.1"]) == 0
     return out
