@@ -61,12 +61,19 @@ Key = tuple[str, str | None]
 
 
 class Engine:
-    def __init__(self, max_models: int = 4, default_max_tokens: int = 256, dtype: torch.dtype = torch.float32):
+    def __init__(
+        self,
+        max_models: int = 4,
+        default_max_tokens: int = 256,
+        dtype: torch.dtype = torch.float32,
+        device: str | None = None,
+    ):
         if max_models < 1:
             raise ValueError("max_models must be at least 1")
         self.max_models = max_models
         self.default_max_tokens = default_max_tokens
         self.dtype = dtype
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self._bases: dict[str, _Base] = {}
         self._used: OrderedDict[Key, None] = OrderedDict()  # least recently used first
         self._names = 0
@@ -87,7 +94,7 @@ class Engine:
         from finetune.train.model import load_model
 
         if base not in self._bases:
-            model = load_model(base, self.dtype)
+            model = load_model(base, self.dtype).to(self.device)
             model.eval()
             self._bases[base] = _Base(model, load_tokenizer(base))
         return self._bases[base]
@@ -145,8 +152,8 @@ class Engine:
     def _kwargs(self, tokenizer, ids: list[int], params: GenerationParams) -> dict:
         stops = stop_ids(tokenizer)
         kwargs = dict(
-            input_ids=torch.tensor([ids]),
-            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+            input_ids=torch.tensor([ids], device=self.device),
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long, device=self.device),
             max_new_tokens=params.max_tokens or self.default_max_tokens,
             eos_token_id=stops,
             pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0],
