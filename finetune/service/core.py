@@ -59,8 +59,22 @@ def settings_from_hyperparameters(hyper: dict[str, Any]) -> tuple[dict[str, Any]
     try:
         RunConfig(**settings)
     except (UserError, TypeError, ValueError) as exc:
-        raise SettingsError(str(exc), next(iter(hyper), "hyperparameters")) from None
+        raise SettingsError(_in_api_terms(str(exc)), _blamed(str(exc), hyper)) from None
     return settings, multiplier
+
+
+def _blamed(message: str, hyper: dict[str, Any]) -> str:
+    """The caller's key a RunConfig message is about (its messages name the flag, e.g. --epochs)."""
+    for key in hyper:
+        if f"--{OPENAI_KEYS.get(key, key).replace('_', '-')}" in message:
+            return key
+    return next(iter(hyper), "hyperparameters")
+
+
+def _in_api_terms(message: str) -> str:
+    for key, name in OPENAI_KEYS.items():
+        message = message.replace(f"--{name.replace('_', '-')}", key)
+    return message
 
 
 def run_config(
@@ -142,7 +156,7 @@ def write_job_config(config: RunConfig, path: Path) -> None:
 
 def train_command(config_path: Path, out: Path, resume: bool) -> list[str]:
     """The library's own command line; `--devices N` in the config makes it launch N processes (torchrun)."""
-    command = [sys.executable, "-m", "finetune", "train", "--config", str(config_path), "--out", str(out)]
+    command = [sys.executable, "-m", "finetune", "train", "--config", str(config_path), "--out", str(out), "--json"]
     return [*command, "--resume"] if resume else command
 
 
@@ -181,9 +195,13 @@ def read_metrics(run: Path) -> list[dict]:
 
 
 def checkpoint_steps(run: Path) -> list[int]:
-    from finetune.train.checkpoint import list_checkpoints
-
-    return [int(p.name.split("-")[-1]) for p in list_checkpoints(run)]
+    """Steps of the checkpoints in RUN/checkpoints/step-NNNNNN (train/checkpoint.py's layout; read here without
+    importing that module, which loads torch: a worker never needs torch itself)."""
+    root = run / "checkpoints"
+    if not root.is_dir():
+        return []
+    found = [p.name[len("step-") :] for p in root.iterdir() if p.is_dir() and p.name.startswith("step-")]
+    return sorted(int(step) for step in found if step.isdigit())
 
 
 def final_weights(run: Path) -> Path | None:

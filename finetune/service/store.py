@@ -320,6 +320,7 @@ class Store:
         values: dict[str, Any] | None = None,
         new_events: list[dict] | None = None,
         only_from: tuple[str, ...] | None = None,
+        lease_seconds: float | None = None,
     ) -> bool:
         """Apply a worker's write atomically: values, events. Refused (LeaseLost) without the current token;
         skipped (False) when `only_from` is given and the job's status is no longer one of them (cancelled)."""
@@ -333,8 +334,10 @@ class Store:
                 raise LeaseLost(job_id)
             if only_from is not None and job["status"] not in only_from:
                 return False
-            if values:
-                conn.execute(update(jobs).where(jobs.c.id == job_id).values(**values))
+            # any write of the holder also renews its lease
+            lease = {"lease_expires_at": time.time() + lease_seconds} if lease_seconds else {}
+            if values or lease:
+                conn.execute(update(jobs).where(jobs.c.id == job_id).values(**(values or {}), **lease))
             for e in new_events or []:
                 self._event(conn, job_id, e["message"], e.get("level", "info"), e.get("type", "message"), e.get("data"))
             return True

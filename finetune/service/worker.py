@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import threading
+import traceback
 from pathlib import Path
 
 from finetune.errors import UserError
@@ -55,27 +56,42 @@ class Worker:
 
     def run_forever(self) -> None:
         while not self.stopping.is_set():
-            if not self.run_once():
+            try:
+                busy = self.run_once()
+            except Exception as exc:  # the database is unreachable for a while: keep trying, quietly
+                print(f"worker {self.name}: cannot claim jobs: {type(exc).__name__}", file=sys.stderr)
+                busy = False
+            if not busy:
                 self.stopping.wait(self.poll_seconds)
 
     def run_once(self) -> bool:
         claim = self.store.claim(self.name, self.settings.lease_seconds)
         if claim is None:
             return False
+        keeper = LeaseKeeper(self.store, claim.job["id"], claim.token, self.settings)
+        keeper.start()  # from the claim on: validation and planning can take longer than a lease
         try:
-            self._process(claim)
+            self._process(claim, keeper)
         except LeaseLost:
             print(f"worker {self.name}: lost the lease on {claim.job['id']}; another worker has it", file=sys.stderr)
+        except Exception:  # a bug must not take the worker down, nor send the job round every worker forever
+            traceback.print_exc()
+            with contextlib.suppress(Exception):
+                self._fail(claim.job, claim.token, "internal_error", "the worker failed unexpectedly; see its log")
+        finally:
+            keeper.stop()
         return True
 
     # ------------------------------------------------------------------ one job
 
-    def _process(self, claim: Claim) -> None:
+    def _process(self, claim: Claim, keeper: LeaseKeeper) -> None:
         job, token = claim.job, claim.token
         run = self.settings.runs_dir / job["id"]
         if claim.was_running and not self._count_death(job, token, run, "its worker stopped answering"):
             return
-        if job["status"] == "validating_files" and not self._validate(job, token):
+        # a job paused or resumed before it was planned has not been validated either
+        unchecked = job["status"] == "validating_files" or job["resolved"] is None
+        if unchecked and not self._validate(job, token):
             return
         config_path = self.settings.runs_dir / f"{job['id']}.yaml"
         needs_plan = job["resolved"] is None or not config_path.exists()
@@ -85,7 +101,7 @@ class Worker:
         if not resume and run.exists():
             shutil.rmtree(run)  # died before its first checkpoint: nothing to keep, start clean
         attempts = job["attempts"] + 1
-        started = self.store.worker_update(
+        started = self._update(
             job["id"],
             token,
             {"status": "running", "attempts": attempts},
@@ -97,10 +113,14 @@ class Worker:
         if not started:  # paused or cancelled meanwhile
             self.store.release(job["id"], token)
             return
-        self._train(job, token, run, config_path, resume, attempts)
+        self._train(job, token, run, config_path, resume, attempts, keeper)
+
+    def _update(self, *args, **kwargs) -> bool:
+        """store.worker_update, renewing the lease with the write."""
+        return self.store.worker_update(*args, lease_seconds=self.settings.lease_seconds, **kwargs)
 
     def _fail(self, job: dict, token: str, code: str, message: str, param: str | None = None) -> None:
-        self.store.worker_update(
+        self._update(
             job["id"],
             token,
             {"status": "failed", "finished_at": now(), "error": {"code": code, "message": message, "param": param}},
@@ -118,7 +138,7 @@ class Worker:
             message = f"the trainer died {deaths} times at step {step} ({why}); not retrying"
             self._fail(job, token, "training_died", message)
             return False
-        self.store.worker_update(
+        self._update(
             job["id"],
             token,
             {"death_step": step, "deaths_at_step": deaths, "status": "running"},
@@ -157,9 +177,16 @@ class Worker:
             if error:
                 self._fail(job, token, error["code"], error["message"], error["param"])
                 return False
-        self.store.worker_update(
-            job["id"], token, {"status": "queued"}, [{"message": "Validated training file(s)"}], ("validating_files",)
+        validated = self._update(
+            job["id"],
+            token,
+            {"status": "queued"},
+            [{"message": "Validated training file(s)"}],
+            only_from=("validating_files", "queued"),
         )
+        if not validated:  # cancelled or paused meanwhile
+            self.store.release(job["id"], token)
+            return False
         job["status"] = "queued"
         return True
 
@@ -188,7 +215,7 @@ class Worker:
         new_events += [{"message": f"[{w['code']}] {w['message']}", "level": "warn"} for w in plan["warnings"]]
         seconds = (plan.get("cost") or {}).get("seconds")
         values = {"resolved": resolved, "estimated_finish": now() + int(seconds) if seconds else None}
-        self.store.worker_update(job["id"], token, values, new_events)
+        self._update(job["id"], token, values, new_events)
         job["resolved"] = resolved
         return True
 
@@ -200,7 +227,9 @@ class Worker:
             return [*fake.split(), "--config", str(config_path), "--out", str(run), *(["--resume"] if resume else [])]
         return core.train_command(config_path, run, resume)
 
-    def _train(self, job: dict, token: str, run: Path, config_path: Path, resume: bool, attempt: int) -> None:
+    def _train(
+        self, job: dict, token: str, run: Path, config_path: Path, resume: bool, attempt: int, keeper: LeaseKeeper
+    ) -> None:
         log_path = self.settings.logs_dir / f"{job['id']}-attempt-{attempt}.log"
         with open(log_path, "wb") as log:
             child = subprocess.Popen(
@@ -219,8 +248,9 @@ class Worker:
                     break
                 except subprocess.TimeoutExpired:
                     pass
-                status = self.store.heartbeat(job["id"], token, self.settings.lease_seconds)
-                if (status != "running" or self.stopping.is_set()) and not stop_sent:
+                if keeper.lost:
+                    raise LeaseLost(job["id"])
+                if (keeper.status not in (None, "running") or self.stopping.is_set()) and not stop_sent:
                     child.send_signal(signal.SIGTERM)  # the trainer saves a checkpoint at the step boundary
                     stop_sent = True
                 self._sync(job, token, run)
@@ -244,7 +274,7 @@ class Worker:
             return
         if stop_sent:
             if status == "running":  # this worker was told to stop: another one resumes the job
-                self.store.worker_update(
+                self._update(
                     job["id"], token, {"status": "queued"}, [{"message": "Worker stopping; the job is queued again"}]
                 )
             self.store.release(job["id"], token)
@@ -257,7 +287,7 @@ class Worker:
         job.update(self.store.get_job_any(job["id"]) or {})
         why = f"exit code {code}" if code >= 0 else f"killed by {signal.Signals(-code).name}"
         if self._count_death(job, token, run, why):
-            self.store.worker_update(job["id"], token, {"status": "queued"}, only_from=("running",))
+            self._update(job["id"], token, {"status": "queued"}, only_from=("running",))
             self.store.release(job["id"], token)
 
     def _succeed(self, job: dict, token: str, run: Path) -> None:
@@ -275,7 +305,7 @@ class Worker:
             text = " ".join(x for x in (diagnosis.get("message"), diagnosis.get("next_step")) if x)
             new_events.append({"message": f"Diagnosis ({diagnosis.get('kind')}): {text}", "level": level})
         new_events.append({"message": "The job has successfully completed"})
-        done = self.store.worker_update(
+        done = self._update(
             job["id"],
             token,
             {
@@ -309,11 +339,38 @@ class Worker:
                 new_events.append(metrics_event(row, total))
         if fresh:
             last = fresh[-1]["step"]
-            self.store.worker_update(job["id"], token, {"events_step": last}, new_events)
-            job["events_step"] = last
+            # after a cancel or pause the terminal or paused event stays the last word
+            if self._update(job["id"], token, {"events_step": last}, new_events, only_from=("running",)):
+                job["events_step"] = last
         by_step = {r["step"]: r for r in rows}
         kept = {step: checkpoint_metrics(by_step.get(step, {"step": step})) for step in core.checkpoint_steps(run)}
         self.store.sync_checkpoints(job["id"], token, kept, fine_tuned_model_name(job))
+
+
+class LeaseKeeper(threading.Thread):
+    """Renews a claimed job's lease every heartbeat for as long as this worker holds it, and notes the job's
+    status (a cancel or pause shows up here) or that the lease went to another worker."""
+
+    def __init__(self, store: Store, job_id: str, token: str, settings: ServiceSettings) -> None:
+        super().__init__(name=f"lease-{job_id}", daemon=True)
+        self.store, self.job_id, self.token, self.settings = store, job_id, token, settings
+        self.status: str | None = None
+        self.lost = False
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        while not self._done.wait(self.settings.heartbeat_seconds):
+            try:
+                self.status = self.store.heartbeat(self.job_id, self.token, self.settings.lease_seconds)
+            except LeaseLost:
+                self.lost = True
+                return
+            except Exception as exc:  # a database hiccup: the lease still has time; try again next beat
+                print(f"heartbeat for {self.job_id} failed: {type(exc).__name__}", file=sys.stderr)
+
+    def stop(self) -> None:
+        self._done.set()
+        self.join()
 
 
 def metrics_event(row: dict, total: int | None) -> dict:

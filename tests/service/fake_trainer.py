@@ -1,0 +1,23 @@
+"""Test-only stand-in for `python -m finetune train --config C --out OUT [--resume]` (FINETUNE_TEST_TRAIN_COMMAND):
+writes a one-step run folder in milliseconds, so tests can push many jobs through claim, lease, run and
+complete. FAKE_TRAINER_LOG: a file to append the run folder's name to (one line per run);
+FAKE_TRAINER_MODE=die: SIGKILL itself at once (a trainer that dies)."""
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+args = sys.argv[1:]
+out = Path(args[args.index("--out") + 1])
+if os.environ.get("FAKE_TRAINER_MODE") == "die":
+    os.kill(os.getpid(), signal.SIGKILL)
+if os.environ.get("FAKE_TRAINER_LOG"):
+    with open(os.environ["FAKE_TRAINER_LOG"], "a") as log:
+        log.write(out.name + "\n")
+(out / "checkpoints" / "step-000001").mkdir(parents=True, exist_ok=True)
+(out / "adapter").mkdir(exist_ok=True)
+(out / "plan.json").write_text(json.dumps({"total_steps": 1, "save_every": 1, "tokens_processed": 42}))
+(out / "metrics.jsonl").write_text(json.dumps({"step": 1, "train_loss": 1.5}) + "\n")
+(out / "report.json").write_text(json.dumps({"tokens_processed": 42, "diagnosis": {}}))

@@ -1,0 +1,53 @@
+"""OpenAI hyperparameters -> RunConfig settings, and the results CSV: no server, no model."""
+
+from __future__ import annotations
+
+import pytest
+
+from finetune.service.core import SettingsError, settings_from_hyperparameters
+from finetune.service.worker import metrics_event, results_csv
+
+
+def test_openai_names_map_to_run_config():
+    settings, multiplier = settings_from_hyperparameters(
+        {"n_epochs": 3, "batch_size": "auto", "learning_rate_multiplier": 2, "lora_rank": 4, "method": "lora"}
+    )
+    assert settings == {"epochs": 3, "batch_size": "auto", "lora_rank": 4, "method": "lora"}
+    assert multiplier == 2.0
+    assert settings_from_hyperparameters({"learning_rate_multiplier": "auto"}) == ({}, None)
+
+
+@pytest.mark.parametrize(
+    "hyper, param",
+    [
+        ({"data": "/etc/passwd"}, "data"),  # paths, code and prices are the server's
+        ({"model": "/somewhere"}, "model"),
+        ({"trust_remote_code": True}, "trust_remote_code"),
+        ({"out": "/tmp/x"}, "out"),
+        ({"price_per_million_tokens": 0}, "price_per_million_tokens"),
+        ({"n_epochs": 0}, "n_epochs"),
+        ({"learning_rate_multiplier": -1}, "learning_rate_multiplier"),
+        ({"no_such_knob": 1}, "no_such_knob"),
+    ],
+)
+def test_refused_hyperparameters_name_the_key(hyper, param):
+    with pytest.raises(SettingsError) as raised:
+        settings_from_hyperparameters(hyper)
+    assert raised.value.param == param
+
+
+def test_results_csv_has_openai_columns_and_one_row_per_step():
+    rows = [{"step": 1, "train_loss": 1.25}, {"step": 2, "train_loss": 0.5, "val_loss": 0.75}]
+    assert results_csv(rows).splitlines() == [
+        "step,train_loss,train_accuracy,valid_loss,valid_mean_token_accuracy",
+        "1,1.25000,,,",
+        "2,0.50000,,0.75000,",
+    ]
+    event = metrics_event(rows[1], 2)
+    assert event["type"] == "metrics" and event["data"]["step"] == 2 and event["data"]["full_valid_loss"] == 0.75
+
+
+def test_the_blamed_key_is_the_bad_one_among_several():
+    with pytest.raises(SettingsError) as raised:
+        settings_from_hyperparameters({"lora_rank": 4, "batch_size": 8, "n_epochs": 0})
+    assert raised.value.param == "n_epochs" and "n_epochs" in str(raised.value)

@@ -1,0 +1,146 @@
+"""Workers, with the real validation and plan but a stand-in trainer (fake_trainer.py): many jobs in seconds.
+
+The 4-workers test runs real `finetune worker` processes against PostgreSQL (FOR UPDATE SKIP LOCKED)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+
+from service_helpers import FAKE_TRAINER, fresh_postgres_database, settings_for
+
+from finetune.service.store import Store, new_id
+from finetune.service.worker import TEST_TRAIN_COMMAND, Worker
+
+
+def _add_job(store: Store, settings, data, tenant="a", **extra) -> str:
+    file_id = new_id("file")
+    shutil.copy(data, settings.files_dir / file_id)
+    store.add_file(tenant, file_id, "tiny.jsonl", "fine-tune", data.stat().st_size)
+    values = dict(model="toy", model_location=settings.models["toy"], training_file=file_id, seed=1,
+                  method={"type": "supervised"}, run_settings={"max_steps": 1, "val_fraction": 0}) | extra  # fmt: skip
+    return store.create_job(tenant, values)["id"]
+
+
+def _fake(monkeypatch, mode: str = "ok") -> None:
+    monkeypatch.setenv(TEST_TRAIN_COMMAND, f"{sys.executable} {FAKE_TRAINER}")
+    monkeypatch.setenv("FAKE_TRAINER_MODE", mode)
+
+
+def test_a_job_runs_to_succeeded(tmp_path, toy_model, tiny_data, monkeypatch):
+    _fake(monkeypatch)
+    settings = settings_for(tmp_path / "d", toy_model, heartbeat_seconds=0.1)
+    settings.make_dirs()
+    store = Store(settings.database_url)
+    store.migrate()
+    job_id = _add_job(store, settings, tiny_data)
+    assert Worker(settings, store).run_once()
+    job = store.get_job("a", job_id)
+    assert job["status"] == "succeeded" and job["trained_tokens"] == 42 and job["attempts"] == 1
+    assert job["fine_tuned_model"] == f"ft:toy:a::{job_id}"
+    results = store.get_file("a", job["result_files"][0])
+    assert results["purpose"] == "fine-tune-results"
+    assert (settings.files_dir / results["id"]).read_text().startswith("step,train_loss,train_accuracy,valid_loss")
+    messages = [e["message"] for e in store.list_events("a", job_id, None, 100).rows]
+    assert sum("successfully completed" in m for m in messages) == 1
+
+
+def test_three_deaths_at_the_same_step_fail_the_job(tmp_path, toy_model, tiny_data, monkeypatch):
+    _fake(monkeypatch, "die")
+    settings = settings_for(tmp_path / "d", toy_model, heartbeat_seconds=0.1)
+    settings.make_dirs()
+    store = Store(settings.database_url)
+    store.migrate()
+    job_id = _add_job(store, settings, tiny_data)
+    worker = Worker(settings, store)
+    for _ in range(3):
+        assert worker.run_once()
+    job = store.get_job("a", job_id)
+    assert job["status"] == "failed" and job["attempts"] == 3
+    assert job["error"]["code"] == "training_died" and "3 times at step 0" in job["error"]["message"]
+    assert not worker.run_once()  # nothing left to claim
+
+
+def test_four_workers_forty_jobs_each_run_exactly_once(tmp_path, toy_model, tiny_data, monkeypatch):
+    url = fresh_postgres_database()
+    _fake(monkeypatch)
+    log = tmp_path / "runs.log"
+    monkeypatch.setenv("FAKE_TRAINER_LOG", str(log))
+    settings = settings_for(tmp_path / "d", toy_model, database=url)
+    settings.make_dirs()
+    store = Store(url)
+    store.migrate()
+    ids = [_add_job(store, settings, tiny_data) for _ in range(40)]
+    command = [sys.executable, "-m", "finetune", "worker", "--data-dir", str(settings.data_dir), "--database", url,
+               "--heartbeat-seconds", "0.2"]  # fmt: skip
+    workers = [subprocess.Popen(command, env=os.environ, stdout=subprocess.DEVNULL) for _ in range(4)]
+    try:
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline:
+            statuses = Counter(store.get_job("a", i)["status"] for i in ids)
+            if statuses["succeeded"] + statuses["failed"] == len(ids):
+                break
+            time.sleep(0.5)
+    finally:
+        for w in workers:
+            w.terminate()
+        for w in workers:
+            w.wait(timeout=60)
+    jobs = [store.get_job("a", i) for i in ids]
+    assert Counter(j["status"] for j in jobs) == {"succeeded": 40}
+    assert Counter(log.read_text().split()) == dict.fromkeys(ids, 1)  # every job trained exactly once
+    assert {j["attempts"] for j in jobs} == {1}
+    assert len({j["worker"] for j in jobs}) == 1  # released: no job still names a worker
+
+
+def test_a_job_paused_before_validation_is_still_validated_after_resume(tmp_path, toy_model, monkeypatch):
+    _fake(monkeypatch)
+    settings = settings_for(tmp_path / "d", toy_model, heartbeat_seconds=0.1)
+    settings.make_dirs()
+    store = Store(settings.database_url)
+    store.migrate()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json\n")
+    job_id = _add_job(store, settings, bad)
+    store.transition("a", job_id, "pause")
+    assert not Worker(settings, store).run_once()  # paused: nothing to claim
+    store.transition("a", job_id, "resume")
+    assert Worker(settings, store).run_once()
+    job = store.get_job("a", job_id)
+    assert job["status"] == "failed" and job["error"]["code"] == "invalid_training_file"
+    assert "line 1" in job["error"]["message"]
+
+
+def test_the_lease_is_kept_while_a_slow_validation_runs(tmp_path, toy_model, tiny_data, monkeypatch):
+    """A regression: validation and planning ran without a heartbeat, so under load another worker took the job
+    meanwhile and it was trained twice."""
+    import threading
+
+    from finetune.service import core
+
+    _fake(monkeypatch)
+    settings = settings_for(tmp_path / "d", toy_model, lease_seconds=3, heartbeat_seconds=0.3)  # margin for a busy CI
+    settings.make_dirs()
+    store = Store(settings.database_url)
+    store.migrate()
+    job_id = _add_job(store, settings, tiny_data)
+    real_validate = core.validate_training_file
+    monkeypatch.setattr(core, "validate_training_file", lambda *a: time.sleep(7) or real_validate(*a))
+    worker = threading.Thread(target=Worker(settings, store).run_once)
+    worker.start()
+    while store.get_job("a", job_id)["worker"] is None:  # the worker's claim comes first
+        time.sleep(0.01)
+    stolen = []
+    while worker.is_alive():
+        claim = store.claim("thief", lease_seconds=30)
+        if claim:
+            stolen.append(claim.job["id"])
+            store.release(claim.job["id"], claim.token)
+        time.sleep(0.1)
+    worker.join()
+    job = store.get_job("a", job_id)
+    assert stolen == [] and job["status"] == "succeeded" and job["attempts"] == 1
