@@ -6,6 +6,7 @@ finetune plan DATA.jsonl [--model M] ... [--json]      |   finetune plan --examp
 finetune train DATA.jsonl --model M --out DIR [...]    |   finetune train --config run.yaml
 finetune convert IN --out OUT.jsonl [--format F]
 finetune demo [--out DIR]
+finetune export RUN --out DIR [--merge | --adapter] [--dtype D]   |   finetune chat RUN [--system TEXT]
 """
 
 from __future__ import annotations
@@ -143,9 +144,37 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from finetune.eval.command import run_eval
+    from finetune.eval.command import EvalRequest, run_eval
 
-    return run_eval(args.data, args.model, args.tuned, args.limit, args.max_new_tokens, args.json, args.marker)
+    return run_eval(
+        EvalRequest(
+            data=args.data,
+            model=args.model,
+            tuned=args.tuned,
+            limit=args.limit,
+            max_new_tokens=args.max_new_tokens,
+            as_json=args.json,
+            markers=tuple(args.marker),
+            test=args.test,
+            checkpoints=args.checkpoints,
+            rules=tuple(args.rule),
+            out=args.out,
+            show=args.show,
+        )
+    )
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from finetune.export.command import run_export
+
+    run_export(args.run, args.out, args.mode, args.dtype, args.checkpoint, args.gguf)
+    return 0
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    from finetune.chat import run_chat
+
+    return run_chat(args.run, args.system, args.checkpoint, args.max_new_tokens, args.temperature)
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
@@ -215,11 +244,16 @@ def build_parser() -> argparse.ArgumentParser:
     add_setting_flags(p, "train")
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("eval", help="answer held-out prompts with the base and the tuned model, side by side")
-    p.add_argument("data", help="held-out conversations; the last assistant reply of each is the reference")
-    p.add_argument("--model", required=True, help="the base model")
+    p = sub.add_parser("eval", help="answer held-out prompts with the base and the tuned model, and score them")
+    p.add_argument("data", help="a run folder, or held-out conversations (the last assistant reply is the reference)")
+    p.add_argument("--model", default=None, help="the base model (a run knows its own)")
     p.add_argument("--tuned", default=None, help="OUT/adapter (LoRA) or OUT/model (full) of a run")
-    p.add_argument("--limit", type=int, default=20, help="conversations to answer (default 20)")
+    p.add_argument("--test", default=None, help="run folder: the test file (default RUN/test.jsonl)")
+    p.add_argument("--checkpoints", action="store_true", help="run folder: also score every kept checkpoint")
+    p.add_argument("--rule", action="append", default=[], metavar="NAME=REGEX", help="a rule answers should follow")
+    p.add_argument("--out", default=None, help="write eval.json and eval.html here (a run: default RUN)")
+    p.add_argument("--limit", type=int, default=None, help="conversations to answer (file: default 20; run: all)")
+    p.add_argument("--show", type=int, default=3, help="best and worst examples to show (default 3)")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--marker", action="append", default=[], help="text every answer should contain (repeatable)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -230,6 +264,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, metavar="OUT.jsonl", help="file to write (must not exist yet)")
     p.add_argument("--format", choices=FORMATS, default=None, help="read IN as this format (default: detect)")
     p.set_defaults(func=cmd_convert)
+
+    p = sub.add_parser("export", help="write a run's model for use elsewhere: merged, full or adapter, with a card")
+    p.add_argument("run", help="the --out folder of a finetune train run")
+    p.add_argument("--out", required=True, help="folder to create (never overwritten)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--merge", dest="mode", action="store_const", const="merge", help="fold LoRA into the base")
+    mode.add_argument("--adapter", dest="mode", action="store_const", const="adapter", help="the adapter alone")
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None, help="default: the base's")
+    p.add_argument("--checkpoint", type=int, default=None, metavar="STEP", help="export a kept checkpoint")
+    p.add_argument("--gguf", action="store_true", help="also write model.gguf (llama.cpp, Ollama)")
+    p.set_defaults(func=cmd_export, mode=None)
+
+    p = sub.add_parser("chat", help="talk to a run's model in the terminal, streaming its answers")
+    p.add_argument("run", help="the --out folder of a finetune train run")
+    p.add_argument("--system", default=None, help="system message at the start of the conversation")
+    p.add_argument("--checkpoint", type=int, default=None, metavar="STEP", help="talk to a kept checkpoint")
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.set_defaults(func=cmd_chat)
 
     _add_service_parsers(sub)
 

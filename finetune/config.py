@@ -59,6 +59,8 @@ class RunConfig:
     """Use this file as the validation set instead of cutting one from `data`."""
     val_fraction: float | str = AUTO
     """Share of conversations held out for validation; 0 disables validation; auto picks from the data size."""
+    test_fraction: float = 0.0
+    """Share of conversations held out as a test set, from both training and validation (OUT/test.jsonl)."""
     record_policy: RecordPolicy = RecordPolicy.ALL
     """How a conversation becomes records: all targets in one record, only the last, or one record per target."""
     max_seq_len: int = 1024
@@ -156,6 +158,8 @@ class RunConfig:
             raise ConfigError(f"--lora-alpha must be a positive number or 'auto', got {self.lora_alpha!r}")
         if self.val_fraction != AUTO and not 0 <= self.val_fraction < 1:
             raise ConfigError(f"--val-fraction must be at least 0 and below 1, or 'auto', got {self.val_fraction!r}")
+        if not 0 <= self.test_fraction < 1:
+            raise ConfigError(f"--test-fraction must be at least 0 and below 1, got {self.test_fraction!r}")
         if self.warmup_ratio is not None and not 0 <= self.warmup_ratio < 1:
             raise ConfigError(f"--warmup-ratio must be at least 0 and below 1, got {self.warmup_ratio}")
         if self.max_grad_norm is not None and self.max_grad_norm <= 0:
@@ -209,7 +213,7 @@ class RunConfig:
 # the data settings: how a file becomes training records; `validate`, `plan` and `train` all take them
 DATA_SETTINGS = ("val_file", "val_fraction", "record_policy", "max_seq_len", "truncation", "format")
 # settings only a run has (plan takes every other one: it shows what train would do)
-TRAIN_ONLY = ("out", "resume", "keep_checkpoints")
+TRAIN_ONLY = ("out", "resume", "keep_checkpoints", "test_fraction")
 # positional arguments of the commands rather than flags
 POSITIONAL = ("data",)
 REQUIRED = {"train": ("data", "model", "out")}

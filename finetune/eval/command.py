@@ -1,29 +1,35 @@
-"""`finetune eval TEST.jsonl --model BASE --tuned OUT/adapter|OUT/model`: read answers, base vs tuned.
+"""`finetune eval`: read the answers, and measure them. Base vs tuned (and vs any kept checkpoint).
 
-Loss says how well a model predicts the team's replies; this shows the replies themselves. For each
-held-out conversation the final assistant message is the reference; both models answer the
-conversation before it (greedy). The overlap with the reference (token F1, as in SQuAD) is printed
-as a rough, honest number: it rewards the team's wording, not correctness.
+    finetune eval TEST.jsonl --model BASE --tuned OUT/adapter|OUT/model     a test file and two models
+    finetune eval RUN [--test FILE] [--checkpoints] [--rule NAME=REGEX ...]  a run: its base, its final
+                                                  weights and (--checkpoints) every kept checkpoint, on the
+                                                  run's own test set (train --test-fraction) or --test FILE
+
+For each held-out conversation the final assistant message is the reference; every model answers the
+conversation before it (greedy). Numbers per example and overall (metrics.py): exact match, token F1,
+ROUGE-L, answer length, the rate of each `--rule`, and the win rate over the base on the rules. The best
+and worst examples by token F1 are shown beside the reference. A run writes RUN/eval.json and
+RUN/eval.html (or --out DIR). Overlap numbers reward the team's wording, not correctness: read answers.
 """
 
 from __future__ import annotations
 
 import json
-import re
-from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from finetune.errors import UserError
+from finetune.eval.metrics import parse_rules, rule_win_rate, score, summarize, token_f1  # noqa: F401 (API)
+
+FILE_MODE_LIMIT = 20  # conversations answered from a test file when --limit is not given
 
 
-def token_f1(answer: str, reference: str) -> float:
-    """Harmonic mean of word precision and recall against the reference (case-insensitive)."""
-    got, want = re.findall(r"\w+", answer.lower()), re.findall(r"\w+", reference.lower())
-    common = sum((Counter(got) & Counter(want)).values())
-    if not got or not want or not common:
-        return 0.0
-    precision, recall = common / len(got), common / len(want)
-    return 2 * precision * recall / (precision + recall)
+@dataclass
+class Candidate:
+    name: str  # "base", "tuned", "step-120"
+    source: str  # what was loaded, for the record
+    load: Callable[[], object]
 
 
 def load_tuned(base: str, tuned: str):
@@ -37,54 +43,195 @@ def load_tuned(base: str, tuned: str):
     return load_model(tuned)
 
 
-def run_eval(
-    data: str, model: str, tuned: str | None, limit: int, max_new_tokens: int, as_json: bool, markers: list[str]
-) -> int:
-    from rich.console import Console
-    from rich.table import Table
+@dataclass
+class EvalRequest:
+    data: str
+    model: str | None = None
+    tuned: str | None = None
+    limit: int | None = None
+    max_new_tokens: int = 128
+    as_json: bool = False
+    markers: tuple[str, ...] = ()
+    test: str | None = None
+    checkpoints: bool = False
+    rules: tuple[str, ...] = ()
+    out: str | None = None
+    show: int = 3
 
-    from finetune.data.read import read_file
-    from finetune.data.tokenize import load_tokenizer
-    from finetune.eval.generate import generate_answers, style_rate
+
+def _run_candidates(request: EvalRequest) -> tuple[str, str, list[Candidate], Path]:
+    """(test file, tokenizer folder, models, output folder) for `finetune eval RUN`."""
+    from finetune.eval.test_split import TEST_FILE
+    from finetune.run_folder import checkpoint_steps, load_for_generation, locate_weights
     from finetune.train.model import load_model
 
-    parsed = read_file(data)
-    if not parsed.ok:
-        raise UserError(f"{data} is not usable; run `finetune validate {data}` to see why")
-    conversations = [c for c in parsed.conversations if c.messages[-1].role == "assistant"][:limit]
-    if not conversations:
-        raise UserError(f"{data}: no conversation ends with an assistant reply to compare with")
-    references = [c.messages[-1].content for c in conversations]
-    tokenizer = load_tokenizer(tuned if tuned and (Path(tuned) / "tokenizer_config.json").exists() else model)
+    run = Path(request.data)
+    final = locate_weights(run)
+    base = request.model or final.base
+    test = request.test or str(run / TEST_FILE)
+    if request.test and not Path(request.test).is_file():
+        raise UserError(f"--test: {request.test} is not a file")
+    if not Path(test).exists():
+        raise UserError(f"{run} has no test set ({TEST_FILE}): pass --test FILE, or train with --test-fraction F")
+    candidates = [Candidate("base", base, lambda: load_model(base))]
+    if request.tuned:
+        candidates.append(Candidate("tuned", request.tuned, lambda: load_tuned(base, request.tuned)))
+    else:
+        candidates.append(Candidate("tuned", str(final.adapter or final.model), lambda: load_for_generation(final)[0]))
+    if request.checkpoints:
+        steps = checkpoint_steps(run)
+        if not steps:
+            raise UserError(f"{run} keeps no checkpoints to score")
+        for step in steps:
+            weights = locate_weights(run, step)
+            where = str(weights.adapter or weights.model)
+            candidates.append(Candidate(f"step-{step}", where, lambda w=weights: load_for_generation(w)[0]))
+    return test, final.tokenizer, candidates, Path(request.out or run)
 
-    answers = {"base": generate_answers(load_model(model), tokenizer, conversations, max_new_tokens)}
+
+def _file_candidates(request: EvalRequest) -> tuple[str, str, list[Candidate], Path | None]:
+    from finetune.train.model import load_model
+
+    if request.checkpoints:
+        raise UserError("--checkpoints scores a run's checkpoints: pass the run folder (finetune eval RUN)")
+    if not request.model:
+        raise UserError(f"{request.data} is a test file: pass the base model with --model (or give a run folder)")
+    if request.test:
+        raise UserError("--test goes with a run folder: finetune eval RUN --test FILE")
+    model, tuned = request.model, request.tuned
+    candidates = [Candidate("base", model, lambda: load_model(model))]
     if tuned:
-        answers["tuned"] = generate_answers(load_tuned(model, tuned), tokenizer, conversations, max_new_tokens)
+        candidates.append(Candidate("tuned", tuned, lambda: load_tuned(model, tuned)))
+    tokenizer = tuned if tuned and (Path(tuned) / "tokenizer_config.json").exists() else model
+    return request.data, tokenizer, candidates, Path(request.out) if request.out else None
 
-    summary = {
-        name: {
-            "token_f1": sum(map(token_f1, got, references)) / len(references),
-            **({"style_rate": style_rate(got, markers)} if markers else {}),
-        }
-        for name, got in answers.items()
-    }
+
+def _read_test(path: str, limit: int | None):
+    from finetune.data.read import read_file
+
+    parsed = read_file(path)
+    if not parsed.ok:
+        raise UserError(f"{path} is not usable; run `finetune validate {path}` to see why")
+    conversations = [c for c in parsed.conversations if c.messages[-1].role == "assistant"]
+    if limit is not None:
+        conversations = conversations[:limit]
+    if not conversations:
+        raise UserError(f"{path}: no conversation ends with an assistant reply to compare with")
+    return conversations
+
+
+def evaluate(request: EvalRequest) -> tuple[dict, Path | None]:
+    """Answer, score and summarize; returns (eval.json's content, the folder to write it to or None)."""
+    from finetune.data.tokenize import load_tokenizer
+    from finetune.eval.generate import generate_answers, style_rate
+    from finetune.run_folder import is_run_folder
+
+    run_mode = is_run_folder(request.data)
+    test, tokenizer_home, candidates, out = (_run_candidates if run_mode else _file_candidates)(request)
+    rules = parse_rules(list(request.rules))
+    conversations = _read_test(test, request.limit if (run_mode or request.limit) else FILE_MODE_LIMIT)
+    references = [c.messages[-1].content for c in conversations]
+    tokenizer = load_tokenizer(tokenizer_home)
+
+    answers: dict[str, list[str]] = {}
+    for candidate in candidates:
+        answers[candidate.name] = generate_answers(candidate.load(), tokenizer, conversations, request.max_new_tokens)
+    scores = {name: [score(a, r, rules) for a, r in zip(got, references, strict=True)] for name, got in answers.items()}
+    summary = {name: summarize(rows) for name, rows in scores.items()}
+    if request.markers:
+        for name, got in answers.items():
+            summary[name]["style_rate"] = style_rate(got, list(request.markers))
     rows = [
         {"line": c.line, "prompt": c.messages[-2].content if len(c.messages) > 1 else "", "reference": ref}
         | {name: got[i] for name, got in answers.items()}
+        | {"scores": {name: s[i] for name, s in scores.items()}}
         for i, (c, ref) in enumerate(zip(conversations, references, strict=True))
     ]
-    if as_json:
-        print(json.dumps({"examples": len(rows), "summary": summary, "rows": rows}, ensure_ascii=False, indent=2))
+    primary = "tuned" if "tuned" in answers else "base"
+    ordered = sorted(range(len(rows)), key=lambda i: (scores[primary][i]["token_f1"], -i))
+    pick = min(request.show, len(rows))
+
+    def example(i: int) -> dict:
+        row = rows[i]
+        return {
+            "line": row["line"],
+            "prompt": row["prompt"],
+            "reference": row["reference"],
+            "answer": row[primary],
+            "base": row["base"],
+            "token_f1": scores[primary][i]["token_f1"],
+        }
+
+    result = {
+        "test_file": str(test),
+        "examples": len(rows),
+        "models": {c.name: c.source for c in candidates},
+        "rules": {name: rule.pattern for name, rule in rules.items()},
+        "summary": summary,
+        "win_rate": {
+            name: rule_win_rate(scores["base"], s, list(rules)) for name, s in scores.items() if name != "base"
+        }
+        if rules
+        else {},
+        "ranked_by": f"token_f1 of {primary}",
+        "best": [example(i) for i in reversed(ordered[-pick:])] if pick else [],
+        "worst": [example(i) for i in ordered[:pick]],
+        "rows": rows,
+    }
+    return result, out
+
+
+def write_outputs(result: dict, out: Path) -> tuple[Path, Path]:
+    from finetune.eval.html import render_html
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "eval.json").write_text(json.dumps(result, ensure_ascii=False, indent=2), encoding="utf-8")
+    (out / "eval.html").write_text(render_html(result), encoding="utf-8")
+    return out / "eval.json", out / "eval.html"
+
+
+def run_eval(request: EvalRequest) -> int:
+    result, out = evaluate(request)
+    written = write_outputs(result, out) if out is not None else None
+    if request.as_json:
+        print(json.dumps(result, ensure_ascii=False, indent=2))
         return 0
-    console = Console(highlight=False)
-    table = Table(show_lines=True, expand=True)
-    for column in ("prompt", "reference", *answers):
-        table.add_column(column, ratio=1)
-    for row in rows:
-        table.add_row(*(str(row[k])[:500] for k in ("prompt", "reference", *answers)))
-    console.print(table)
-    for name, numbers in summary.items():
-        extra = f", style {numbers['style_rate']:.0%}" if "style_rate" in numbers else ""
-        console.print(f"{name}: word overlap with the reference (token F1) {numbers['token_f1']:.2f}{extra}")
-    console.print("Overlap rewards the team's wording, not correctness: read the answers.")
+    _print(result, written)
     return 0
+
+
+def _print(result: dict, written: tuple[Path, Path] | None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(highlight=False)
+    models = list(result["summary"])
+    if len(result["rows"]) <= FILE_MODE_LIMIT:
+        table = Table(show_lines=True, expand=True)
+        for column in ("prompt", "reference", *models):
+            table.add_column(column, ratio=1)
+        for row in result["rows"]:
+            table.add_row(*(str(row[k])[:500] for k in ("prompt", "reference", *models)))
+        console.print(table)
+    metrics = list(next(iter(result["summary"].values())))
+    numbers = Table(title=f"{result['examples']} held-out conversations ({result['test_file']})")
+    numbers.add_column("model")
+    for metric in metrics:
+        numbers.add_column(metric, justify="right")
+    if result["win_rate"]:
+        numbers.add_column("rule win rate vs base", justify="right")
+    for name in models:
+        cells = [f"{result['summary'][name][m]:.3f}" for m in metrics]
+        if result["win_rate"]:
+            w = result["win_rate"].get(name)
+            cells.append(f"{w['win_rate']:.0%} ({w['wins']}/{w['ties']}/{w['losses']})" if w else "")
+        numbers.add_row(name, *cells)
+    console.print(numbers)
+    for title, examples in (("best", result["best"]), ("worst", result["worst"])):
+        for ex in examples:
+            console.print(f"[bold]{title}[/bold] (line {ex['line']}, F1 {ex['token_f1']:.2f}) {ex['prompt'][:200]}")
+            console.print(f"  reference: {ex['reference'][:300]}")
+            console.print(f"  answer:    {ex['answer'][:300]}")
+    if written:
+        console.print(f"written: {written[0]} and {written[1]}")
+    console.print("Overlap rewards the team's wording, not correctness: read the answers.")

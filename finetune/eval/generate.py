@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from finetune.data.types import Conversation
+from finetune.prompting import prompt_ids, stop_ids
 
 
 def prompt_messages(conversation: Conversation) -> list[dict]:
@@ -19,18 +20,12 @@ def prompt_messages(conversation: Conversation) -> list[dict]:
 def generate_answers(
     model, tokenizer, prompts: list[Conversation], max_new_tokens: int = 96, batch_size: int = 32
 ) -> list[str]:
-    """Greedy answers, generated in left-padded batches."""
+    """Greedy answers, generated in left-padded batches from prompts built as training built them."""
     model.eval()
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     answers: list[str] = []
     for start in range(0, len(prompts), batch_size):
-        encoded = [
-            tokenizer.apply_chat_template(
-                prompt_messages(c), add_generation_prompt=True, tokenize=True, return_dict=False
-            )
-            for c in prompts[start : start + batch_size]
-        ]
-        encoded = [ids["input_ids"] if isinstance(ids, dict) else ids for ids in encoded]
+        encoded = [prompt_ids(tokenizer, prompt_messages(c)) for c in prompts[start : start + batch_size]]
         width = max(len(ids) for ids in encoded)
         input_ids = torch.tensor([[pad_id] * (width - len(ids)) + list(ids) for ids in encoded], device=model.device)
         attention = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in encoded], device=model.device)
@@ -39,7 +34,7 @@ def generate_answers(
             attention_mask=attention,
             max_new_tokens=max_new_tokens,
             do_sample=False,
-            eos_token_id=tokenizer.eos_token_id,
+            eos_token_id=stop_ids(tokenizer),
             pad_token_id=pad_id,
         )
         answers += [tokenizer.decode(row[width:], skip_special_tokens=True).strip() for row in output]

@@ -8,6 +8,7 @@ import time
 from fastapi import FastAPI
 
 from finetune.service.dashboard.routes import mount_dashboard
+from finetune.service.auth import current_tenant
 from finetune.service.errors import install_error_handlers
 from finetune.service.routes import files, jobs, models
 from finetune.service.settings import ServiceSettings
@@ -36,4 +37,7 @@ def create_app(settings: ServiceSettings, store: Store | None = None) -> FastAPI
     app.include_router(jobs.usage_router)
     app.include_router(models.router)
     mount_dashboard(app)
+    from finetune.serving.service import mount_chat_completions  # serving (issue 14): POST /v1/chat/completions
+
+    mount_chat_completions(app, store, settings, tenant=current_tenant)
     return app

@@ -157,6 +157,10 @@ def _train(
     out = Path(config.out)
     if ctx.is_main:
         _check_out_dir(out, config.resume)
+    if config.test_fraction:
+        from finetune.eval.test_split import hold_out_test
+
+        config = hold_out_test(config, out)  # before the split and the plan: the test set is never trained on
 
     # ---- data and plan: the plan the run writes is the plan it executes (tokens of the exact steps)
     tokenizer = load_tokenizer(config.model, config.trust_remote_code)

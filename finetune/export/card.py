@@ -1,0 +1,184 @@
+"""The model card (README.md) of an export: what the model is, how it was made, how well it did.
+
+Everything comes from the run folder (plan.json, report.json, eval.json when `finetune eval` ran);
+a missing figure is left out, never replaced by a placeholder.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from finetune.run_folder import RunWeights, read_json
+
+# hyperparameters shown in the card, in this order, with the plan key and the name a reader knows
+HYPERPARAMETERS = (
+    ("method", "method"),
+    ("epochs", "epochs"),
+    ("total_steps", "optimizer steps"),
+    ("batch_size", "batch size per device"),
+    ("grad_accum", "gradient accumulation"),
+    ("devices", "devices"),
+    ("effective_batch", "effective batch"),
+    ("learning_rate", "peak learning rate"),
+    ("schedule", "schedule"),
+    ("warmup_steps", "warmup steps"),
+    ("lora_rank", "LoRA rank"),
+    ("lora_alpha", "LoRA alpha"),
+    ("max_seq_len", "max sequence length"),
+    ("val_fraction", "validation fraction"),
+)
+# plan keys whose Auto reason is filed under another name
+AUTO_KEYS = {"learning_rate": ("learning_rate", "lr"), "epochs": ("epochs",), "batch_size": ("batch_size",)}
+
+
+def _number(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
+
+
+def _front_matter(base: str, kind: str, method: str | None) -> list[str]:
+    tags = ["finetune", "chat", *([method] if method else []), *(["peft"] if kind == "adapter" else [])]
+    library = "peft" if kind == "adapter" else "transformers"
+    return (
+        ["---", f"base_model: {base}", f"library_name: {library}", "pipeline_tag: text-generation", "tags:"]
+        + [f"- {tag}" for tag in tags]
+        + ["---", ""]
+    )
+
+
+def _usage(kind: str, base: str) -> list[str]:
+    if kind == "adapter":
+        code = [
+            "from peft import AutoPeftModelForCausalLM",
+            "from transformers import AutoTokenizer",
+            "",
+            'model = AutoPeftModelForCausalLM.from_pretrained("path/to/this/folder")',
+            'tokenizer = AutoTokenizer.from_pretrained("path/to/this/folder")',
+        ]
+        note = f"The adapter sits on the base model `{base}` (its path is recorded in `adapter_config.json`)."
+    else:
+        code = [
+            "from transformers import AutoModelForCausalLM, AutoTokenizer",
+            "",
+            'model = AutoModelForCausalLM.from_pretrained("path/to/this/folder")',
+            'tokenizer = AutoTokenizer.from_pretrained("path/to/this/folder")',
+        ]
+        note = (
+            "A plain transformers folder (safetensors, tokenizer, chat template, generation config whose EOS is "
+            "the end-of-turn token): vLLM, TGI and SGLang load it as it is."
+        )
+    code += [
+        'messages = [{"role": "user", "content": "Hello!"}]',
+        "inputs = tokenizer.apply_chat_template(",
+        '    messages, add_generation_prompt=True, return_dict=True, return_tensors="pt"',
+        ")",
+        "output = model.generate(**inputs, max_new_tokens=200)",
+        'print(tokenizer.decode(output[0][inputs["input_ids"].shape[1] :], skip_special_tokens=True))',
+    ]
+    return ["## How to use it", "", note, "", "```python", *code, "```", ""]
+
+
+def _data(plan: dict) -> list[str]:
+    rows = [
+        ("training conversations", plan.get("conversations")),
+        ("training records", plan.get("examples")),
+        ("validation conversations", plan.get("validation_conversations")),
+        ("validation records", plan.get("validation_examples")),
+        ("tokens per epoch", plan.get("tokens_in_file")),
+        ("tokens processed (billed)", plan.get("tokens_processed")),
+    ]
+    lines = ["## Training data", "", "| | |", "|---|---|"]
+    lines += [f"| {name} | {_number(value)} |" for name, value in rows if value is not None]
+    if plan.get("auto", {}).get("val_fraction"):
+        lines += ["", f"Validation split: {plan['auto']['val_fraction']}."]
+    return [*lines, ""]
+
+
+def _hyperparameters(plan: dict) -> list[str]:
+    auto = plan.get("auto") or {}
+    lines = ["## Hyperparameters", "", "Resolved values; where Auto chose, its reason.", ""]
+    lines += ["| setting | value | why |", "|---|---|---|"]
+    for key, name in HYPERPARAMETERS:
+        if plan.get(key) is None:
+            continue
+        reason = next((auto[k] for k in AUTO_KEYS.get(key, (key,)) if auto.get(k)), "")
+        lines.append(f"| {name} | {_number(plan[key])} | {reason.replace('|', '/')} |")
+    return [*lines, ""]
+
+
+def _results(report: dict, step: int | None) -> list[str]:
+    lines = ["## Training results", ""]
+    if step is not None:
+        lines += [f"These weights are the checkpoint of step {step}.", ""]
+    facts = [
+        ("steps taken", report.get("steps_taken")),
+        ("first training loss", report.get("first_train_loss")),
+        ("final training loss", report.get("final_train_loss")),
+        ("best validation loss", report.get("best_val_loss")),
+        ("best step", report.get("best_step")),
+        ("final validation loss", report.get("final_val_loss")),
+        ("wall time (s)", report.get("wall_time_s")),
+    ]
+    lines += ["| | |", "|---|---|"] + [f"| {name} | {_number(value)} |" for name, value in facts if value is not None]
+    if step is None and report.get("final_weights"):
+        which = "the best checkpoint by validation loss" if report.get("final_is_best") else "the last step"
+        lines += ["", f"The run's final weights are {which}."]
+    diagnosis = report.get("diagnosis") or {}
+    if diagnosis.get("message"):
+        lines += ["", f"**Diagnosis ({diagnosis.get('kind', '')}):** {diagnosis['message']}"]
+        if diagnosis.get("next_step"):
+            lines += ["", f"**Next step:** {diagnosis['next_step']}"]
+    return [*lines, ""]
+
+
+def _evaluation(evaluation: dict) -> list[str]:
+    overall = evaluation.get("summary") or {}
+    if not overall:
+        return []
+    metrics = sorted({m for numbers in overall.values() for m in numbers})
+    lines = ["## Evaluation", "", f"`finetune eval` on {evaluation.get('examples', '?')} held-out conversations", ""]
+    lines += ["| model | " + " | ".join(metrics) + " |", "|---" * (len(metrics) + 1) + "|"]
+    for model, numbers in overall.items():
+        lines.append(f"| {model} | " + " | ".join(_number(numbers.get(m, "")) for m in metrics) + " |")
+    return [*lines, ""]
+
+
+def model_card(weights: RunWeights, kind: str) -> str:
+    """README.md for an export of `kind` "merged", "full" or "adapter"."""
+    plan = read_json(weights.run / "plan.json")
+    report = read_json(weights.run / "report.json")
+    evaluation = read_json(weights.run / "eval.json")
+    method = plan.get("method") or ("lora" if weights.is_lora else "full")
+    how = {
+        "merged": "a LoRA adapter merged into the base weights",
+        "full": "every weight of the base fine-tuned",
+        "adapter": "a LoRA adapter (PEFT format) for the base model",
+    }[kind]
+    title = Path(weights.run).resolve().name
+    lines = _front_matter(weights.base, kind, method)
+    lines += [
+        f"# {title}",
+        "",
+        f"A chat model fine-tuned with `finetune` from **{weights.base}**: {how}. It learned to answer the way the "
+        "team's conversations answer.",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| base model | {weights.base} |",
+        f"| method | {method} |",
+        f"| export | {kind} |",
+        "",
+    ]
+    lines += _usage(kind, weights.base) + _data(plan) + _hyperparameters(plan) + _results(report, weights.step)
+    lines += _evaluation(evaluation)
+    lines += [
+        "## Limits",
+        "",
+        "Loss measures how well the model predicts the team's replies, not whether its answers are right: "
+        "read its answers (`finetune eval`, `finetune chat`) before relying on it.",
+        "",
+    ]
+    return "\n".join(lines)

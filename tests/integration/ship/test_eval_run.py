@@ -1,0 +1,82 @@
+"""A run's own test set (train --test-fraction) and `finetune eval RUN --checkpoints --rule ...`."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from finetune.cli import main
+from finetune.data.read import read_file
+from finetune.data.split import split_conversations
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+
+def _keys(path: Path) -> list[tuple]:
+    return [c.key() for c in read_file(str(path)).conversations]
+
+
+def test_the_test_set_is_held_out_from_training_and_validation(lora_run):
+    original = (EXAMPLES / "train.jsonl").read_text().splitlines()
+    test_lines = (lora_run / "test.jsonl").read_text().splitlines()
+    train_lines = (lora_run / "train.jsonl").read_text().splitlines()
+    record = json.loads((lora_run / "test_split.json").read_text())
+    assert sorted(test_lines + train_lines) == sorted(original)  # nothing lost, nothing added
+    assert test_lines == [original[n - 1] for n in record["lines"]]
+    assert record["conversations"] == len(test_lines) == round(0.1 * len(set(_keys(EXAMPLES / "train.jsonl"))))
+    test_keys, train_keys = set(_keys(lora_run / "test.jsonl")), set(_keys(lora_run / "train.jsonl"))
+    assert not test_keys & train_keys
+    # validation is cut from what is left, with the plain seed: its own draw, disjoint from the test set
+    plan = json.loads((lora_run / "plan.json").read_text())
+    remaining = read_file(str(lora_run / "train.jsonl")).conversations
+    val = split_conversations(remaining, plan["val_fraction"], 0).val
+    assert len(val) == plan["validation_conversations"] and not {c.key() for c in val} & test_keys
+    assert plan["conversations"] + plan["validation_conversations"] == len(train_lines)
+    # the test draw is not the validation draw of the same seed
+    whole = read_file(str(EXAMPLES / "train.jsonl")).conversations
+    assert {c.key() for c in split_conversations(whole, 0.1, 0).val} != test_keys
+
+
+def test_eval_run_scores_base_tuned_and_every_checkpoint(lora_run, capsys, tmp_path):
+    rules = ["greeting=^Hi there", "signoff=Warm regards"]
+    args = ["eval", str(lora_run), "--checkpoints", "--max-new-tokens", "6", "--limit", "5", "--show", "2"]
+    assert main([*args, *[f"--rule={r}" for r in rules]]) == 0
+    printed = capsys.readouterr().out
+    result = json.loads((lora_run / "eval.json").read_text())
+    assert list(result["models"]) == ["base", "tuned", "step-3", "step-6"]
+    assert result["test_file"] == str(lora_run / "test.jsonl") and result["examples"] == 5
+    for name in result["models"]:
+        numbers = result["summary"][name]
+        assert set(numbers) == {"exact_match", "token_f1", "rouge_l", "answer_length", "rule:greeting", "rule:signoff"}
+        answers = [row[name] for row in result["rows"]]
+        assert numbers["rule:signoff"] == sum(bool(re.search("Warm regards", a, re.M)) for a in answers) / 5
+        assert numbers["answer_length"] == sum(len(a.split()) for a in answers) / 5
+    for name in ("tuned", "step-3", "step-6"):
+        w = result["win_rate"][name]
+        assert w["wins"] + w["ties"] + w["losses"] == 5
+    f1 = [row["scores"]["tuned"]["token_f1"] for row in result["rows"]]
+    assert [ex["token_f1"] for ex in result["best"]] == sorted(f1, reverse=True)[:2]
+    assert [ex["token_f1"] for ex in result["worst"]] == sorted(f1)[:2]
+    assert result["best"][0]["reference"] in [row["reference"] for row in result["rows"]]
+    html = (lora_run / "eval.html").read_text()
+    assert "<table>" in html and "step-6" in html and "Best by token_f1 of tuned" in html
+    assert "eval.html" in printed and "tuned" in printed
+
+    # the final weights are the best checkpoint: same answers
+    best = json.loads((lora_run / "report.json").read_text())["best_step"]
+    assert [row["tuned"] for row in result["rows"]] == [row[f"step-{best}"] for row in result["rows"]]
+
+    # the model card of a later export carries the eval summary
+    assert main(["export", str(lora_run), "--out", str(tmp_path / "exported"), "--adapter"]) == 0
+    card = (tmp_path / "exported" / "README.md").read_text()
+    assert "## Evaluation" in card and "rule:signoff" in card and "| step-6 |" in card
+
+
+def test_eval_refusals(lora_run, toy_model, tmp_path, capsys):
+    assert main(["eval", str(EXAMPLES / "test.jsonl"), "--checkpoints", "--model", str(toy_model)]) == 1
+    assert "run folder" in capsys.readouterr().err
+    assert main(["eval", str(EXAMPLES / "test.jsonl")]) == 1
+    assert "--model" in capsys.readouterr().err
+    assert main(["eval", str(lora_run), "--test", str(tmp_path / "missing.jsonl")]) == 1
+    assert "missing.jsonl" in capsys.readouterr().err
