@@ -32,6 +32,9 @@ ORDER_RULE = "an optional system message first, then user and assistant in turn"
 
 UTF8_BOM = b"\xef\xbb\xbf"
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+# One conversation of 4 MB is about a million tokens, far beyond any model's context; a longer line is refused
+# before it is parsed or tokenized (a 50 MB line once took 10 GB and two minutes in the tokenizer).
+MAX_LINE_BYTES = 4 * 1024 * 1024
 
 # Errors: the file cannot be used as it is.
 EMPTY_FILE = "empty_file"
@@ -53,6 +56,8 @@ INVALID_UNICODE = "invalid_unicode"
 BAD_WEIGHT = "bad_weight"
 BAD_ROLE_ORDER = "bad_role_order"
 NO_TARGET = "no_target"
+LINE_TOO_LONG = "line_too_long"
+DUPLICATE_KEY = "duplicate_key"
 # Warnings: the file is usable, but look.
 BLANK_LINE = "blank_line"
 EMPTY_CONTENT = "empty_content"
@@ -142,6 +147,13 @@ def _split_lines(data: bytes) -> list[bytes]:
 
 def _decode_line(number: int, raw: bytes) -> _Line:
     line = _Line(number)
+    if len(raw) > MAX_LINE_BYTES:
+        line.error(
+            LINE_TOO_LONG,
+            f"the line is {len(raw) / 2**20:.1f} MB, over the {MAX_LINE_BYTES // 2**20} MB a conversation may take; "
+            "split it into shorter conversations",
+        )
+        return line
     if not raw.strip():
         line.warn(BLANK_LINE, "blank line (ignored)")
         return line
@@ -154,9 +166,12 @@ def _decode_line(number: int, raw: bytes) -> _Line:
         )
         return line
     try:
-        value = json.loads(text)
+        value = json.loads(text, object_pairs_hook=_object_without_duplicate_keys)
     except RecursionError:
         line.error(NOT_JSON, "not JSON: nested too deeply")
+        return line
+    except _DuplicateKey as exc:
+        line.error(DUPLICATE_KEY, f"the key {_quote(exc.key)} appears twice in one object; JSON keeps only the last")
         return line
     except ValueError as exc:  # JSONDecodeError, and too-long integers
         line.error(NOT_JSON, f"not JSON: {_json_reason(exc)}; each line must be one JSON object")
@@ -166,6 +181,23 @@ def _decode_line(number: int, raw: bytes) -> _Line:
         return line
     line.value = value
     return line
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _object_without_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return obj
 
 
 def _json_reason(exc: ValueError) -> str:
