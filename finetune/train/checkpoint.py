@@ -150,7 +150,7 @@ def _write_manifest(folder: Path) -> None:
 
 
 def _is_disk_full(exc: BaseException, folder: Path) -> bool:
-    """torch.save reports a full disk as a RuntimeError and safetensors as its own error: look at all three."""
+    """safetensors names a full disk in its own error; torch.save only says "unexpected pos": then ask the disk."""
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return True
     text = str(exc)
@@ -211,9 +211,10 @@ def save_checkpoint(
         _write_checkpoint_files(tmp, model, optimizer, state, is_lora, weights, optimizer_state, rngs)
         _commit(tmp, final)
     except Exception as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
         where = final.parent
-        if _is_disk_full(exc, where):
+        disk_full = _is_disk_full(exc, tmp)  # before the partial folder is removed and its space comes back
+        shutil.rmtree(tmp, ignore_errors=True)
+        if disk_full:
             raise DiskFull(
                 f"disk full while saving step {state.step} to {where}; {_last_good_step(out)}. "
                 "Free some space and run the same command with --resume."
