@@ -126,12 +126,7 @@ def run_training(
     ctx: DistContext | None = None,
 ) -> dict:
     """Plan, train and report one run; returns report.json's content (on rank 0; {} on other ranks)."""
-    if not config.data:
-        raise UserError("no training file: pass DATA.jsonl (or `data:` in --config)")
-    if not config.model:
-        raise UserError("no model: pass --model (a hub id or a local folder)")
-    if not config.out:
-        raise UserError("no output folder: pass --out DIR")
+    config.check_required("train")
     joined = ctx is None
     ctx = ctx or init_distributed()
     if config.gpu is None and ctx.device.type == "cpu":
