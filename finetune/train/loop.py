@@ -29,7 +29,8 @@ import torch
 
 from finetune.data.types import IGNORE_INDEX, TokenizedRecord
 from finetune.errors import UserError
-from finetune.report.metrics import MetricsLog
+from finetune.report.metrics import MetricsLog, read_metrics
+from finetune.report.stability import LOSS_SPIKE, SpikeWatch
 from finetune.train.batching import Batch, epoch_steps, micro_batches, pack_batch, pad_batch
 from finetune.train.checkpoint import (
     TrainState,
@@ -50,6 +51,8 @@ from finetune.train.distributed import (
     set_gradient_sync,
     shard_model,
 )
+from finetune.train.fingerprint import check_resume
+from finetune.train.guards import diverged_message, nonfinite_weights
 from finetune.train.loss import nll_sum
 from finetune.train.model import trainable_parameters
 from finetune.train.schedule import lr_at
@@ -96,6 +99,8 @@ class LoopSettings:
     resume: bool = False
     pad_id: int = 0
     shard: str = "none"  # "full": FSDP-shard the model across the processes
+    fingerprint: dict = dataclasses.field(default_factory=dict)  # what defines the run (fingerprint.py)
+    allow_changes: str | None = None  # --allow-changes: settings that may differ from the checkpoint's
 
 
 @dataclass
@@ -106,6 +111,7 @@ class LoopResult:
     final_train_loss: float | None
     wall_time_s: float
     tokens_processed: int  # real tokens of the training records fed through the model, all ranks
+    allowed_changes: list = dataclasses.field(default_factory=list)  # settings changed on a resume
 
 
 class _StopRequest:
@@ -234,13 +240,15 @@ def train_loop(
         "seed": s.seed,
         "shard": s.shard,
     }
-    state = TrainState(shape=shape)
+    state = TrainState(shape=shape, fingerprint=s.fingerprint)
     metrics = MetricsLog(out / "metrics.jsonl") if ctx.is_main else None
-    if s.resume:
-        found = list_checkpoints(out)
-        if not found:
-            raise UserError(f"--resume: no checkpoint in {out / 'checkpoints'}")
-        saved = read_state(found[-1]).shape
+    found = list_checkpoints(out) if s.resume else []  # damaged ones were set aside: the newest is good
+    if s.resume and not found and metrics:
+        metrics.truncate_after(0)  # a crash before the first checkpoint: start over, from step 0
+    if found:
+        saved_state = read_state(found[-1])
+        changes = check_resume(saved_state.fingerprint, s.fingerprint, s.allow_changes, found[-1].name)
+        saved = saved_state.shape
         # another device count is fine: the records of every step, and so the updates, do not depend on it
         if _without_devices(saved) != _without_devices(shape):
             raise UserError(
@@ -249,13 +257,18 @@ def train_loop(
                 f"checkpoint's effective batch {saved.get('effective_batch')}), or start a new --out"
             )
         state = load_checkpoint(found[-1], model, optimizer, s.is_lora, ctx)
+        state.fingerprint = s.fingerprint  # the checkpoints from now on record the settings in use
+        state.allowed_changes = [*state.allowed_changes, *({**c.to_dict(), "at_step": state.step} for c in changes)]
         if metrics:
             metrics.truncate_after(state.step)
+    earlier = read_metrics(out / "metrics.jsonl") if metrics else []
+    spikes = SpikeWatch([row["train_loss"] for row in earlier if row["step"] <= state.step])
     eval_batch_records = max(1, s.effective_batch // max(1, s.devices * s.grad_accum))
     epoch_plan: dict[int, list[list[int]]] = {}  # epoch -> record indices of each step
 
     # ---------------------------------------------------------------- loop
     started = time.perf_counter()
+    time_before = state.elapsed_s  # the sessions before a resume: the run's time adds up across them
     last_loss = None
     with _StopRequest() as stop:
         for step_index in range(state.step, s.total_steps):
@@ -286,15 +299,19 @@ def train_loop(
             train_loss = float(step_stats[0]) / global_targets
             if not math.isfinite(train_loss):
                 optimizer.zero_grad(set_to_none=True)
-                last_good = list_checkpoints(out)
-                where = f"the last good checkpoint is {last_good[-1]}" if last_good else "no checkpoint was saved yet"
                 raise TrainingDiverged(
-                    f"the training loss became {train_loss} at step {step_index + 1}; the step was not applied and "
-                    f"{where}. Try a lower --lr (now {s.learning_rate:g}) or check the data."
+                    diverged_message(f"the training loss became {train_loss}", step_index + 1, out, s.learning_rate)
                 )
             grad_norm = torch.nn.utils.clip_grad_norm_(params, s.max_grad_norm or float("inf"))
+            if not math.isfinite(float(local_value(grad_norm))):  # NaN grads would make every weight NaN
+                optimizer.zero_grad(set_to_none=True)
+                what = f"the gradient norm became {float(local_value(grad_norm))} (the loss was {train_loss:.4g})"
+                raise TrainingDiverged(diverged_message(what, step_index + 1, out, s.learning_rate))
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
+            if nonfinite_weights(params, ctx):  # the update itself overflowed: this state is never saved
+                what = "a weight became NaN or infinite in the update"
+                raise TrainingDiverged(diverged_message(what, step_index + 1, out, s.learning_rate))
             state.step = step_index + 1
             last_loss = train_loss
             stop_signum = agree_on_stop(stop.signum, ctx)  # a signal on any rank stops every rank after this step
@@ -311,6 +328,8 @@ def train_loop(
                 "target_tokens": global_targets,
                 "tokens_per_s": float(step_stats[1]) / max(1e-9, time.perf_counter() - step_start),
             }
+            if spikes.observe(train_loss):
+                row["warning"] = LOSS_SPIKE  # more than 10x the running mean: the report calls the run unstable
             if val and (state.step % s.eval_every == 0 or end_of_epoch or last_step):
                 row["val_loss"] = evaluate(model, val, s, ctx, eval_batch_records, loss_of)
                 if state.best_val_loss is None or row["val_loss"] < state.best_val_loss:
@@ -319,6 +338,7 @@ def train_loop(
                 metrics.append(row)
             save_now = state.step % s.save_every == 0 or last_step or "val_loss" in row or stop_signum is not None
             if save_now:
+                state.elapsed_s = time_before + time.perf_counter() - started
                 save_checkpoint(out, model, optimizer, state, s.is_lora, ctx)  # every rank; rank 0 writes
                 if ctx.is_main:
                     prune_checkpoints(out, s.keep_checkpoints, state.best_step)
@@ -341,6 +361,7 @@ def train_loop(
         best_step=state.best_step,
         best_val_loss=state.best_val_loss,
         final_train_loss=last_loss,
-        wall_time_s=time.perf_counter() - started,
+        wall_time_s=time_before + time.perf_counter() - started,
         tokens_processed=tokens_processed,
+        allowed_changes=state.allowed_changes,
     )

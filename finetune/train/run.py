@@ -32,8 +32,19 @@ from finetune.report.diagnosis import diagnose
 from finetune.report.metrics import read_metrics
 from finetune.report.plot import plot_loss_curve
 from finetune.report.summary import build_report, write_report
-from finetune.train.checkpoint import checkpoint_dir, copy_weights, list_checkpoints, load_weights_only, read_state
-from finetune.train.distributed import DistContext, init_distributed, rank_failures, shutdown
+from finetune.train.checkpoint import (
+    checkpoint_dir,
+    copy_weights,
+    find_resume_point,
+    list_checkpoints,
+    load_weights_only,
+    read_state,
+    remove_stale_tmp,
+    set_aside_damaged,
+)
+from finetune.train.distributed import DistContext, barrier, init_distributed, rank_failures, shutdown
+from finetune.train.fingerprint import run_fingerprint
+from finetune.train.guards import check_out_folder, finished_message, finished_report
 from finetune.train.loop import LoopResult, LoopSettings, TrainingInterrupted, train_loop
 from finetune.train.loss import use_varlen_attention
 from finetune.train.model import add_lora, enable_gradient_checkpointing, load_model
@@ -43,10 +54,9 @@ RUN_FILES = ("plan.json", "metrics.jsonl", "report.json", "checkpoints", "adapte
 
 
 def _check_out_dir(out: Path, resume: bool) -> None:
-    """Never overwrite a previous run by accident."""
+    """Never overwrite a previous run by accident; a folder we cannot write is said before anything loads."""
+    check_out_folder(out)
     taken = [name for name in RUN_FILES if (out / name).exists()]
-    if resume and not list_checkpoints(out):
-        raise UserError(f"--resume: {out} holds no checkpoint to resume from")
     if taken and not resume:
         raise UserError(
             f"{out} already holds a run ({', '.join(taken)}); pass --resume to continue it, or choose another --out"
@@ -107,6 +117,17 @@ def _export_final(
     return final, use_best
 
 
+def _prepare_resume(out: Path, resume: bool, say: Callable[[str], None]) -> None:
+    """Remove what a crash left half-written; on --resume, say what was found and set damaged checkpoints aside."""
+    remove_stale_tmp(out)
+    if not resume:
+        return
+    point = find_resume_point(out)
+    if message := point.message(out):
+        say(message)
+    set_aside_damaged(point)
+
+
 def _resume_note(out: Path, devices: int) -> str | None:
     """What resuming on another device count means (the loop allows it)."""
     found = list_checkpoints(out)
@@ -145,6 +166,8 @@ def _run_training(
     say = show if (show and ctx.is_main) else (lambda _: None)
     if ctx.is_main:
         _check_out_dir(out, config.resume)
+        _prepare_resume(out, config.resume, say)
+    barrier(ctx)  # the damaged checkpoints are set aside before any rank looks for the newest one
 
     # ---- data and plan
     tokenizer = load_tokenizer(config.model, config.trust_remote_code)
@@ -152,6 +175,9 @@ def _run_training(
     plan = build_plan(config, prepared.facts, load_model_facts(config.model), data_warnings=prepared.warnings)
     if plan.devices != ctx.world_size:
         raise UserError(f"the plan is for {plan.devices} device(s) but {ctx.world_size} process(es) are running")
+    if config.resume and (finished := finished_report(out, plan.total_steps)) is not None:
+        say(finished_message(out, finished))  # every rank sees the same files: all stop here, nothing written
+        return finished if ctx.is_main else {}
     if ctx.is_main:
         from finetune.plan.render import render_plan
 
@@ -171,12 +197,16 @@ def _run_training(
     torch.manual_seed(config.seed)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     settings = loop_settings(plan, config, pad_id, _use_bf16(config, ctx.device))
+    settings = dataclasses.replace(
+        settings, fingerprint=run_fingerprint(config, plan), allow_changes=config.allow_changes
+    )
 
     # ---- train
     if config.resume and ctx.is_main and (note := _resume_note(out, plan.devices)):
         say(f"note: {note}")
     say(f"training {plan.total_steps} steps; outputs in {out}")
-    first_step = int(list_checkpoints(out)[-1].name.split("-")[-1]) if config.resume else 0
+    found = list_checkpoints(out) if config.resume else []
+    first_step = read_state(found[-1]).step if found else 0
     with ProgressReporter(plan.total_steps, first_step) if (show and ctx.is_main) else nullcontext() as progress:
 
         def report_step(row: dict) -> None:
@@ -202,7 +232,7 @@ def _run_training(
         final_weights=str(final),
         final_is_best=is_best,
         tokens_processed=result.tokens_processed,
-        extra={"out_dir": str(out), "method": config.method},
+        extra={"out_dir": str(out), "method": config.method, "resumed_with_changes": result.allowed_changes},
     )
     write_report(report, out / "report.json")
     return report
