@@ -20,13 +20,13 @@ FAST = ["--epochs", "1", "--batch-size", "4", "--max-steps", "3", "--max-seq-len
 FAST_CONFIG = dict(epochs=1, batch_size=4, max_steps=3, max_seq_len=256, save_every=1, val_fraction=0.1, seed=1)
 
 
-def train_in_process(model: Path, out: Path, data: Path = TRAIN, **settings) -> dict:
+def train_in_process(model: Path, out: Path, data: Path = TRAIN, show=None, on_step=None, **settings) -> dict:
     """The library call behind `finetune train` (no new interpreter: the tests stay fast); report.json's content."""
     from finetune.config import RunConfig
     from finetune.train.run import run_training
 
     config = RunConfig(data=str(data), model=str(model), out=str(out), **{**FAST_CONFIG, **settings})
-    return run_training(config, show=None)
+    return run_training(config, show=show, on_step=on_step)
 
 
 def save_steps(out: Path, lora, steps: list[int]) -> list[Path]:
@@ -48,6 +48,23 @@ def run_cli(*args: str, bootstrap: str | None = None, timeout: float = 300) -> s
         command = [sys.executable, "-c", code, *args]
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    """`finetune ARGS` in this process (no interpreter start-up: fast); an exception escaping main() fails the
+    test just as a traceback would. Output is captured like a subprocess's."""
+    import contextlib
+    import io
+
+    from finetune.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse's own errors
+            code = exc.code
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
 
 
 def assert_clean_failure(result: subprocess.CompletedProcess, *words: str) -> None:

@@ -9,7 +9,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from reliability_helpers import assert_clean_failure, run_cli
+from reliability_helpers import assert_clean_failure, cli
 
 from finetune.errors import UserError
 from finetune.plan.model_facts import load_model_facts
@@ -83,5 +83,5 @@ def test_broken_index_json_is_a_clear_error(toy_model, tmp_path, index, words):
 def test_plan_command_reports_it_in_one_line(toy_model, tmp_path):
     folder = _model_folder(toy_model, tmp_path)
     (folder / "model.safetensors").write_bytes(CASES["header that is a list"][0])
-    result = run_cli("plan", "--examples", "100", "--model", str(folder))
+    result = cli("plan", "--examples", "100", "--model", str(folder))
     assert_clean_failure(result, "its header is an array, not an object")
