@@ -14,6 +14,7 @@ import os
 import sys
 import warnings
 from argparse import SUPPRESS
+from pathlib import Path
 from typing import Any
 
 from finetune.config import RunConfig, Setting, command_settings, settings
@@ -101,9 +102,41 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from finetune.train.command import run_train
+    """Plan, progress and summary on stderr; with --json the report (report.json's content) on stdout."""
+    from finetune.train.distributed import launched_by_torchrun
 
-    return run_train(_config_from_args(args, data=getattr(args, "data", None), command="train"))
+    config = _config_from_args(args, data=getattr(args, "data", None), command="train")
+    if config.devices > 1 and not launched_by_torchrun():
+        from finetune.train.launch import launch_local
+
+        return launch_local(config.devices, sys.argv[1:])
+
+    import json
+
+    from finetune.report.summary import print_summary
+    from finetune.train.checkpoint import list_checkpoints
+    from finetune.train.progress import RunDisplay, console_for
+    from finetune.train.recipe import TrainingInterrupted, train
+
+    main_rank = int(os.environ.get("RANK", "0")) == 0
+    found = list_checkpoints(Path(config.out)) if config.resume else []
+    first_step = int(found[-1].name.split("-")[-1]) if found else 0
+    try:
+        if main_rank:
+            with RunDisplay(sys.stderr, first_step) as display:
+                result = train(config, on_plan=display.on_plan, on_step=display.on_step)
+        else:
+            result = train(config)
+    except TrainingInterrupted as stop:
+        if main_rank:  # every rank stops; one message is enough
+            print(f"error: {stop}", file=sys.stderr)
+        return 128 + stop.signum
+    if result.report:
+        if args.json:
+            print(json.dumps(result.report, indent=2))
+        else:
+            print_summary(result.report, console=console_for(sys.stderr))
+    return 0
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -150,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train a LoRA adapter or the full model")
     p.add_argument("data", nargs="?", default=argparse.SUPPRESS, help="training file (or `data:` in --config)")
+    p.add_argument("--json", action="store_true", help="print the final report as JSON on stdout")
     p.add_argument("--config", default=None, help="YAML file with any of these settings; flags override it")
     add_setting_flags(p, "train")
     p.set_defaults(func=cmd_train)

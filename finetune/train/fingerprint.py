@@ -100,7 +100,8 @@ def model_identity(model: str) -> dict:
 
 def run_fingerprint(config, plan) -> dict:
     """What defines a run, from its RunConfig and its Plan (Auto's choices resolved): plain JSON values."""
-    val: dict = _file_identity(config.val_file) if config.val_file else {"held_out_fraction": plan.val_fraction or 0.0}
+    held_out = getattr(plan.data, "val_fraction", None) or 0.0
+    val: dict = _file_identity(config.val_file) if config.val_file else {"held_out_fraction": held_out}
     return {
         "data": _file_identity(config.data),
         "val-data": val,
@@ -111,7 +112,7 @@ def run_fingerprint(config, plan) -> dict:
         "lr": plan.learning_rate,
         "schedule": {"decay": plan.schedule, "warmup_steps": plan.warmup_steps},
         "effective-batch": plan.effective_batch,
-        "seed": config.seed,
+        "seed": plan.seed,
     }
 
 

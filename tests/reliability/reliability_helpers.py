@@ -20,13 +20,29 @@ FAST = ["--epochs", "1", "--batch-size", "4", "--max-steps", "3", "--max-seq-len
 FAST_CONFIG = dict(epochs=1, batch_size=4, max_steps=3, max_seq_len=256, save_every=1, val_fraction=0.1, seed=1)
 
 
-def train_in_process(model: Path, out: Path, data: Path = TRAIN, show=None, on_step=None, **settings) -> dict:
-    """The library call behind `finetune train` (no new interpreter: the tests stay fast); report.json's content."""
-    from finetune.config import RunConfig
-    from finetune.train.run import run_training
+def train_in_process(
+    model: Path, out: Path, data: Path = TRAIN, show=None, on_step=None, objective=None, **settings
+) -> dict:
+    """The library call behind `finetune train` (no new interpreter: the tests stay fast); report.json's content.
+    `show` gets every note the run logs (the command line prints them on stderr)."""
+    import logging
 
+    from finetune.config import RunConfig
+    from finetune.train.recipe import train
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            show(record.getMessage())
+
+    logger, handler = logging.getLogger("finetune"), Collect()
+    if show:
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
     config = RunConfig(data=str(data), model=str(model), out=str(out), **{**FAST_CONFIG, **settings})
-    return run_training(config, show=show, on_step=on_step)
+    try:
+        return train(config, on_step=on_step, objective=objective).report
+    finally:
+        logger.removeHandler(handler)
 
 
 def save_steps(out: Path, lora, steps: list[int]) -> list[Path]:

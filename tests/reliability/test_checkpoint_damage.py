@@ -114,7 +114,7 @@ def test_stale_tmp_folders_are_removed(lora, tmp_path):
 
 def test_manifest_is_written_last(lora, tmp_path, monkeypatch):
     """A crash anywhere before the manifest leaves a folder that verification refuses."""
-    import finetune.train.checkpoint as checkpoint
+    from finetune.train import checkpoint
 
     seen = {}
 

@@ -76,7 +76,7 @@ def test_real_full_disk_during_a_save(lora, tmp_path, small_disk):
 
 
 def test_run_stops_on_full_disk_and_resumes_once_space_is_freed(toy_model, tmp_path, monkeypatch):
-    import finetune.train.checkpoint as checkpoint
+    from finetune.train import checkpoint
 
     real = checkpoint._write_checkpoint_files
 

@@ -14,7 +14,8 @@ from finetune.errors import UserError
 from finetune.train.checkpoint import list_checkpoints
 
 KILL_AT_FIRST_SAVE = """
-import os, signal, finetune.train.checkpoint as c
+import os, signal
+from finetune.train import checkpoint as c
 def die(folder):  # the weights and optimizer are written, the manifest is not: a crash in the middle of the save
     os.kill(os.getpid(), signal.SIGKILL)
 c._write_manifest = die

@@ -22,7 +22,8 @@ class _Plan:  # the Plan fields the fingerprint reads (Auto's choices resolved)
     schedule: str = "cosine"
     warmup_steps: int = 1
     effective_batch: int = 4
-    val_fraction: float | None = 0.1
+    seed: int = 0
+    data: object = None
 
 
 @pytest.fixture
@@ -82,7 +83,7 @@ def test_another_lora_rank_is_refused_and_cannot_be_allowed(data, toy_model):
 
 def test_every_change_is_named_at_once(data, toy_model):
     saved = _fingerprint(data, toy_model)
-    now = _fingerprint(data, toy_model, _Plan(learning_rate=1e-3, effective_batch=8), seed=3)
+    now = _fingerprint(data, toy_model, _Plan(learning_rate=1e-3, effective_batch=8, seed=3))
     with pytest.raises(UserError) as caught:
         check_resume(saved, now, None, "step-2")
     for part in ("the learning rate changed", "the effective batch changed", "the seed changed"):

@@ -13,7 +13,8 @@ from finetune.report.diagnosis import diagnose
 from finetune.report.metrics import read_metrics
 from finetune.report.stability import SpikeWatch, find_spikes
 from finetune.train.checkpoint import list_checkpoints
-from finetune.train.loop import TrainingDiverged
+from finetune.train.objective import TokenNormalisedSFT
+from finetune.train.recipe import TrainingDiverged
 
 
 @pytest.mark.parametrize(
@@ -33,7 +34,7 @@ def test_untrusted_flag_values_are_flag_errors(flags, message, tmp_path):
 
 def _poison_after(after: int, how: str, monkeypatch):
     """From the step after `step` on, make the gradients (or the weights after the update) NaN."""
-    import finetune.train.run as run
+    from finetune.train import recipe as run
 
     state = {"on": False}
     real_add_lora = run.add_lora
@@ -76,20 +77,24 @@ def test_nan_guard_stops_before_anything_nan_is_saved(toy_model, tmp_path, monke
     assert not (out / "adapter").exists()  # no export of a NaN model
 
 
-def test_loss_spike_is_a_warning_in_the_metrics(toy_model, tmp_path, monkeypatch):
-    import finetune.train.loop as loop
+class _SpikeAtStep4(TokenNormalisedSFT):
+    """The usual loss, a hundred times larger on the fourth training micro-batch (step 4 at accumulation 1)."""
 
-    real = loop.nll_sum
-    calls = {"n": 0}
+    def __init__(self) -> None:
+        self.calls = 0
 
-    def spiking(model, batch):
-        calls["n"] += 1
-        loss = real(model, batch)
-        return loss * 100 if model.training and calls["n"] == 4 else loss  # step 4's only micro-batch
+    def loss(self, model, batch):
+        loss_sum, metrics = super().loss(model, batch)
+        if model.training:
+            self.calls += 1
+            if self.calls == 4:
+                return loss_sum * 100, metrics
+        return loss_sum, metrics
 
-    monkeypatch.setattr(loop, "nll_sum", spiking)
+
+def test_loss_spike_is_a_warning_in_the_metrics(toy_model, tmp_path):
     out = tmp_path / "run"
-    train_in_process(toy_model, out, max_steps=5, val_fraction=0.0, batch_size=16)
+    train_in_process(toy_model, out, objective=_SpikeAtStep4(), max_steps=5, val_fraction=0.0, batch_size=16)
     rows = read_metrics(out / "metrics.jsonl")
     assert [row.get("warning") for row in rows] == [None, None, None, "loss_spike", None]
 
