@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 
 import pytest
 from reliability_helpers import TRAIN, assert_clean_failure, cli
@@ -42,3 +44,31 @@ def test_out_on_a_read_only_disk(tmp_path):
 def test_val_file_with_val_fraction_is_a_flag_conflict(tmp_path):
     result = _train(tmp_path / "run", "--val-file", str(TRAIN), "--val-fraction", "0.1")
     assert_clean_failure(result, "--val-file and --val-fraction cannot be used together")
+
+
+def test_model_path_that_does_not_exist_says_no_such_folder(tmp_path):
+    missing = tmp_path / "models" / "mine"
+    result = cli("train", str(TRAIN), "--model", str(missing), "--out", str(tmp_path / "run"))
+    assert_clean_failure(result, f"--model {missing}: no such folder")
+    assert "Repo id" not in result.stderr
+
+
+def test_model_that_is_a_file(tmp_path):
+    result = cli("train", str(TRAIN), "--model", str(TRAIN), "--out", str(tmp_path / "run"))
+    assert_clean_failure(result, "is a file; pass the folder that holds the model")
+
+
+def test_hub_id_without_network_fails_at_once_and_says_how_to_use_a_folder(tmp_path):
+    # a hub that refuses connections: what a machine without network sees, without depending on the network
+    env = {**os.environ, "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_CACHE": str(tmp_path / "cache")}
+    command = [sys.executable, "-m", "finetune", "train", str(TRAIN), "--model", "some-org/some-model", "--out",
+               str(tmp_path / "run")]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    assert_clean_failure(result, "cannot reach the Hugging Face hub", "Pass a local model folder as --model")
+
+
+def test_val_file_that_loses_every_conversation_warns_validation_is_off(tmp_path):
+    result = cli("plan", str(TRAIN), "--val-file", str(TRAIN), "--json")
+    assert result.returncode == 0, result.stderr
+    (warning,) = [w for w in json.loads(result.stdout)["warnings"] if w["code"] == "val_file_emptied"]
+    assert warning["message"].startswith("validation is off: its ")
