@@ -206,6 +206,13 @@ def _json_reason(exc: ValueError) -> str:
     return str(exc)
 
 
+def _a(word: str) -> str:
+    """The word with its article: "an array", "an assistant", "a string" ("null" takes none)."""
+    if word == "null":
+        return word
+    return f"{'an' if word[:1] in 'aeiou' else 'a'} {word}"
+
+
 def _json_type(value: object) -> str:
     if value is None:
         return "null"
@@ -284,7 +291,7 @@ def _check_chat(obj: dict, line: _Line) -> list[Message] | None:
         )
         return None
     if not isinstance(raw, list):
-        line.error(MESSAGES_NOT_LIST, f'"messages" is a {_json_type(raw)}; it must be a list of messages')
+        line.error(MESSAGES_NOT_LIST, f'"messages" is {_a(_json_type(raw))}; it must be a list of messages')
         return None
     if not raw:
         line.error(EMPTY_MESSAGES, '"messages" is an empty list: there is nothing to learn from')
@@ -300,7 +307,9 @@ def _check_chat(obj: dict, line: _Line) -> list[Message] | None:
 def _check_message(index: int, item: object, line: _Line) -> Message | None:
     where = f"message {index}: "
     if not isinstance(item, dict):
-        line.error(MESSAGE_NOT_OBJECT, f'{where}is a {_json_type(item)}; a message is {{"role": ..., "content": ...}}')
+        line.error(
+            MESSAGE_NOT_OBJECT, f'{where}is {_a(_json_type(item))}; a message is {{"role": ..., "content": ...}}'
+        )
         return None
     _check_unknown_keys(item, MESSAGE_KEYS, where, line)
     role = _check_role(item, where, line)
@@ -330,7 +339,7 @@ def _check_text(obj: dict, key: str, name: str, line: _Line) -> str | None:
         return None
     if not isinstance(value, str):
         hint = " (content parts are not supported: join them into one string)" if isinstance(value, list) else ""
-        line.error(CONTENT_NOT_STRING, f"{name} is a {_json_type(value)}, not a string{hint}")
+        line.error(CONTENT_NOT_STRING, f"{name} is {_a(_json_type(value))}, not a string{hint}")
         return None
     if not _is_encodable(value):
         line.error(INVALID_UNICODE, f"{name} holds an invalid \\u escape (an unpaired surrogate)")
@@ -373,12 +382,12 @@ def _check_role_order(messages: list[Message], line: _Line) -> None:
     for i, message in enumerate(messages[start:], start=start):
         expected = "user" if (i - start) % 2 == 0 else "assistant"
         if message.role != expected:
-            after = f"after a {messages[i - 1].role} message" if i else "at the start"
+            after = f"after {_a(messages[i - 1].role)} message" if i else "at the start"
             line.error(BAD_ROLE_ORDER, f"message {i + 1} is {message.role} {after}; expected {expected} ({ORDER_RULE})")
             return
     if messages[-1].role != "assistant":
         line.error(
-            BAD_ROLE_ORDER, f"the conversation ends with a {messages[-1].role} message; it must end with assistant"
+            BAD_ROLE_ORDER, f"the conversation ends with {_a(messages[-1].role)} message; it must end with assistant"
         )
 
 

@@ -38,3 +38,19 @@ def test_a_50_mb_line_is_refused_before_tokenization_in_bounded_memory(toy_model
     assert "line_too_long" in output and "50.0 MB" in output, output
     # the child holds the 50 MB file; tokenizing the line used to take 10 GB
     assert usage.ru_maxrss < 1_500_000, f"peak memory {usage.ru_maxrss} KB"
+
+
+def test_messages_read_as_english():
+    lines = [
+        '{"messages": {"role": "user"}}',
+        '{"messages": [[1], {"role": "assistant", "content": "a"}]}',
+        '{"messages": [{"role": "user", "content": ["x"]}, {"role": "assistant", "content": "a"}]}',
+        '{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}, '
+        '{"role": "assistant", "content": "b"}]}',
+    ]
+    parsed = parse_bytes("\n".join(lines).encode() + b"\n")
+    text = " | ".join(p.message for p in parsed.errors)
+    for wrong in ("a object", "a array", "a assistant"):
+        assert wrong not in text, text
+    for right in ('"messages" is an object', "is an array", "is an array, not a string", "after an assistant"):
+        assert right in text, text
