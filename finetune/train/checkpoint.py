@@ -163,7 +163,7 @@ def _is_disk_full(exc: BaseException, folder: Path) -> bool:
     return stats.f_bavail * stats.f_frsize < 1 << 20  # under 1 MiB left: whatever the error said, the disk is full
 
 
-def _last_good_step(out: Path) -> str:
+def last_good_step(out: Path) -> str:
     found = list_checkpoints(out)
     return f"the last good checkpoint is step {_step_of(found[-1])}" if found else "no checkpoint was saved yet"
 
@@ -216,12 +216,12 @@ def save_checkpoint(
         shutil.rmtree(tmp, ignore_errors=True)
         if disk_full:
             raise DiskFull(
-                f"disk full while saving step {state.step} to {where}; {_last_good_step(out)}. "
+                f"disk full while saving step {state.step} to {where}; {last_good_step(out)}. "
                 "Free some space and run the same command with --resume."
             ) from None
         if isinstance(exc, OSError):
             raise UserError(
-                f"could not save step {state.step} to {where} ({exc.strerror or exc}); {_last_good_step(out)}"
+                f"could not save step {state.step} to {where} ({exc.strerror or exc}); {last_good_step(out)}"
             ) from None
         raise
     return final

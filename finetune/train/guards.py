@@ -7,6 +7,7 @@ nonfinite_weights(params, ctx)        # after each update: a NaN or inf weight m
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 import torch
 
 from finetune.errors import UserError
-from finetune.train.checkpoint import list_checkpoints, read_state
+from finetune.train.checkpoint import last_good_step, list_checkpoints, read_state
 from finetune.train.distributed import DistContext, all_reduce_sum
 
 
@@ -74,4 +75,14 @@ def diverged_message(what: str, step: int, out: Path, lr: float) -> str:
     where = f"the last good checkpoint is {found[-1]}" if found else "no checkpoint was saved yet"
     return (
         f"{what} at step {step}; the step was not saved and {where}. Try a lower --lr (now {lr:g}) or check the data."
+    )
+
+
+def disk_full_error(exc: OSError, out: Path) -> UserError | None:
+    """A full disk outside a checkpoint save (metrics, plan, export) as one line; None for any other error."""
+    if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+        return None
+    return UserError(
+        f"disk full while writing {exc.filename or out}; {last_good_step(out)}. "
+        "Free some space and run the same command with --resume."
     )

@@ -84,6 +84,7 @@ from finetune.train.distributed import (
 from finetune.train.fingerprint import check_resume, run_fingerprint
 from finetune.train.guards import (
     check_out_folder,
+    disk_full_error,
     diverged_message,
     finished_message,
     finished_report,
@@ -155,7 +156,12 @@ def train(
         config = dataclasses.replace(config, gpu="cpu")  # size time and memory for the machine we are on
     try:
         with rank_failures(ctx, passthrough=(TrainingInterrupted,)):  # every rank stops alike: no rank to name
-            return _train(config, on_plan, on_step, objective or TokenNormalisedSFT(), ctx)
+            try:
+                return _train(config, on_plan, on_step, objective or TokenNormalisedSFT(), ctx)
+            except OSError as exc:
+                if (full := disk_full_error(exc, Path(config.out))) is not None:
+                    raise full from None
+                raise
     finally:
         if joined:
             shutdown(ctx)

@@ -99,3 +99,23 @@ def test_run_stops_on_full_disk_and_resumes_once_space_is_freed(toy_model, tmp_p
     monkeypatch.undo()
     report = train_in_process(toy_model, out, resume=True)
     assert report["steps_taken"] == 3 and (out / "adapter" / "adapter_model.safetensors").is_file()
+
+
+def test_full_disk_while_logging_metrics_is_one_line_too(toy_model, tmp_path, monkeypatch):
+    from finetune.errors import UserError
+    from finetune.report.metrics import MetricsLog
+
+    real = MetricsLog.append
+
+    def append(self, row):
+        if row["step"] == 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path))
+        real(self, row)
+
+    monkeypatch.setattr(MetricsLog, "append", append)
+    out = tmp_path / "run"
+    with pytest.raises(UserError) as caught:
+        train_in_process(toy_model, out)
+    assert str(caught.value).startswith(
+        f"disk full while writing {out / 'metrics.jsonl'}; the last good checkpoint is step 1"
+    )
