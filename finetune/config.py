@@ -23,6 +23,7 @@ import ast
 import dataclasses
 import enum
 import inspect
+import math
 import textwrap
 import types
 from dataclasses import dataclass, fields
@@ -118,7 +119,9 @@ class RunConfig:
     keep_checkpoints: int = 2
     """Keep the last K checkpoints, plus the best by validation loss."""
     resume: bool = False
-    """Continue from the latest checkpoint in `out`."""
+    """Continue from the newest good checkpoint in `out` (from step 0 when there is none)."""
+    allow_changes: str | None = None
+    """With --resume: settings that may differ from the checkpoint's, e.g. lr,data (recorded in the report)."""
     max_steps: int | None = None
     """Stop after this many optimizer steps (the plan is cut to it)."""
     gradient_checkpointing: bool | str = AUTO
@@ -146,8 +149,17 @@ class RunConfig:
             self._at_least(name, 1)
         for name in ("grad_accum", "devices", "max_seq_len", "keep_checkpoints", "max_steps"):
             self._at_least(name, 1)
-        for name in ("warmup_steps", "weight_decay", "price_per_million_tokens", "gpu_hour_price"):
+        for name in ("warmup_steps", "weight_decay", "price_per_million_tokens", "gpu_hour_price", "seed"):
             self._at_least(name, 0)
+        if self.val_file and self.val_fraction != AUTO:
+            raise ConfigError(
+                "--val-file and --val-fraction cannot be used together: the file is the validation set, "
+                "so nothing is held out of the training data; drop --val-fraction"
+            )
+        if self.allow_changes:
+            from finetune.train.fingerprint import parse_allowed  # light: hashlib and json, no torch
+
+            parse_allowed(self.allow_changes)
         if self.shard == "full" and self.method == "lora":
             raise ConfigError(
                 "--shard full shards full fine-tuning (--method full); LoRA replicates the model: --shard none"
@@ -213,7 +225,7 @@ class RunConfig:
 # the data settings: how a file becomes training records; `validate`, `plan` and `train` all take them
 DATA_SETTINGS = ("val_file", "val_fraction", "record_policy", "max_seq_len", "truncation", "format")
 # settings only a run has (plan takes every other one: it shows what train would do)
-TRAIN_ONLY = ("out", "resume", "keep_checkpoints", "test_fraction")
+TRAIN_ONLY = ("out", "resume", "allow_changes", "keep_checkpoints", "test_fraction")
 # positional arguments of the commands rather than flags
 POSITIONAL = ("data",)
 REQUIRED = {"train": ("data", "model", "out")}
@@ -291,6 +303,8 @@ class Setting:
             if not isinstance(value, int | float) or isinstance(value, bool):
                 raise bad
             value = float(value)
+            if not math.isfinite(value):  # nan and inf pass every range check: refuse them by name
+                raise ConfigError(f"{self.flag} must be a finite number, got {value!r}")
         elif not isinstance(value, str):
             raise bad
         return value

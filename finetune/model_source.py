@@ -27,6 +27,10 @@ def resolve_model(name: str) -> str:
     folder = Path(name).expanduser()
     if folder.is_dir():
         return str(folder.resolve())
+    if folder.exists():
+        raise UserError(f"--model {name} is a file; pass the folder that holds the model (config.json, *.safetensors)")
+    if _looks_like_a_path(name):  # a hub id is "name" or "owner/name": this one can only be a folder
+        raise UserError(f"--model {name}: no such folder ({folder.resolve()})")
     from huggingface_hub import constants, try_to_load_from_cache
 
     if constants.is_offline_mode() or _hub_reachable(constants.ENDPOINT):
@@ -41,6 +45,10 @@ def resolve_model(name: str) -> str:
         "is cached. Pass a local model folder as --model, or download it where there is network and run with "
         "HF_HUB_OFFLINE=1."
     )
+
+
+def _looks_like_a_path(name: str) -> bool:
+    return name.startswith(("/", "./", "../", "~", ".\\")) or name in (".", "..") or name.count("/") > 1 or "\\" in name
 
 
 def _hub_reachable(endpoint: str) -> bool:

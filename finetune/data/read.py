@@ -24,19 +24,25 @@ from finetune.data.formats.lines import (
     BLANK_LINE,
     BOM,
     DUPLICATE,
+    DUPLICATE_KEY,
     EMPTY_FILE,
+    LINE_TOO_LONG,
     MIXED_FORMATS,
     NOT_JSON,
     NOT_OBJECT,
     NOT_UTF8,
     Line,
     json_type,
+    quote,
 )
 from finetune.data.types import ParsedFile, Problem
 from finetune.errors import UserError
 
 UTF8_BOM = b"\xef\xbb\xbf"
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+# One conversation of 4 MB is about a million tokens, far beyond any model's context; a longer line is refused
+# before it is parsed or tokenized (a 50 MB line once took 10 GB and two minutes in the tokenizer).
+MAX_LINE_BYTES = 4 * 1024 * 1024
 
 
 # ----------------------------------------------------------------------------- the file
@@ -133,6 +139,13 @@ def split_lines(data: bytes) -> list[bytes]:
 
 def _decode_line(number: int, raw: bytes) -> Line:
     line = Line(number)
+    if len(raw) > MAX_LINE_BYTES:
+        line.error(
+            LINE_TOO_LONG,
+            f"the line is {len(raw) / 2**20:.1f} MB, over the {MAX_LINE_BYTES // 2**20} MB a conversation may take; "
+            "split it into shorter conversations",
+        )
+        return line
     if not raw.strip():
         line.warn(BLANK_LINE, "blank line (ignored)")
         return line
@@ -145,9 +158,12 @@ def _decode_line(number: int, raw: bytes) -> Line:
         )
         return line
     try:
-        value = json.loads(text)
+        value = json.loads(text, object_pairs_hook=_object_without_duplicate_keys)
     except RecursionError:
         line.error(NOT_JSON, "not JSON: nested too deeply")
+        return line
+    except _DuplicateKey as exc:
+        line.error(DUPLICATE_KEY, f"the key {quote(exc.key)} appears twice in one object; JSON keeps only the last")
         return line
     except ValueError as exc:  # JSONDecodeError, and too-long integers
         line.error(NOT_JSON, f"not JSON: {_json_reason(exc)}; each line must be one JSON object")
@@ -157,6 +173,23 @@ def _decode_line(number: int, raw: bytes) -> Line:
         return line
     line.value = value
     return line
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _object_without_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return obj
 
 
 def _json_reason(exc: ValueError) -> str:

@@ -156,6 +156,19 @@ def no_validation_set(ctx: AdviceContext) -> dict | None:
     )
 
 
+def val_file_emptied(ctx: AdviceContext) -> dict | None:
+    """--val-file whose every conversation was removed (duplicates of training ones, or too long): validation is off."""
+    if not ctx.config.val_file or ctx.data.validation_examples != 0:
+        return None
+    removed = ctx.data.duplicates_removed
+    why = f"its {removed} conversation(s) are all in the training data too" if removed else "no record of it is usable"
+    return _warning(
+        "val_file_emptied",
+        f"validation is off: {why} ({ctx.config.val_file}), so the run cannot show over- or underfitting; "
+        "give a --val-file with conversations that are not in the training data.",
+    )
+
+
 def truncated_examples(ctx: AdviceContext) -> dict | None:
     d = ctx.data
     if not d.truncated_records:
@@ -305,6 +318,7 @@ CHECKS: tuple[Callable[[AdviceContext], dict | None], ...] = (
     batch_changed_lr_not,
     small_validation_set,
     no_validation_set,
+    val_file_emptied,
     truncated_examples,
     dropped_examples,
     records_differ_from_conversations,

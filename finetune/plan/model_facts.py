@@ -12,6 +12,7 @@ Hub ids that are not local come from a small table of published configs, labelle
 from __future__ import annotations
 
 import json
+import math
 import struct
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -129,37 +130,114 @@ def from_config(cfg: dict, name: str, source: str) -> ModelFacts:
 # ----------------------------------------------------------------------------- safetensors headers
 
 
+# Bytes per element of the dtypes safetensors defines; sub-byte ones (F4, F6) are left unchecked.
+DTYPE_BYTES = {
+    "BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "F8_E8M0": 1, "I16": 2, "U16": 2, "F16": 2,
+    "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "C64": 8, "F64": 8, "I64": 8, "U64": 8,
+}  # fmt: skip
+MAX_HEADER_BYTES = 100 * 1024 * 1024  # the format's own limit: a larger length is a damaged or hostile file
+
+
 def _header_params(path: Path) -> int:
-    """Sum of the element counts of every tensor in one safetensors file, from its JSON header alone."""
+    """Sum of the element counts of every tensor in one safetensors file, from its JSON header alone.
+
+    The header is checked as strictly as the loader `train` uses checks it (shapes, dtypes, offsets that
+    tile the file exactly), so `plan` never calls a model fine that `train` then cannot load.
+    """
+
+    def bad(problem: str) -> UserError:
+        return UserError(f"{path}: not a usable safetensors file: {problem}")
+
+    size = path.stat().st_size
     with path.open("rb") as f:
         raw = f.read(8)
         if len(raw) < 8:
-            raise UserError(f"{path}: not a safetensors file (too short)")
+            raise bad("it is too short to hold a header")
         (length,) = struct.unpack("<Q", raw)
+        if length > MAX_HEADER_BYTES or length > size - 8:
+            raise bad(f"its header length ({length} bytes) is larger than the file or the 100 MB limit")
         try:
             header = json.loads(f.read(length))
         except (json.JSONDecodeError, UnicodeDecodeError):
-            raise UserError(f"{path}: not a safetensors file (unreadable header)") from None
-    total = 0
-    for key, meta in header.items():
-        if key == "__metadata__":
-            continue
-        count = 1
-        for dim in meta["shape"]:
-            count *= int(dim)
+            raise bad("its header is not readable JSON") from None
+    if not isinstance(header, dict):
+        raise bad(f"its header is {_a_json_type(header)}, not an object of tensors")
+    metadata = header.pop("__metadata__", {})
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise bad("its __metadata__ must be an object of text values")
+    total, spans = 0, []
+    for name, meta in header.items():
+        if not isinstance(meta, dict):
+            raise bad(f"the entry of tensor {name!r} is {_a_json_type(meta)}, not an object")
+        shape, dtype, offsets = meta.get("shape"), meta.get("dtype"), meta.get("data_offsets")
+        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                                  for d in shape):  # fmt: skip
+            raise bad(f"tensor {name!r} has the shape {shape!r}; a shape is a list of whole numbers")
+        if not isinstance(dtype, str):
+            raise bad(f"tensor {name!r} has no dtype")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)
+                and 0 <= offsets[0] <= offsets[1]):  # fmt: skip
+            raise bad(f"tensor {name!r} has the data offsets {offsets!r}; they must be [begin, end]")
+        count = math.prod(shape)
+        if dtype in DTYPE_BYTES and count * DTYPE_BYTES[dtype] != offsets[1] - offsets[0]:
+            raise bad(f"tensor {name!r} ({dtype}, shape {shape}) does not fit its {offsets[1] - offsets[0]} bytes")
         total += count
+        spans.append((offsets[0], offsets[1]))
+    position = 0
+    for begin, end in sorted(spans):
+        if begin != position:
+            raise bad("its tensors overlap or leave a gap")
+        position = end
+    if 8 + length + position != size:
+        missing = 8 + length + position - size
+        problem = f"{missing} bytes are missing (truncated)" if missing > 0 else "it has bytes past its last tensor"
+        raise bad(problem)
     return total
+
+
+def _a_json_type(value: object) -> str:
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    if value is None:
+        return "null"
+    return "a number"
 
 
 def _weight_files(folder: Path) -> list[Path]:
     index = folder / "model.safetensors.index.json"
     if index.is_file():
-        weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map", {})
-        return sorted({folder / shard for shard in weight_map.values()})
+        return _index_shards(index)
     single = folder / "model.safetensors"
     if single.is_file():
         return [single]
     return sorted(p for p in folder.glob("*.safetensors") if not p.name.startswith("adapter"))
+
+
+def _index_shards(index: Path) -> list[Path]:
+    """The shard files a model.safetensors.index.json names; each must be a file next to it."""
+    try:
+        loaded = json.loads(index.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"{index}: the index of the weight files is not readable JSON ({exc})") from None
+    weight_map = loaded.get("weight_map") if isinstance(loaded, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise UserError(f"{index}: the index has no weight_map object naming the weight files")
+    shards = set()
+    for tensor, shard in weight_map.items():
+        if not isinstance(shard, str) or not shard or Path(shard).name != shard:
+            raise UserError(f"{index}: the weight_map entry of {tensor!r} is {shard!r}, not a file name")
+        shards.add(shard)
+    files = sorted(index.parent / shard for shard in shards)
+    for file in files:
+        if not file.is_file():
+            raise UserError(f"{index}: names the weight file {file.name}, which is not in {index.parent}")
+    return files
 
 
 def _from_local(name: str, path: Path) -> ModelFacts:
@@ -172,7 +250,7 @@ def _from_local(name: str, path: Path) -> ModelFacts:
         raise UserError(f"{config_path}: cannot read the model config: {exc}") from None
     facts = from_config(cfg, name, f"config.json in {config_path.parent}")
     files = _weight_files(path) if path.is_dir() else []
-    if files and all(f.is_file() for f in files):
+    if files:
         counted = sum(_header_params(f) for f in files)
         return replace(facts, total_params=counted, exact=True, source=f"safetensors headers in {path}")
     return facts

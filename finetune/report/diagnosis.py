@@ -14,7 +14,8 @@ whole validation set, so its points are compared directly, against a tolerance
 The rules, checked in this order (first match wins):
 
 1. too_short: fewer than 8 training steps.
-2. unstable: a non-finite loss, or smoothed training loss ending more than 10% above its lowest
+2. unstable: a non-finite loss, a training loss more than 10x its running mean (a spike,
+   report/stability.py), or smoothed training loss ending more than 10% above its lowest
    smoothed value (the learning rate is likely too high).
 3. no_validation: no validation points; the message still reads the training curve
    ("still falling" = smoothed train loss dropped more than 2% over the last quarter of the run).
@@ -40,6 +41,8 @@ import math
 import statistics
 from bisect import bisect_left
 from dataclasses import asdict, dataclass
+
+from finetune.report.stability import SPIKE_FACTOR, find_spikes
 
 KINDS = ("overfitting", "underfitting", "good_fit", "no_validation", "too_short", "unstable")
 
@@ -155,6 +158,16 @@ def _check_unstable(c: _Curves) -> Diagnosis | None:
             "unstable",
             f"The loss became non-finite (NaN/inf) at step {min(bad)}: training diverged.",
             f"{_cap(lower_lr)} and keep warmup on; check the data for empty or huge records.",
+        )
+    spikes = find_spikes(c.train)
+    if spikes:
+        first = spikes[0]
+        return Diagnosis(
+            "unstable",
+            f"The training loss spiked to {c.train[first]:.3f} at step {c.train_steps[first]}, more than "
+            f"{SPIKE_FACTOR:g}x its running mean ({len(spikes)} spike(s) in all): the updates are too large "
+            "or some records are very unlike the rest.",
+            f"{_cap(lower_lr)}; check the records of the spiking steps for outliers.",
         )
     lows = [c.smoothed_at(s) for s in c.train_steps]
     low = min(lows)

@@ -4,10 +4,14 @@
     optimizer.pt AdamW moments and step counts (torch.save of tensors; loaded with weights_only=True)
     rng.pt       torch / python RNG states (dropout, anything random), so a resumed run is bit-identical;
                  on several processes rank 0's, plus every rank's under "ranks"
-    state.json   step, best validation so far, and the run's shape (to refuse resuming a different run)
+    state.json   step, best validation so far, the run's shape and fingerprint (to refuse resuming a different run)
+    manifest.json size and SHA-256 of every other file: written last, so a checkpoint without it is incomplete
 
 The data position needs no file: the records of step k depend only on (seed, epoch, effective batch).
-A checkpoint is written to a temporary folder and renamed, so readers never see half of one.
+A checkpoint is written to `step-N.tmp`, every file and the folder are fsynced, the manifest goes in
+last, and only then is the folder renamed to `step-N`: a crash or a full disk at any moment leaves
+either the whole checkpoint or a `.tmp` folder that the next start removes. `--resume` verifies the
+newest checkpoint against its manifest and falls back to the newest good one (see docs/reliability.md).
 
 On several processes every rank calls save_checkpoint and rank 0 writes. A sharded (FSDP) model is
 gathered first, so its checkpoint holds the full weights (save_pretrained) and the full optimizer state
@@ -16,6 +20,8 @@ gathered first, so its checkpoint holds the full weights (save_pretrained) and t
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import os
 import random
@@ -29,7 +35,14 @@ from finetune.errors import UserError
 from finetune.train.distributed import DistContext, gather_full_state, gather_objects, is_sharded, scatter_full_state
 
 STEP_PREFIX = "step-"
-STATE_FILES = ("optimizer.pt", "rng.pt", "state.json")  # everything in a checkpoint besides the weights
+MANIFEST = "manifest.json"
+STATE_FILES = ("optimizer.pt", "rng.pt", "state.json", MANIFEST)  # everything in a checkpoint besides the weights
+TMP_SUFFIX = ".tmp"
+DAMAGED_SUFFIX = ".damaged"
+
+
+class DiskFull(UserError):
+    """The disk filled while a checkpoint was written; the partial folder is gone, the older ones are intact."""
 
 
 @dataclass
@@ -40,6 +53,9 @@ class TrainState:
     best_step: int | None = None
     best_val_loss: float | None = None
     shape: dict = field(default_factory=dict)  # effective batch, total steps, devices, seed, records
+    fingerprint: dict = field(default_factory=dict)  # what defines the run (finetune.train.fingerprint)
+    elapsed_s: float = 0.0  # training time of every session of the run so far, resumes included
+    allowed_changes: list = field(default_factory=list)  # settings changed on --resume --allow-changes
 
 
 def checkpoint_dir(out: Path, step: int) -> Path:
@@ -105,26 +121,190 @@ def _set_rng_state(rng: dict) -> None:
         torch.cuda.set_rng_state_all(rng["cuda"])
 
 
+def _fsync_path(path: Path) -> None:
+    """Flush a file or a folder entry to the disk (a folder's fsync makes the names in it durable)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sha256(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _write_manifest(folder: Path) -> None:
+    """Fsync every file, then write the manifest of their sizes and checksums, then fsync it and the folder."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST)
+    entries = {}
+    for path in files:
+        _fsync_path(path)
+        entries[path.relative_to(folder).as_posix()] = {"bytes": path.stat().st_size, "sha256": _sha256(path)}
+    manifest = folder / MANIFEST
+    manifest.write_text(json.dumps({"format": 1, "files": entries}, indent=1))
+    _fsync_path(manifest)
+    for sub in sorted({p.parent for p in files} | {folder}, key=lambda p: len(p.parts), reverse=True):
+        _fsync_path(sub)
+
+
+def _is_disk_full(exc: BaseException, folder: Path) -> bool:
+    """safetensors names a full disk in its own error; torch.save only says "unexpected pos": then ask the disk."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(exc)
+    if "No space left" in text or "StorageFull" in text or "os error 28" in text or "Disk quota" in text:
+        return True
+    try:
+        stats = os.statvfs(folder if folder.exists() else folder.parent)
+    except OSError:
+        return False
+    return stats.f_bavail * stats.f_frsize < 1 << 20  # under 1 MiB left: whatever the error said, the disk is full
+
+
+def last_good_step(out: Path) -> str:
+    found = list_checkpoints(out)
+    return f"the last good checkpoint is step {_step_of(found[-1])}" if found else "no checkpoint was saved yet"
+
+
+def _step_of(folder: Path) -> int:
+    return int(folder.name[len(STEP_PREFIX) :].split(".")[0])
+
+
+def _write_checkpoint_files(tmp: Path, model, optimizer, state, is_lora, weights, optimizer_state, rngs) -> None:
+    _save_weights(model, tmp, is_lora, weights)
+    torch.save(optimizer.state_dict() if optimizer_state is None else optimizer_state, tmp / "optimizer.pt")
+    torch.save({**rngs[0], "ranks": rngs} if len(rngs) > 1 else rngs[0], tmp / "rng.pt")
+    (tmp / "state.json").write_text(json.dumps(asdict(state), indent=2))
+    _write_manifest(tmp)
+
+
+def _commit(tmp: Path, final: Path) -> None:
+    """Rename tmp to final; an older folder of the same step (a run resumed from before it) is replaced whole."""
+    old = final.with_name(final.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if final.exists():
+        os.replace(final, old)
+    os.replace(tmp, final)
+    _fsync_path(final.parent)
+    shutil.rmtree(old, ignore_errors=True)
+
+
 def save_checkpoint(
     out: Path, model, optimizer, state: TrainState, is_lora: bool, ctx: DistContext | None = None
 ) -> Path | None:
-    """Every rank calls this (it gathers each rank's RNG, and a sharded model); rank 0 writes. The folder on rank 0."""
+    """Every rank calls this (it gathers each rank's RNG, and a sharded model); rank 0 writes. The folder on rank 0.
+
+    A full disk removes the partial folder and raises DiskFull naming the last good checkpoint.
+    """
     ctx = ctx or DistContext()
     rngs = gather_objects(_rng_state(), ctx)
     weights, optimizer_state = gather_full_state(model, optimizer) if is_sharded(model) else (None, None)
     if not ctx.is_main:
         return None
     final = checkpoint_dir(out, state.step)
-    tmp = final.with_name(final.name + ".tmp")
+    tmp = final.with_name(final.name + TMP_SUFFIX)
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    _save_weights(model, tmp, is_lora, weights)
-    torch.save(optimizer.state_dict() if optimizer_state is None else optimizer_state, tmp / "optimizer.pt")
-    torch.save({**rngs[0], "ranks": rngs} if len(rngs) > 1 else rngs[0], tmp / "rng.pt")
-    (tmp / "state.json").write_text(json.dumps(asdict(state), indent=2))
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
+    try:
+        tmp.mkdir(parents=True)
+        _write_checkpoint_files(tmp, model, optimizer, state, is_lora, weights, optimizer_state, rngs)
+        _commit(tmp, final)
+    except Exception as exc:
+        where = final.parent
+        disk_full = _is_disk_full(exc, tmp)  # before the partial folder is removed and its space comes back
+        shutil.rmtree(tmp, ignore_errors=True)
+        if disk_full:
+            raise DiskFull(
+                f"disk full while saving step {state.step} to {where}; {last_good_step(out)}. "
+                "Free some space and run the same command with --resume."
+            ) from None
+        if isinstance(exc, OSError):
+            raise UserError(
+                f"could not save step {state.step} to {where} ({exc.strerror or exc}); {last_good_step(out)}"
+            ) from None
+        raise
     return final
+
+
+# ----------------------------------------------------------------------------- verify, fall back, clean
+
+
+def verify_checkpoint(folder: Path) -> str | None:
+    """None when every file matches the manifest; otherwise what is wrong, in a few words."""
+    manifest = folder / MANIFEST
+    if not folder.is_dir() or not any(folder.iterdir()):
+        return "the folder is empty"
+    if not manifest.is_file():
+        return f"it has no {MANIFEST} (its save never finished)"
+    try:
+        files = json.loads(manifest.read_text(encoding="utf-8"))["files"]
+        expected = {str(name): (int(meta["bytes"]), str(meta["sha256"])) for name, meta in files.items()}
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError):
+        return f"its {MANIFEST} is damaged"
+    for name in ("state.json", "optimizer.pt", "rng.pt"):
+        if name not in expected:
+            return f"its {MANIFEST} does not list {name}"
+    if not any(name.endswith(".safetensors") for name in expected):
+        return f"its {MANIFEST} lists no weights"
+    for name, (size, digest) in expected.items():
+        path = folder / name
+        if not path.is_file():
+            return f"{name} is missing"
+        actual = path.stat().st_size
+        if actual != size:
+            return f"{name} has {actual} bytes instead of {size} (truncated or overwritten)"
+        if _sha256(path) != digest:
+            return f"{name} does not match its checksum (damaged on disk)"
+    return None
+
+
+@dataclass
+class ResumePoint:
+    """The checkpoint --resume continues from (None: none is usable), and the damaged ones passed over."""
+
+    folder: Path | None
+    damaged: list[tuple[Path, str]]
+
+    def message(self, out: Path) -> str:
+        """One line for the user: what was found and where the run continues."""
+        damaged = "; ".join(f"{p.name} is damaged: {why}" for p, why in self.damaged)
+        if self.folder is not None:
+            return f"--resume: {damaged}; resuming from {self.folder.name}" if damaged else ""
+        if damaged:
+            return f"--resume: no usable checkpoint in {out / 'checkpoints'} ({damaged}); starting from step 0"
+        return f"--resume: {out / 'checkpoints'} holds no checkpoint yet; starting from step 0"
+
+
+def find_resume_point(out: Path) -> ResumePoint:
+    """The newest checkpoint that passes verify_checkpoint, and every newer one that did not. Reads only."""
+    damaged = []
+    for folder in reversed(list_checkpoints(out)):
+        problem = verify_checkpoint(folder)
+        if problem is None:
+            return ResumePoint(folder, damaged)
+        damaged.append((folder, problem))
+    return ResumePoint(None, damaged)
+
+
+def set_aside_damaged(point: ResumePoint) -> None:
+    """Rename the damaged checkpoints to step-N.damaged: kept for a look, never resumed from or counted again."""
+    for folder, _ in point.damaged:
+        aside = folder.with_name(folder.name + DAMAGED_SUFFIX)
+        shutil.rmtree(aside, ignore_errors=True)
+        os.replace(folder, aside)
+
+
+def remove_stale_tmp(out: Path) -> list[Path]:
+    """Delete the half-written `.tmp` folders an earlier crash left behind; the list of what was removed."""
+    candidates = [out / "adapter.tmp", out / "model.tmp"]
+    root = out / "checkpoints"
+    if root.is_dir():
+        candidates += [p for p in root.iterdir() if p.name.endswith((TMP_SUFFIX, ".old"))]
+    removed = [p for p in candidates if p.exists()]
+    for path in removed:
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    return removed
 
 
 def read_state(folder: Path) -> TrainState:

@@ -52,6 +52,7 @@ from finetune.plan.plan import Plan, build_plan
 from finetune.report.diagnosis import diagnose
 from finetune.report.metrics import MetricsLog, read_metrics
 from finetune.report.plot import plot_loss_curve
+from finetune.report.stability import LOSS_SPIKE, SpikeWatch
 from finetune.report.summary import build_report, write_report
 from finetune.train.attention import use_varlen_attention
 from finetune.train.batching import epoch_steps, micro_batches, schedule_tokens
@@ -59,12 +60,15 @@ from finetune.train.checkpoint import (
     TrainState,
     checkpoint_dir,
     copy_weights,
+    find_resume_point,
     list_checkpoints,
     load_checkpoint,
     load_weights_only,
     prune_checkpoints,
     read_state,
+    remove_stale_tmp,
     save_checkpoint,
+    set_aside_damaged,
 )
 from finetune.train.distributed import (
     DistContext,
@@ -77,6 +81,15 @@ from finetune.train.distributed import (
     parallelism,
     rank_failures,
     shutdown,
+)
+from finetune.train.fingerprint import check_resume, run_fingerprint
+from finetune.train.guards import (
+    check_out_folder,
+    disk_full_error,
+    diverged_message,
+    finished_message,
+    finished_report,
+    nonfinite_weights,
 )
 from finetune.train.model import add_lora, enable_gradient_checkpointing, load_model, trainable_parameters
 from finetune.train.objective import Objective, TokenNormalisedSFT
@@ -109,6 +122,7 @@ class LoopResult:
     final_train_loss: float | None
     wall_time_s: float
     tokens_processed: int  # tokens of the training examples fed through the model, all ranks, resumed steps too
+    allowed_changes: list = dataclasses.field(default_factory=list)  # settings changed on --resume --allow-changes
 
 
 @dataclass
@@ -136,12 +150,19 @@ def train(
     config.check_required("train")
     joined = ctx is None
     ctx = ctx or init_distributed()
+    if ctx.is_main:
+        check_out_folder(Path(config.out))  # before anything slow: the model may be minutes of download away
     config = dataclasses.replace(config, model=resolve_model(config.model))  # adapter_config: a path from anywhere
     if config.gpu is None and ctx.device.type == "cpu":
         config = dataclasses.replace(config, gpu="cpu")  # size time and memory for the machine we are on
     try:
         with rank_failures(ctx, passthrough=(TrainingInterrupted,)):  # every rank stops alike: no rank to name
-            return _train(config, on_plan, on_step, objective or TokenNormalisedSFT(), ctx)
+            try:
+                return _train(config, on_plan, on_step, objective or TokenNormalisedSFT(), ctx)
+            except OSError as exc:
+                if (full := disk_full_error(exc, Path(config.out))) is not None:
+                    raise full from None
+                raise
     finally:
         if joined:
             shutdown(ctx)
@@ -157,6 +178,8 @@ def _train(
     out = Path(config.out)
     if ctx.is_main:
         _check_out_dir(out, config.resume)
+        _prepare_resume(out, config.resume)
+    barrier(ctx)  # the damaged checkpoints are set aside before any rank looks for the newest one
     if config.test_fraction:
         from finetune.eval.test_split import hold_out_test
 
@@ -174,6 +197,10 @@ def _train(
     )
     if plan.devices != ctx.world_size:
         raise UserError(f"the plan is for {plan.devices} device(s) but {ctx.world_size} process(es) are running")
+    if config.resume and (finished := finished_report(out, plan.total_steps)) is not None:
+        if ctx.is_main:  # every rank sees the same files: all stop here, and nothing is written
+            log.warning("%s", finished_message(out, finished))
+        return TrainResult(out, plan, finished if ctx.is_main else {}, Path(finished["final_weights"]), None)
     if ctx.is_main:
         out.mkdir(parents=True, exist_ok=True)
         (out / "plan.json").write_text(json.dumps(plan.to_dict(), indent=2))
@@ -199,6 +226,7 @@ def _train(
     result = train_loop(
         model, prepared.train, prepared.val, plan, out, ctx,
         objective=objective, pad_id=pad_id, resume=config.resume, on_step=on_step,
+        fingerprint=run_fingerprint(config, plan), allow_changes=config.allow_changes,
     )  # fmt: skip
     if not ctx.is_main:
         return TrainResult(out, plan, {}, None, result)
@@ -212,12 +240,21 @@ def _train(
 def _check_out_dir(out: Path, resume: bool) -> None:
     """Never overwrite a previous run by accident."""
     taken = [name for name in RUN_FILES if (out / name).exists()]
-    if resume and not list_checkpoints(out):
-        raise UserError(f"--resume: {out} holds no checkpoint to resume from")
     if taken and not resume:
         raise UserError(
             f"{out} already holds a run ({', '.join(taken)}); pass --resume to continue it, or choose another --out"
         )
+
+
+def _prepare_resume(out: Path, resume: bool) -> None:
+    """Remove what a crash left half-written; on --resume, say what was found and set damaged checkpoints aside."""
+    remove_stale_tmp(out)
+    if not resume:
+        return
+    point = find_resume_point(out)
+    if message := point.message(out):
+        log.warning("%s", message)
+    set_aside_damaged(point)
 
 
 def _resume_note(out: Path, devices: int) -> str | None:
@@ -280,11 +317,18 @@ def _run_shape(plan: Plan, records: int) -> dict:
     return {"records": records, **{key: getattr(plan, key) for key in keys}}
 
 
-def _resume(out: Path, model, optimizer, plan: Plan, shape: dict, ctx: DistContext) -> TrainState:
+def _resume(
+    out: Path, model, optimizer, plan: Plan, shape: dict, ctx: DistContext, fingerprint: dict, allow_changes: str | None
+) -> TrainState:
+    """The state of the newest checkpoint (the damaged ones were set aside), loaded into model and optimizer;
+    a fresh state at step 0 when there is none (a crash before the first save)."""
     found = list_checkpoints(out)
     if not found:
-        raise UserError(f"--resume: no checkpoint in {out / 'checkpoints'}")
-    saved = read_state(found[-1]).shape
+        return TrainState(shape=shape, fingerprint=fingerprint)
+    saved_state = read_state(found[-1])
+    # what defines the run first: it names the change (a rank change would otherwise be a size-mismatch error)
+    changes = check_resume(saved_state.fingerprint, fingerprint, allow_changes, found[-1].name)
+    saved = saved_state.shape
     # another device count is fine: the records of every step, and so the updates, do not depend on it
     without_devices = lambda s: {k: v for k, v in s.items() if k != "devices"}  # noqa: E731
     if without_devices(saved) != without_devices(shape):
@@ -293,7 +337,10 @@ def _resume(out: Path, model, optimizer, plan: Plan, shape: dict, ctx: DistConte
             "resume with the same data and settings (batch x accumulation x devices equal to the "
             f"checkpoint's effective batch {saved.get('effective_batch')}), or start a new --out"
         )
-    return load_checkpoint(found[-1], model, optimizer, plan.method == "lora", ctx)
+    state = load_checkpoint(found[-1], model, optimizer, plan.method == "lora", ctx)
+    state.fingerprint = fingerprint  # the checkpoints from now on record the settings in use
+    state.allowed_changes = [*state.allowed_changes, *({**c.to_dict(), "at_step": state.step} for c in changes)]
+    return state
 
 
 # ============================================================================ the loop
@@ -310,6 +357,8 @@ def train_loop(
     pad_id: int = 0,
     resume: bool = False,
     on_step: Callable[[dict], None] | None = None,
+    fingerprint: dict | None = None,
+    allow_changes: str | None = None,
 ) -> LoopResult:
     """Take plan.total_steps optimizer steps over `train`; evaluate on `val`, checkpoint and log as planned.
 
@@ -328,17 +377,20 @@ def train_loop(
     optimizer = build_optimizer(model, plan.learning_rate, plan.weight_decay, fused=how.fused_optimizer)
     lengths = [len(example) for example in train]
     shape = _run_shape(plan, len(train))
-    state = TrainState(shape=shape)
+    state = TrainState(shape=shape, fingerprint=fingerprint or {})
     metrics = MetricsLog(out / "metrics.jsonl") if ctx.is_main else None
     if resume:
-        state = _resume(out, model, optimizer, plan, shape, ctx)
+        state = _resume(out, model, optimizer, plan, shape, ctx, fingerprint or {}, allow_changes)
         if metrics:
             metrics.truncate_after(state.step)
+    earlier = read_metrics(out / "metrics.jsonl") if metrics else []
+    spikes = SpikeWatch([row["train_loss"] for row in earlier if row["step"] <= state.step])
     # tokens are counted as the loop runs; the steps before a resume are counted once, from the schedule
     tokens_processed = schedule_tokens(lengths, plan.effective_batch, plan.seed, plan.last_batch, state.step)
     eval_batch = max(1, plan.effective_batch // (plan.devices * plan.grad_accum))
 
     started = time.perf_counter()
+    time_before = state.elapsed_s  # the sessions before a resume: the run's time adds up across them
     last_loss = None
     epoch_plan: tuple[int, list[list[int]]] = (-1, [])  # (epoch, example indices of each of its steps)
     with _StopRequest() as stop:
@@ -375,15 +427,18 @@ def train_loop(
             train_loss = step_metrics.pop("loss")
             if not math.isfinite(train_loss):
                 optimizer.zero_grad(set_to_none=True)
-                last_good = list_checkpoints(out)
-                where = f"the last good checkpoint is {last_good[-1]}" if last_good else "no checkpoint was saved yet"
-                raise TrainingDiverged(
-                    f"the training loss became {train_loss} at step {step_index + 1}; the step was not applied and "
-                    f"{where}. Try a lower --lr (now {plan.learning_rate:g}) or check the data."
-                )
+                what = f"the training loss became {train_loss}"
+                raise TrainingDiverged(diverged_message(what, step_index + 1, out, plan.learning_rate))
             grad_norm = torch.nn.utils.clip_grad_norm_(params, plan.max_grad_norm or float("inf"))
+            if not math.isfinite(float(local_value(grad_norm))):  # NaN gradients would make every weight NaN
+                optimizer.zero_grad(set_to_none=True)
+                what = f"the gradient norm became {float(local_value(grad_norm))} (the loss was {train_loss:.4g})"
+                raise TrainingDiverged(diverged_message(what, step_index + 1, out, plan.learning_rate))
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
+            if nonfinite_weights(params, ctx):  # the update itself overflowed: this state is never saved
+                what = "a weight became NaN or infinite in the update"
+                raise TrainingDiverged(diverged_message(what, step_index + 1, out, plan.learning_rate))
             state.step = step_index + 1
             last_loss = train_loss
             step_tokens = sum(lengths[i] for i in step_examples)
@@ -403,6 +458,8 @@ def train_loop(
                 "tokens_per_s": step_tokens / max(1e-9, time.perf_counter() - step_start),
                 **step_metrics,
             }
+            if spikes.observe(train_loss):
+                row["warning"] = LOSS_SPIKE  # more than 10x the running mean: the report calls the run unstable
             if val and (state.step % plan.eval_every == 0 or end_of_epoch or last_step):
                 row["val_loss"] = evaluate(loss_of, objective, val, plan, ctx, eval_batch, pad_id, bf16, model, how)
                 if state.best_val_loss is None or row["val_loss"] < state.best_val_loss:
@@ -411,6 +468,7 @@ def train_loop(
                 metrics.append(row)
             if state.step % plan.save_every == 0 or last_step or "val_loss" in row or stop_signum is not None:
                 save_start, save_cpu = time.perf_counter(), time.process_time()
+                state.elapsed_s = time_before + save_start - started
                 save_checkpoint(out, model, optimizer, state, plan.method == "lora", ctx)  # every rank; rank 0 writes
                 if ctx.is_main:
                     prune_checkpoints(out, plan.keep_checkpoints, state.best_step)
@@ -430,8 +488,9 @@ def train_loop(
         best_step=state.best_step,
         best_val_loss=state.best_val_loss,
         final_train_loss=last_loss,
-        wall_time_s=time.perf_counter() - started,
+        wall_time_s=time_before + time.perf_counter() - started,
         tokens_processed=tokens_processed,
+        allowed_changes=state.allowed_changes,
     )
 
 
@@ -509,7 +568,12 @@ def write_run_report(out: Path, plan: Plan, result: LoopResult, final: Path, is_
         final_weights=str(final),
         final_is_best=is_best,
         tokens_processed=result.tokens_processed,
-        extra={"out_dir": str(out), "method": plan.method, "skipped_lines": plan.data.skipped_lines},
+        extra={
+            "out_dir": str(out),
+            "method": plan.method,
+            "skipped_lines": plan.data.skipped_lines,
+            "resumed_with_changes": result.allowed_changes,
+        },
     )
     write_report(report, out / "report.json")
     return report

@@ -40,6 +40,8 @@ DUPLICATE_TOOL_CALL_ID = "duplicate_tool_call_id"
 TOOL_WITHOUT_CALL = "tool_without_call"
 UNKNOWN_TOOL_CALL_ID = "unknown_tool_call_id"
 BAD_HISTORY = "bad_history"
+LINE_TOO_LONG = "line_too_long"
+DUPLICATE_KEY = "duplicate_key"
 # Warnings: the line is usable, but look.
 BLANK_LINE = "blank_line"
 EMPTY_CONTENT = "empty_content"

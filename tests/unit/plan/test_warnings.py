@@ -45,6 +45,8 @@ CASES = [
     ("batch_changed_lr_not", dict(examples=800, batch_size=32, lr=1e-4), dict(examples=800, batch_size=32, lr=LR_FOR_32)),
     ("small_validation_set", dict(data=replace(DATA, validation_examples=12)), dict(data=replace(DATA, validation_examples=30))),
     ("no_validation_set", dict(examples=800, val_fraction=0), dict(examples=800, val_fraction=0.1)),
+    ("val_file_emptied", dict(data=replace(DATA, validation_examples=0, duplicates_removed=5), val_file="v.jsonl"),
+     dict(data=DATA, val_file="v.jsonl")),
     ("truncated_examples", dict(data=replace(DATA, truncated_records=3, truncated_tokens=700)), dict(data=DATA)),
     ("dropped_examples", dict(data=replace(DATA, dropped_records=2, dropped_lines=(4, 9))), dict(data=DATA)),
     ("skipped_lines", dict(data=replace(DATA, skipped_lines=1)), dict(data=DATA)),

@@ -1,0 +1,96 @@
+"""--resume refuses a run that is not the checkpoint's: another data file of the same length, another model of
+the same shape, another learning rate or LoRA rank, each named; --allow-changes lets the carry-over ones through."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+
+import pytest
+
+from finetune.config import RunConfig
+from finetune.errors import UserError
+from finetune.train.fingerprint import check_resume, model_identity, parse_allowed, run_fingerprint
+
+
+@dataclass
+class _Plan:  # the Plan fields the fingerprint reads (Auto's choices resolved)
+    method: str = "lora"
+    lora_rank: int | None = 8
+    lora_alpha: float | None = 16.0
+    learning_rate: float = 2e-4
+    schedule: str = "cosine"
+    warmup_steps: int = 1
+    effective_batch: int = 4
+    seed: int = 0
+    data: object = None
+
+
+@pytest.fixture
+def data(tmp_path):
+    path = tmp_path / "train.jsonl"
+    path.write_text('{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}\n')
+    return path
+
+
+def _fingerprint(data, model, plan=None, **config):
+    return run_fingerprint(RunConfig(data=str(data), model=str(model), **config), plan or _Plan())
+
+
+def test_same_run_has_the_same_fingerprint(data, toy_model):
+    assert check_resume(_fingerprint(data, toy_model), _fingerprint(data, toy_model), None, "step-2") == []
+
+
+def test_a_renamed_data_file_with_the_same_bytes_is_the_same_data(data, toy_model, tmp_path):
+    moved = tmp_path / "moved.jsonl"
+    shutil.copy(data, moved)
+    assert check_resume(_fingerprint(data, toy_model), _fingerprint(moved, toy_model), None, "step-2") == []
+
+
+def test_other_data_with_the_same_line_count_is_refused(data, toy_model):
+    saved = _fingerprint(data, toy_model)
+    data.write_text(data.read_text().replace("hello", "howdy"))
+    with pytest.raises(UserError, match=r"the training data changed \(train.jsonl, content [0-9a-f]{12} then"):
+        check_resume(saved, _fingerprint(data, toy_model), None, "step-2")
+
+
+def test_another_model_of_the_same_shape_is_refused(data, toy_model, tmp_path):
+    twin = tmp_path / "twin"
+    shutil.copytree(toy_model, twin)  # same config, same headers: only where it lives tells them apart
+    assert model_identity(str(twin))["sha256"] == model_identity(str(toy_model))["sha256"]
+    with pytest.raises(UserError, match="the model changed"):
+        check_resume(_fingerprint(data, toy_model), _fingerprint(data, twin), None, "step-2")
+
+
+def test_a_new_lr_is_refused_naming_it_and_allowed_with_allow_changes(data, toy_model):
+    saved = _fingerprint(data, toy_model)
+    now = _fingerprint(data, toy_model, _Plan(learning_rate=1e-3))
+    with pytest.raises(UserError) as caught:
+        check_resume(saved, now, None, "step-000002")
+    message = str(caught.value)
+    assert "the learning rate changed (0.0002 then, 0.001 now)" in message
+    assert "--allow-changes lr" in message and "\n" not in message
+    (change,) = check_resume(saved, now, "lr", "step-000002")
+    assert change.to_dict() == {"setting": "lr", "before": 2e-4, "now": 1e-3}
+
+
+def test_another_lora_rank_is_refused_and_cannot_be_allowed(data, toy_model):
+    saved = _fingerprint(data, toy_model)
+    now = _fingerprint(data, toy_model, _Plan(lora_rank=16))
+    with pytest.raises(UserError, match="the LoRA rank changed \\(8 then, 16 now\\), which a checkpoint cannot"):
+        check_resume(saved, now, "lora-rank", "step-2")
+
+
+def test_every_change_is_named_at_once(data, toy_model):
+    saved = _fingerprint(data, toy_model)
+    now = _fingerprint(data, toy_model, _Plan(learning_rate=1e-3, effective_batch=8, seed=3))
+    with pytest.raises(UserError) as caught:
+        check_resume(saved, now, None, "step-2")
+    for part in ("the learning rate changed", "the effective batch changed", "the seed changed"):
+        assert part in str(caught.value)
+
+
+def test_unknown_allow_changes_name_is_a_flag_error():
+    assert parse_allowed("lr, data,val_data") == ["lr", "data", "val-data"]
+    with pytest.raises(UserError, match="--allow-changes: unknown setting colour"):
+        parse_allowed("lr,colour")
