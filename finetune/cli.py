@@ -70,6 +70,8 @@ def _add_run_flags(p: argparse.ArgumentParser, training: bool) -> None:
     p.add_argument("--val-fraction", type=_auto_or_float, default=s, help="held-out share (0 = none), or auto")
     p.add_argument("--val-file", default=s, help="use this file as the validation set")
     p.add_argument("--seed", type=int, default=s, help="seed for split, shuffling and init (default 0)")
+    p.add_argument("--no-cache", dest="cache", action="store_false", default=s, help="tokenize again, skip the cache")
+    p.add_argument("--cache-dir", default=s, help="token cache folder (default ~/.cache/finetune/tokens)")
     p.add_argument("--price-per-million-tokens", type=float, default=s, help="price per 1M tokens processed")
     p.add_argument("--gpu-hour-price", type=float, default=s, help="price of one device-hour")
     p.add_argument("--gpu", default=s, help="device to size memory against, e.g. a100-80gb, l4-24gb, cpu")

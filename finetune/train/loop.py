@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from finetune.data.arrays import record_lengths
 from finetune.data.types import IGNORE_INDEX, TokenizedRecord
 from finetune.errors import UserError
 from finetune.report.metrics import MetricsLog
@@ -225,7 +226,7 @@ def train_loop(
     loss_of = shard_model(model, ctx) if sharded else partial(nll_sum, model)
     params = [p for _, p in trainable_parameters(model)]
     optimizer = build_optimizer(model, s.learning_rate, s.weight_decay, fused=not sharded)
-    lengths = [len(r) for r in train]
+    lengths = record_lengths(train)  # O(records) with TokenArrays: no token is touched
     shape = {
         "records": len(train),
         "effective_batch": s.effective_batch,

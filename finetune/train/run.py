@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from finetune.config import RunConfig
-from finetune.data.prepare import prepare_data
+from finetune.data.prepare import PreparedData, prepare_data
 from finetune.data.tokenize import load_tokenizer
 from finetune.errors import UserError
 from finetune.plan.model_facts import load_model_facts
@@ -33,7 +33,7 @@ from finetune.report.metrics import read_metrics
 from finetune.report.plot import plot_loss_curve
 from finetune.report.summary import build_report, write_report
 from finetune.train.checkpoint import checkpoint_dir, copy_weights, list_checkpoints, load_weights_only, read_state
-from finetune.train.distributed import DistContext, init_distributed, rank_failures, shutdown
+from finetune.train.distributed import DistContext, barrier, init_distributed, rank_failures, shutdown
 from finetune.train.loop import LoopResult, LoopSettings, TrainingInterrupted, train_loop
 from finetune.train.loss import use_varlen_attention
 from finetune.train.model import add_lora, enable_gradient_checkpointing, load_model
@@ -143,6 +143,22 @@ def run_training(
     return report
 
 
+def _prepare_on_every_rank(config: RunConfig, tokenizer, ctx: DistContext) -> PreparedData:
+    """Rank 0 tokenizes (on every core) and fills the token cache; the other ranks then read the cache."""
+    if not ctx.distributed or not config.cache:
+        return prepare_data(config, tokenizer, workers=None if ctx.is_main else 1)
+    prepared, failure = None, None
+    if ctx.is_main:
+        try:
+            prepared = prepare_data(config, tokenizer)
+        except Exception as exc:  # the others must not wait for it forever: they fail the same way on their own
+            failure = exc
+    barrier(ctx)
+    if failure is not None:
+        raise failure
+    return prepared or prepare_data(config, tokenizer, workers=1)
+
+
 def _run_training(
     config: RunConfig, on_step: Callable[[dict], None] | None, show: Callable[[str], None] | None, ctx: DistContext
 ) -> dict:
@@ -153,7 +169,9 @@ def _run_training(
 
     # ---- data and plan
     tokenizer = load_tokenizer(config.model, config.trust_remote_code)
-    prepared = prepare_data(config, tokenizer)
+    prepared = _prepare_on_every_rank(config, tokenizer, ctx)
+    if prepared.from_cache:
+        say(f"tokenized data read from the token cache ({prepared.cache_entry})")
     plan = build_plan(config, prepared.facts, load_model_facts(config.model), data_warnings=prepared.warnings)
     if plan.devices != ctx.world_size:
         raise UserError(f"the plan is for {plan.devices} device(s) but {ctx.world_size} process(es) are running")
