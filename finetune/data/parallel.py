@@ -28,7 +28,7 @@ import numpy as np
 
 from finetune.data.records import build_records
 from finetune.data.split import _rank
-from finetune.data.types import IGNORE_INDEX, Conversation
+from finetune.data.types import Conversation
 
 CHUNK_BYTES = 4 << 20  # ~2,000 support conversations: enough work per task, small enough to spread over cores
 _READ_BLOCK = 1 << 20
@@ -135,8 +135,8 @@ def tokenize_conversations(conversations: list[Conversation], chat, settings: To
     result.conv_digest = np.zeros((n, 32), np.uint8)
     result.conv_rank = np.zeros((n, 32), np.uint8)
     result.conv_messages = np.array([len(c.messages) for c in conversations], dtype=np.int64)
-    ids: list[int] = []
-    weights: list[float] = []
+    ids: list[np.ndarray] = []
+    weights: list[np.ndarray] = []
     rows: list[tuple[int, int, int, int, int, bool, bool]] = []
     eot = chat.end_of_turn_id
     for local, conversation in enumerate(conversations):
@@ -148,25 +148,20 @@ def tokenize_conversations(conversations: list[Conversation], chat, settings: To
             if tokenized is None:
                 result.dropped.append((local, record.line, outcome.dropped or "", outcome.cut_tokens))
                 continue
-            labels = tokenized.labels
-            rows.append(
-                (
-                    local,
-                    tokenized.line,
-                    len(tokenized),
-                    tokenized.num_targets,
-                    tokenized.truncated_tokens,
-                    bool(labels) and labels[0] != IGNORE_INDEX,
-                    eot in labels,
-                )
-            )
-            ids += tokenized.input_ids
-            weights += tokenized.weights
+            record_ids = np.array(tokenized.input_ids, dtype=np.int32)
+            record_weights = np.array(tokenized.weights, dtype=np.float32)
+            targets = record_weights > 0  # exactly where tokenize writes a label (see arrays.py)
+            first_is_target = bool(len(targets) and targets[0])
+            learns_end = bool((record_ids[targets] == eot).any())
+            row = (local, tokenized.line, len(record_ids), int(targets.sum()), tokenized.truncated_tokens)
+            rows.append((*row, first_is_target, learns_end))
+            ids.append(record_ids)
+            weights.append(record_weights)
     table = np.array(rows, dtype=np.int64).reshape(-1, 7)
     result.rec_conv, result.rec_line, result.rec_len, result.rec_targets, result.rec_truncated = table[:, :5].T
     result.rec_first_is_target, result.rec_learns_end = table[:, 5].astype(bool), table[:, 6].astype(bool)
-    result.ids = np.array(ids, dtype=np.int32)
-    result.weights = np.array(weights, dtype=np.float32)
+    result.ids = np.concatenate(ids) if ids else np.zeros(0, np.int32)
+    result.weights = np.concatenate(weights) if weights else np.zeros(0, np.float32)
     return result
 
 
