@@ -171,9 +171,11 @@ def store_entry(root: Path, key: dict, tmp: Path, meta: dict) -> Path | None:
         files = {p.name: {"size": p.stat().st_size, "sha256": _sha256(p)} for p in sorted(tmp.iterdir())}
         content = {"key": key, "files": files, "meta": meta, "created": time.time()}
         (tmp / "meta.json").write_text(json.dumps(content, indent=1), encoding="utf-8")
+        if final.exists() and load_entry(root, key) is None:
+            shutil.rmtree(final)  # an entry we do not trust (damaged, or another key's): ours replaces it
         os.replace(tmp, final)  # atomic; fails when `final` exists and is not empty
     except OSError:
-        if final.is_dir():
+        if load_entry(root, key) is not None:  # another process stored it first
             shutil.rmtree(tmp, ignore_errors=True)
             return final
         return None
