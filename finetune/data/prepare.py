@@ -2,14 +2,14 @@
 
     prepared = prepare_data(config)          # reads config.data (and config.val_file), validates,
     prepared.train, prepared.val             # splits by conversation, builds records, tokenizes
-    prepared.facts                           # the numbers the plan needs (no torch)
+    prepared.summary                         # DataSummary: the numbers the plan needs (no torch)
 
 With a tokenizer the file is read and tokenized in chunks on every core (parallel.py), the records are
 kept in compact arrays (arrays.py), and the result is stored in the token cache (cache.py): the next
 plan, train, resume, rank or service job on the same file and settings reads it instead of tokenizing.
 
 Without a tokenizer (no --model, e.g. `finetune plan DATA.jsonl`), token numbers are estimated
-from the text and `facts.tokens_exact` is False.
+from the text and `summary.counted_with_tokenizer` is False.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import math
 import shutil
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -39,43 +39,18 @@ from finetune.data.records import build_records
 from finetune.data.split import auto_val_fraction, remove_overlap, split_conversations
 from finetune.data.stats import estimate_record_tokens
 from finetune.data.tokenize import ChatTokenizer, load_tokenizer
-from finetune.data.types import Conversation, ParsedFile, Record, TokenizedRecord
+from finetune.data.types import Conversation, DataSummary, ParsedFile, Record, TokenizedRecord
 from finetune.errors import UserError
 
 TRAIN, VAL, LEFT_OUT = 0, 1, -1  # the side of a record: validation-file duplicates of training are left out
 _RECORD_ARRAYS = ("starts", "lengths", "num_targets", "conversation", "line", "truncated")
 
 
-@dataclass(frozen=True)
-class DataFacts:
-    """Everything the plan needs to know about the data, as plain numbers."""
-
-    train_records: int
-    val_records: int
-    train_conversations: int
-    val_conversations: int
-    messages: int  # messages in the training conversations (all roles)
-    tokens_in_file: int  # tokens of all training records after truncation: what one epoch processes
-    target_tokens: int  # scored tokens in the training records
-    context_tokens: int  # read but not scored
-    max_record_tokens: int
-    p50_record_tokens: int
-    p95_record_tokens: int
-    truncated_records: int  # records whose context was cut from the left
-    truncated_tokens: int  # context tokens cut in total
-    dropped_records: int  # records dropped because they did not fit
-    duplicates_removed: int  # exact duplicates of a training conversation removed from validation
-    val_fraction: float  # fraction actually used (0 when a val file is given or validation is off)
-    val_fraction_reason: str  # why this fraction (Auto's rule, the user's flag, or the user's file)
-    tokens_exact: bool = True  # False when counted without the model's tokenizer
-
-
 @dataclass
 class PreparedData:
     train: Sequence[TokenizedRecord]  # a TokenArrays with a tokenizer; records index it like a list
     val: Sequence[TokenizedRecord]
-    facts: DataFacts
-    warnings: list[dict] = field(default_factory=list)  # {"code", "message"}
+    summary: DataSummary  # the numbers the plan needs; its advice reads truncation and drops from here
     end_of_turn_id: int | None = None
     cache_entry: str | None = None  # the token cache folder the records come from (None: not cached)
     from_cache: bool = False  # True when nothing was tokenized: the cache held this data already
@@ -296,54 +271,27 @@ def _prepared(data: TokenizedData, config: RunConfig) -> PreparedData:
     fraction, reason = _val_fraction(config, meta["unique_conversations"])
     ordered = np.sort(train.lengths)
     truncated = train.truncated[train.truncated > 0]
-    dropped = [(line, reason, cut) for side, line, reason, cut in meta["dropped"]]
-    train_dropped = sum(1 for side, *_ in meta["dropped"] if side == TRAIN)
-    facts = DataFacts(
-        train_records=len(train),
-        val_records=len(val),
-        train_conversations=meta["train_conversations"],
-        val_conversations=meta["val_conversations"],
+    summary = DataSummary(
+        examples=len(train),
+        validation_examples=len(val),
+        conversations=meta["train_conversations"],
+        validation_conversations=meta["val_conversations"],
         messages=meta["train_messages"],
         tokens_in_file=train.total_tokens,
+        counted_with_tokenizer=True,
         target_tokens=train.total_targets,
-        context_tokens=train.total_tokens - train.total_targets,
-        max_record_tokens=int(ordered[-1]) if len(ordered) else 0,
+        max_record_tokens=int(ordered[-1]),
         p50_record_tokens=_percentile(ordered, 0.5),
         p95_record_tokens=_percentile(ordered, 0.95),
         truncated_records=len(truncated),
         truncated_tokens=int(truncated.sum()),
-        dropped_records=train_dropped,
+        dropped_records=len(meta["dropped"]),
+        dropped_lines=tuple(line for _, line, _, _ in meta["dropped"]),
         duplicates_removed=meta["duplicates_removed"],
         val_fraction=fraction,
         val_fraction_reason=reason,
-        tokens_exact=True,
     )
-    warnings = _warnings(len(truncated), int(truncated.sum()), dropped, config)
-    return PreparedData(train, val, facts, warnings, eot)
-
-
-def _warnings(truncated_records: int, truncated_tokens: int, dropped: list[tuple], config: RunConfig) -> list[dict]:
-    warnings = []
-    if truncated_records:
-        warnings.append(
-            {
-                "code": "truncated_examples",
-                "message": f"{truncated_records} training record(s) are longer than --max-seq-len "
-                f"{config.max_seq_len}: {truncated_tokens} context tokens are cut from the left "
-                "(targets are never cut)",
-            }
-        )
-    if dropped:
-        lines = ", ".join(str(line) for line, _, _ in dropped[:10])
-        warnings.append(
-            {
-                "code": "dropped_examples",
-                "message": f"{len(dropped)} record(s) do not fit --max-seq-len {config.max_seq_len} without "
-                f"cutting a reply (--truncation {config.truncation}) and are left out (lines {lines}"
-                f"{', ...' if len(dropped) > 10 else ''})",
-            }
-        )
-    return warnings
+    return PreparedData(train, val, summary, eot)
 
 
 # ----------------------------------------------------------------------------- the entry points
@@ -455,24 +403,20 @@ def _estimate(
         lengths.append(estimate.total)
         targets += estimate.target
     ordered = np.sort(np.array(lengths, dtype=np.int64))
-    facts = DataFacts(
-        train_records=len(train_records),
-        val_records=len(val_records),
-        train_conversations=len(split.train),
-        val_conversations=len(split.val),
+    summary = DataSummary(
+        examples=len(train_records),
+        validation_examples=len(val_records),
+        conversations=len(split.train),
+        validation_conversations=len(split.val),
         messages=sum(len(c.messages) for c in split.train),
         tokens_in_file=int(ordered.sum()),
+        counted_with_tokenizer=False,
         target_tokens=targets,
-        context_tokens=int(ordered.sum()) - targets,
-        max_record_tokens=int(ordered[-1]),
+        max_record_tokens=int(ordered[-1]) or None,
         p50_record_tokens=_percentile(ordered, 0.5),
         p95_record_tokens=_percentile(ordered, 0.95),
-        truncated_records=0,
-        truncated_tokens=0,
-        dropped_records=0,
         duplicates_removed=split.duplicates_removed,
         val_fraction=fraction,
         val_fraction_reason=reason,
-        tokens_exact=False,
     )
-    return PreparedData([], [], facts, [], None)
+    return PreparedData([], [], summary, None)

@@ -32,6 +32,17 @@ def epoch_steps(num_records: int, effective_batch: int, seed: int, epoch: int, l
     return steps
 
 
+def schedule_tokens(lengths: list[int], effective_batch: int, seed: int, last_batch: str, steps: int) -> int:
+    """Tokens read by the first `steps` optimizer steps (every epoch's order computed once)."""
+    total, epoch = 0, 0
+    while steps > 0:
+        for step in epoch_steps(len(lengths), effective_batch, seed, epoch, last_batch)[:steps]:
+            total += sum(lengths[i] for i in step)
+            steps -= 1
+        epoch += 1
+    return total
+
+
 def micro_batches(
     step_records: list[int], lengths: list[int], devices: int, grad_accum: int, rank: int
 ) -> list[list[int]]:

@@ -41,12 +41,12 @@ import signal
 
 rank = os.environ.get("RANK")
 if rank is not None and os.environ.get("TEST_FAIL_ON_RANK") == rank:
-    import finetune.train.loop as loop
+    from finetune.train.objective import TokenNormalisedSFT
 
     def fail(*args, **kwargs):
         raise ValueError(f"injected failure on rank {rank}")
 
-    loop.nll_sum = fail
+    TokenNormalisedSFT.batch = fail  # a fault while building a micro-batch (the loss is left alone)
 if rank == "0" and os.environ.get("TEST_SIGTERM_LAUNCHER_AT_STEP"):
     import finetune.report.metrics as metrics
 

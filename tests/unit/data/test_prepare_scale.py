@@ -110,11 +110,11 @@ def test_chunked_tokenization_equals_the_one_pass_path(tmp_path, tokenizer, smal
     train, val = _reference(config, tokenizer)
     _same_records(prepared.train, train)
     _same_records(prepared.val, val)
-    facts = prepared.facts
-    assert facts.tokens_in_file == sum(len(r) for r in train)
-    assert facts.target_tokens == sum(r.num_targets for r in train)
-    assert facts.truncated_records == sum(1 for r in train if r.truncated_tokens)
-    assert facts.train_conversations + facts.val_conversations == 86
+    summary = prepared.summary
+    assert summary.tokens_in_file == sum(len(r) for r in train)
+    assert summary.target_tokens == sum(r.num_targets for r in train)
+    assert summary.truncated_records == sum(1 for r in train if r.truncated_tokens)
+    assert summary.conversations + summary.validation_conversations == 86
 
 
 def test_validation_file_loses_its_copies_of_training_conversations(tmp_path, tokenizer, small_chunks):
@@ -128,7 +128,7 @@ def test_validation_file_loses_its_copies_of_training_conversations(tmp_path, to
     train, val_records = _reference(config, tokenizer)
     _same_records(prepared.train, train)
     _same_records(prepared.val, val_records)
-    assert prepared.facts.duplicates_removed == 20 and prepared.facts.val_conversations == 5
+    assert prepared.summary.duplicates_removed == 20 and prepared.summary.validation_conversations == 5
 
 
 def test_scan_file_cuts_on_line_ends_and_numbers_lines(tmp_path):

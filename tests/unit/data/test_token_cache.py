@@ -52,7 +52,7 @@ def test_second_run_reads_the_cache_even_with_other_hyperparameters(run):
     assert not first.from_cache and len(_entries(run.store)) == 1
     again = run(lr=1e-3, epochs=5, batch_size=3, method="full", out="elsewhere")
     assert again.from_cache and again.cache_entry == first.cache_entry
-    assert again.train == first.train and again.val == first.val and again.facts == first.facts
+    assert again.train == first.train and again.val == first.val and again.summary == first.summary
 
 
 @pytest.mark.parametrize(
@@ -117,7 +117,7 @@ def test_an_unwritable_cache_location_only_costs_the_cache(run, tmp_path):
     blocked = tmp_path / "a-file"
     blocked.write_text("not a folder")
     prepared = run(cache_dir=str(blocked / "cache"))
-    assert not prepared.from_cache and prepared.cache_entry is None and prepared.facts.tokens_exact
+    assert not prepared.from_cache and prepared.cache_entry is None and prepared.summary.counted_with_tokenizer
 
 
 def test_default_location_follows_the_environment(monkeypatch, tmp_path):
