@@ -78,7 +78,13 @@ from finetune.train.distributed import (
     rank_failures,
     shutdown,
 )
-from finetune.train.model import add_lora, enable_gradient_checkpointing, load_model, trainable_parameters
+from finetune.train.model import (
+    add_lora,
+    attention_for,
+    enable_gradient_checkpointing,
+    load_model,
+    trainable_parameters,
+)
 from finetune.train.objective import Objective, TokenNormalisedSFT
 from finetune.train.schedule import lr_at
 
@@ -179,7 +185,7 @@ def _train(
             on_plan(plan)
 
     # ---- model
-    model = load_model(config.model, torch.float32, config.trust_remote_code)
+    model = load_model(config.model, torch.float32, config.trust_remote_code, attention_for(ctx.device))
     if plan.packing:
         use_varlen_attention(model)  # packed records run as one row, attention record by record: no filler, no mask
     if plan.method == "lora":
