@@ -1,8 +1,8 @@
 """RunConfig: the one declaration of every setting of a run, with "auto" where Auto can choose.
 
-A setting is declared once, as a field of RunConfig: its type (``Literal[...]`` gives the choices,
-``int | str`` means a number or "auto", ``X | None`` means it may be left unset), its default, and the
-docstring under it (the help text). Everything else is derived from that declaration by `settings()`:
+A setting is declared once, as a field of RunConfig: its type (``Literal[...]``, or a StrEnum the data
+path names its choices with, gives the choices; ``int | str`` means a number or "auto"; ``X | None`` means
+it may be left unset), its default, and the docstring under it (the help text). Everything else is derived from that declaration by `settings()`:
 
 - the command-line flags (cli.py adds one `--flag-name` per field to `plan`, `train` and `validate`),
 - the YAML keys of `--config` (the field names; dashes allowed),
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import enum
 import inspect
 import textwrap
 import types
@@ -29,6 +30,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
+from finetune.data.types import RecordPolicy, Truncation
 from finetune.errors import UserError
 
 AUTO = "auto"
@@ -53,11 +55,11 @@ class RunConfig:
     """Use this file as the validation set instead of cutting one from `data`."""
     val_fraction: float | str = AUTO
     """Share of conversations held out for validation; 0 disables validation; auto picks from the data size."""
-    record_policy: Literal["all", "last", "each"] = "all"
+    record_policy: RecordPolicy = RecordPolicy.ALL
     """How a conversation becomes records: all targets in one record, only the last, or one record per target."""
     max_seq_len: int = 1024
     """Longest record in tokens; longer ones are handled by `truncation`."""
-    truncation: Literal["left", "drop"] = "left"
+    truncation: Truncation = Truncation.LEFT
     """Over-long records: drop context from the left (never a target), or drop the record."""
     cache: bool = True
     """Keep the tokenized data in the token cache and reuse it (off: --no-cache tokenizes every time)."""
@@ -272,6 +274,7 @@ class Setting:
         if self.choices:
             if value not in self.choices:
                 raise bad
+            value = self.choices[self.choices.index(value)]  # a plain string, also for a StrEnum member
         elif self.auto and value == AUTO:
             pass
         elif self.kind is bool:
@@ -307,6 +310,8 @@ def _setting(f: dataclasses.Field, hint: Any, help_text: str) -> Setting:
     if get_origin(hint) is Literal:
         kind, choices = str, tuple(get_args(hint))
         auto = AUTO in choices
+    elif isinstance(hint, type) and issubclass(hint, enum.StrEnum):  # the data path's own names for its choices
+        kind, choices = str, tuple(member.value for member in hint)
     elif get_origin(hint) in (Union, types.UnionType):
         args = [a for a in get_args(hint) if a is not type(None)]
         optional = len(args) < len(get_args(hint))

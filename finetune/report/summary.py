@@ -83,7 +83,7 @@ def build_report(
 
 
 def write_report(report: dict, path: str | os.PathLike) -> Path:
-    """Write `report` as indented JSON, atomically (the dashboard may be reading it)."""
+    """Write `report` as indented JSON, atomically (a reader may be reading it)."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")

@@ -69,7 +69,7 @@ class Batch:
     weights: torch.Tensor  # [rows, length], float loss weight per target (0 elsewhere)
     attention_mask: torch.Tensor | None  # only on the padded path; None lets the model build a packed mask
     num_tokens: int  # real (non-padding) tokens
-    # Packed batches only, for variable-length attention (FlashAttention's varlen path, or loss.py's SDPA one):
+    # Packed batches only, for variable-length attention (FlashAttention's varlen path, or attention.py's SDPA one):
     # the records laid end to end in one row, without the filler that makes the rows rectangular.
     flat_index: torch.Tensor | None = None  # [num_tokens] positions of the real tokens in the flattened rows
     cu_seq_lens: torch.Tensor | None = None  # int32 [records + 1]: where each record starts in that flat row

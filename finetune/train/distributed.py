@@ -34,7 +34,7 @@ import torch.distributed as dist
 
 from finetune.errors import UserError
 
-# loss.py (and transformers with it) is imported where it is used: the launcher imports this module only to
+# objective.py (and transformers with it) is imported where it is used: the launcher imports this module only to
 # know whether it runs under torchrun
 if TYPE_CHECKING:
     from finetune.train.batching import Batch

@@ -142,7 +142,7 @@ def test_only_rank_0_writes_outputs(two_processes):
     assert [row["step"] for row in metrics(out)] == list(range(1, STEPS + 1))  # one line per step, none twice
     report = json.loads((out / "report.json").read_text())
     assert report["steps_taken"] == STEPS
-    assert result.stdout.count("Run summary") == 1  # one summary, from rank 0
+    assert result.stderr.count("Run summary") == 1 and result.stdout == ""  # one summary, from rank 0, on stderr
     assert not list(out.rglob("*.tmp"))
 
 
