@@ -27,7 +27,6 @@ from pathlib import Path
 import numpy as np
 
 from finetune.data.records import build_records
-from finetune.data.split import _rank
 from finetune.data.types import Conversation
 
 CHUNK_BYTES = 4 << 20  # ~2,000 support conversations: enough work per task, small enough to spread over cores
@@ -123,9 +122,12 @@ def file_digest(path: str | Path) -> str:
 # ----------------------------------------------------------------------------- one chunk
 
 
-def conversation_digest(conversation: Conversation) -> bytes:
-    """Identity of a conversation for duplicates and overlap (Conversation.key, hashed)."""
-    return hashlib.sha256(json.dumps(conversation.key(), ensure_ascii=False).encode("utf-8")).digest()
+def conversation_digests(conversation: Conversation, seed: int) -> tuple[bytes, bytes]:
+    """(identity, rank) of a conversation: sha256 of Conversation.key() for duplicates and overlap, and
+    split.py's `_rank(seed, conversation)` (sha256 of the JSON of [seed, key]), from one JSON encoding."""
+    key = json.dumps(conversation.key(), ensure_ascii=False)
+    rank = f"[{json.dumps(seed)}, {key}]"  # == json.dumps([seed, key()]): the test against split.py checks it
+    return hashlib.sha256(key.encode("utf-8")).digest(), hashlib.sha256(rank.encode("utf-8")).digest()
 
 
 def tokenize_conversations(conversations: list[Conversation], chat, settings: TokenizeSettings, index: int = 0):
@@ -140,8 +142,9 @@ def tokenize_conversations(conversations: list[Conversation], chat, settings: To
     rows: list[tuple[int, int, int, int, int, bool, bool]] = []
     eot = chat.end_of_turn_id
     for local, conversation in enumerate(conversations):
-        result.conv_digest[local] = np.frombuffer(conversation_digest(conversation), np.uint8)
-        result.conv_rank[local] = np.frombuffer(bytes.fromhex(_rank(settings.seed, conversation)), np.uint8)
+        identity, rank = conversation_digests(conversation, settings.seed)
+        result.conv_digest[local] = np.frombuffer(identity, np.uint8)
+        result.conv_rank[local] = np.frombuffer(rank, np.uint8)
         for record in build_records(conversation, local, settings.record_policy):
             outcome = chat.tokenize(record, settings.max_seq_len, settings.truncation)
             tokenized = outcome.record

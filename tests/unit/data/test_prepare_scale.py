@@ -176,3 +176,11 @@ def test_token_arrays_behave_like_a_list_of_records(tmp_path, tokenizer):
     picked = arrays.subset(np.array([5, 1, 5]))
     assert picked == [records[5], records[1], records[5]]
     assert TokenArrays.from_records([]) == [] and not TokenArrays.empty()
+
+
+@pytest.mark.parametrize("seed", [0, 7, -3])
+def test_conversation_rank_is_split_rank(tmp_path, seed):
+    from finetune.data.split import _rank
+
+    for conversation in read_conversations(_write_data(tmp_path, n=5)):
+        assert parallel.conversation_digests(conversation, seed)[1].hex() == _rank(seed, conversation)
