@@ -15,7 +15,9 @@ toy model once, and runs each stage as its own process, the way a user runs it:
 Memory is the peak, sampled every 0.1 s, of the proportional set size (PSS) summed over the process and its
 children (the tokenizing workers): memory pages shared by forked workers are counted once, not per worker.
 The machine's load average is printed with each row: timings on a shared machine are only as good as it is
-quiet. Needs psutil (pip install -e '.[bench]').
+quiet. CPU seconds (user + system, the process and every worker it waited for) are printed too: on a busy
+machine they are the steadier measure, and CPU seconds / cores is the wall time a quiet machine would give
+a perfectly parallel stage. Needs psutil (pip install -e '.[bench]').
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -61,6 +64,7 @@ def measure(command: list[str], env: dict | None = None) -> dict:
     import psutil
 
     load_before = os.getloadavg()[0]
+    used_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
     process = psutil.Process(child.pid)
@@ -76,11 +80,14 @@ def measure(command: list[str], env: dict | None = None) -> dict:
     sampler.start()
     stdout, stderr = child.communicate()
     wall = time.perf_counter() - started
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)  # the child and the workers it waited for
+    cpu = used.ru_utime - used_before.ru_utime + used.ru_stime - used_before.ru_stime
     sampler.join()
     if child.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed ({child.returncode}):\n{stderr[-3000:]}")
     return {
         "wall_s": wall,
+        "cpu_s": cpu,
         "peak_pss_mb": peak["pss"] / 2**20,
         "peak_rss_mb": peak["rss"] / 2**20,
         "stdout": stdout,
@@ -178,7 +185,7 @@ def render(rows: list[dict]) -> str:
         t = r["train"]
 
         def cell(stage: dict) -> str:
-            return f"{stage['wall_s']:.1f} s, {stage['peak_pss_mb']:,.0f} MB"
+            return f"{stage['wall_s']:.1f} s (cpu {stage['cpu_s']:.0f} s), {stage['peak_pss_mb']:,.0f} MB"
 
         loads = [v for stage in ("validate", "plan_cold", "plan_cached", "train") for v in r[stage]["load"]]
         lines.append(
