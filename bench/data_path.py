@@ -159,16 +159,21 @@ def run_size(size: int, work: Path, model: Path, steps: int, env: dict) -> dict:
     shutil.rmtree(cache_dir, ignore_errors=True)
     row: dict = {"conversations": size, "file_mb": data.stat().st_size / 1e6}
 
-    row["validate"] = measure(_finetune("validate", str(data), "--json"), env)
+    def stage(name: str, command: list[str]) -> None:
+        row[name] = measure(command, env)
+        shown = {k: v for k, v in row[name].items() if k != "stdout"}
+        print(json.dumps({"conversations": size, "stage": name, **shown}), flush=True)  # survives an interrupted run
+
+    stage("validate", _finetune("validate", str(data), "--json"))
     plan_args = ("plan", str(data), "--model", str(model), "--json", "--cache-dir", str(cache_dir))
-    row["plan_cold"] = measure(_finetune(*plan_args), env)
-    row["plan_cached"] = measure(_finetune(*plan_args), env)
+    stage("plan_cold", _finetune(*plan_args))
+    stage("plan_cached", _finetune(*plan_args))
     plan = json.loads(row["plan_cached"]["stdout"])
     row["tokens"], row["examples"] = plan["tokens_in_file"], plan["examples"]
     out = work / f"run-{size}"
     shutil.rmtree(out, ignore_errors=True)
     probe = [sys.executable, __file__, "--train-probe", str(data), str(model), str(out), str(cache_dir), str(steps)]
-    row["train"] = measure(probe, env)
+    stage("train", probe)
     row["train"].update(json.loads(row["train"]["stdout"].strip().splitlines()[-1]))
     for stage in ("validate", "plan_cold", "plan_cached", "train"):
         row[stage].pop("stdout", None)
