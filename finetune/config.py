@@ -68,6 +68,10 @@ class RunConfig:
     """Longest record in tokens; longer ones are handled by `truncation`."""
     truncation: Truncation = Truncation.LEFT
     """Over-long records: drop context from the left (never a target), or drop the record."""
+    cache: bool = True
+    """Keep the tokenized data in the token cache and reuse it (off: --no-cache tokenizes every time)."""
+    cache_dir: str | None = None
+    """Token cache folder (default $FINETUNE_CACHE_DIR, else ~/.cache/finetune/tokens); safe to delete."""
 
     # ---- model
     model: str | None = None

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import warnings
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# one token cache per test session (subprocesses inherit it): never the user's ~/.cache
+os.environ.setdefault("FINETUNE_CACHE_DIR", tempfile.mkdtemp(prefix="finetune-test-cache-"))
 warnings.filterwarnings("ignore", category=FutureWarning)
 
 REPO = Path(__file__).resolve().parent.parent

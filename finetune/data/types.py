@@ -62,7 +62,17 @@ class Conversation:
 
     def key(self) -> tuple:
         """Identity for duplicate detection: exact same messages (roles, contents, weights, calls) and tools."""
-        messages = tuple((m.role, m.content, m.weight, m.name, m.tool_calls, m.tool_call_id) for m in self.messages)
+        messages = tuple(
+            (
+                m.role,
+                m.content,
+                m.weight,
+                m.name,
+                tuple((c.id, c.name, c.arguments) for c in m.tool_calls),
+                m.tool_call_id,
+            )
+            for m in self.messages
+        )  # plain values only: split.py and the token cache hash its JSON
         return messages + ((json.dumps(self.tools, sort_keys=True),) if self.tools else ())
 
 

@@ -50,7 +50,7 @@ def hold_out_test(config, out: Path):
 
     if not config.data:
         raise UserError("no training file given")
-    conversations = read_conversations(config.data)
+    conversations, _ = read_conversations(config.data, config.format, config.skip_invalid)
     groups: dict[tuple, list[int]] = {}
     for conversation in conversations:
         groups.setdefault(conversation.key(), []).append(conversation.line)

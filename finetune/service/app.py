@@ -7,8 +7,8 @@ import time
 
 from fastapi import FastAPI
 
-from finetune.service.dashboard.routes import mount_dashboard
 from finetune.service.auth import current_tenant
+from finetune.service.dashboard.routes import mount_dashboard
 from finetune.service.errors import install_error_handlers
 from finetune.service.routes import files, jobs, models
 from finetune.service.settings import ServiceSettings

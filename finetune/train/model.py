@@ -7,16 +7,32 @@ import torch
 from finetune.errors import UserError
 
 
-def load_model(name: str, dtype: torch.dtype = torch.float32, trust_remote_code: bool = False):
+def attention_for(device: torch.device) -> str | None:
+    """FlashAttention 2 on a GPU where flash-attn is installed (its varlen kernel runs packed records with no
+    filler); None leaves transformers' own choice (SDPA), which attention.py switches to its varlen loop."""
+    from transformers.utils import is_flash_attn_2_available
+
+    return "flash_attention_2" if device.type == "cuda" and is_flash_attn_2_available() else None
+
+
+def load_model(
+    name: str, dtype: torch.dtype = torch.float32, trust_remote_code: bool = False, attention: str | None = None
+):
     """AutoModelForCausalLM from safetensors only (never a pickle)."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
+    load = lambda **chosen: AutoModelForCausalLM.from_pretrained(  # noqa: E731
+        name, dtype=dtype, use_safetensors=True, trust_remote_code=trust_remote_code, **chosen
+    )
     try:
-        return AutoModelForCausalLM.from_pretrained(
-            name, dtype=dtype, use_safetensors=True, trust_remote_code=trust_remote_code
-        )
+        if attention:
+            try:
+                return load(attn_implementation=attention)
+            except ValueError:  # this architecture does not support it: transformers' default attention
+                pass
+        return load()
     except Exception as exc:  # OSError, ValueError, hub errors: all mean "cannot load this model"
         raise UserError(f"cannot load the model {name!r}: {exc}") from None
 

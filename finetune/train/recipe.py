@@ -42,7 +42,8 @@ from pathlib import Path
 import torch
 
 from finetune.config import RunConfig
-from finetune.data.prepare import prepare_data
+from finetune.data.arrays import record_lengths
+from finetune.data.prepare import PreparedData, prepare_data
 from finetune.data.skipped import write_skipped
 from finetune.data.tokenize import load_tokenizer
 from finetune.errors import UserError
@@ -91,7 +92,13 @@ from finetune.train.guards import (
     finished_report,
     nonfinite_weights,
 )
-from finetune.train.model import add_lora, enable_gradient_checkpointing, load_model, trainable_parameters
+from finetune.train.model import (
+    add_lora,
+    attention_for,
+    enable_gradient_checkpointing,
+    load_model,
+    trainable_parameters,
+)
 from finetune.train.objective import Objective, TokenNormalisedSFT
 from finetune.train.schedule import lr_at
 
@@ -187,8 +194,10 @@ def _train(
 
     # ---- data and plan: the plan the run writes is the plan it executes (tokens of the exact steps)
     tokenizer = load_tokenizer(config.model, config.trust_remote_code)
-    prepared = prepare_data(config, tokenizer)
-    lengths = [len(r) for r in prepared.train]
+    prepared = _prepare_on_every_rank(config, tokenizer, ctx)
+    if prepared.from_cache and ctx.is_main:
+        log.info("tokenized data read from the token cache (%s)", prepared.cache_entry)
+    lengths = record_lengths(prepared.train)  # O(examples): no token is touched
     plan = build_plan(
         config,
         prepared.summary,
@@ -209,7 +218,7 @@ def _train(
             on_plan(plan)
 
     # ---- model
-    model = load_model(config.model, torch.float32, config.trust_remote_code)
+    model = load_model(config.model, torch.float32, config.trust_remote_code, attention_for(ctx.device))
     if plan.packing:
         use_varlen_attention(model)  # packed records run as one row, attention record by record: no filler, no mask
     if plan.method == "lora":
@@ -235,6 +244,22 @@ def _train(
     final, is_best = export_final(model, tokenizer, out, result, plan)
     report = write_run_report(out, plan, result, final, is_best)
     return TrainResult(out, plan, report, final, result)
+
+
+def _prepare_on_every_rank(config: RunConfig, tokenizer, ctx: DistContext) -> PreparedData:
+    """Rank 0 tokenizes (on every core) and fills the token cache; the other ranks then read the cache."""
+    if not ctx.distributed or not config.cache:
+        return prepare_data(config, tokenizer, workers=None if ctx.is_main else 1)
+    prepared, failure = None, None
+    if ctx.is_main:
+        try:
+            prepared = prepare_data(config, tokenizer)
+        except Exception as exc:  # the others must not wait for it forever: they fail the same way on their own
+            failure = exc
+    barrier(ctx)
+    if failure is not None:
+        raise failure
+    return prepared or prepare_data(config, tokenizer, workers=1)
 
 
 def _check_out_dir(out: Path, resume: bool) -> None:
@@ -375,7 +400,7 @@ def train_loop(
     loss_of = how.wrap(model, objective)
     params = [p for _, p in trainable_parameters(model)]
     optimizer = build_optimizer(model, plan.learning_rate, plan.weight_decay, fused=how.fused_optimizer)
-    lengths = [len(example) for example in train]
+    lengths = record_lengths(train)
     shape = _run_shape(plan, len(train))
     state = TrainState(shape=shape, fingerprint=fingerprint or {})
     metrics = MetricsLog(out / "metrics.jsonl") if ctx.is_main else None

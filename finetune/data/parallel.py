@@ -1,0 +1,258 @@
+"""Read and tokenize a JSONL file in line-aligned chunks, on every core, into compact arrays.
+
+    digest, chunks = scan_file(path)                 # one pass: sha256 of the bytes + chunk boundaries
+    results = tokenize_chunks(chunks, chat, settings, out_dir, workers)
+
+Each chunk is parsed and validated by read.py (`parse_bytes`), turned into records (records.py) and
+tokenized record by record (`ChatTokenizer.tokenize`), exactly as the one-process path does; only the
+bookkeeping is different. A worker writes its chunk's token ids and weights to two raw files in
+`out_dir` and sends back small per-record and per-conversation arrays, so neither the workers nor the
+main process ever hold the whole file's tokens as Python objects.
+
+A chunk with any problem (or chunks that disagree on the format) makes the caller re-read the whole file
+the classic way, which names every problem with its line; the fast path is only for files that are fine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import multiprocessing
+import os
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from finetune.data.records import build_records
+from finetune.data.types import Conversation
+
+CHUNK_BYTES = 4 << 20  # ~2,000 support conversations: enough work per task, small enough to spread over cores
+_READ_BLOCK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Chunk:
+    path: str
+    index: int
+    start: int  # byte offset of the chunk's first line
+    end: int  # byte offset just past its last newline (or the end of the file)
+    first_line: int  # 1-based number of that first line in the file
+
+
+@dataclass(frozen=True)
+class TokenizeSettings:
+    """Everything besides the tokenizer that decides the tokens of a chunk."""
+
+    max_seq_len: int
+    truncation: str
+    record_policy: str
+    seed: int
+    format: str | None = None  # --format: a forced data format (None or "auto": detected per chunk)
+
+
+@dataclass
+class ChunkResult:
+    """One chunk, tokenized. Conversation indices are local to the chunk; lines are the file's."""
+
+    index: int
+    ok: bool = True  # False: the chunk has a problem, re-read the file for the full report
+    format: str | None = None
+    # per conversation
+    conv_digest: np.ndarray = field(default_factory=lambda: np.zeros((0, 32), np.uint8))  # sha256 of its key
+    conv_rank: np.ndarray = field(default_factory=lambda: np.zeros((0, 32), np.uint8))  # split.py's rank
+    conv_messages: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # per kept record
+    rec_conv: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    rec_line: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    rec_len: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    rec_targets: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    rec_truncated: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    rec_first_is_target: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    rec_learns_end: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # end-of-turn is a target
+    # records that did not fit: (local conversation, line, reason, tokens over)
+    dropped: list[tuple[int, int, str, int]] = field(default_factory=list)
+    # token buffers: raw int32 ids / float32 weights, in files (pool) or in memory (inline)
+    ids_file: str | None = None
+    weights_file: str | None = None
+    ids: np.ndarray | None = None
+    weights: np.ndarray | None = None
+
+    @property
+    def conversations(self) -> int:
+        return len(self.conv_messages)
+
+    @property
+    def tokens(self) -> int:
+        return int(self.rec_len.sum())
+
+
+# ----------------------------------------------------------------------------- the file, in chunks
+
+
+def scan_file(path: str | Path, chunk_bytes: int | None = None) -> tuple[str, list[Chunk]]:
+    """One pass over the bytes: their sha256, and chunks that end on a newline with their first line number."""
+    chunk_bytes = chunk_bytes or CHUNK_BYTES
+    digest = hashlib.sha256()
+    chunks: list[Chunk] = []
+    start, first_line = 0, 1
+    pos, newlines = 0, 0  # bytes and newlines before the current block
+    with open(path, "rb") as f:
+        while block := f.read(_READ_BLOCK):
+            digest.update(block)
+            while (cut_from := start + chunk_bytes - pos) < len(block):
+                newline = block.find(b"\n", max(0, cut_from))
+                if newline < 0:
+                    break
+                chunks.append(Chunk(str(path), len(chunks), start, pos + newline + 1, first_line))
+                start, first_line = pos + newline + 1, newlines + block.count(b"\n", 0, newline + 1) + 1
+            newlines += block.count(b"\n")
+            pos += len(block)
+    if pos > start:
+        chunks.append(Chunk(str(path), len(chunks), start, pos, first_line))
+    return digest.hexdigest(), chunks
+
+
+def file_digest(path: str | Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+# ----------------------------------------------------------------------------- one chunk
+
+
+def conversation_digests(conversation: Conversation, seed: int) -> tuple[bytes, bytes]:
+    """(identity, rank) of a conversation: sha256 of Conversation.key() for duplicates and overlap, and
+    split.py's `_rank(seed, conversation)` (sha256 of the JSON of [seed, key]), from one JSON encoding."""
+    key = json.dumps(conversation.key(), ensure_ascii=False)
+    rank = f"[{json.dumps(seed)}, {key}]"  # == json.dumps([seed, key()]): the test against split.py checks it
+    return hashlib.sha256(key.encode("utf-8")).digest(), hashlib.sha256(rank.encode("utf-8")).digest()
+
+
+def tokenize_conversations(conversations: list[Conversation], chat, settings: TokenizeSettings, index: int = 0):
+    """Records of `conversations`, tokenized one by one with `chat.tokenize` (the per-record function)."""
+    result = ChunkResult(index)
+    n = len(conversations)
+    result.conv_digest = np.zeros((n, 32), np.uint8)
+    result.conv_rank = np.zeros((n, 32), np.uint8)
+    result.conv_messages = np.array([len(c.messages) for c in conversations], dtype=np.int64)
+    ids: list[np.ndarray] = []
+    weights: list[np.ndarray] = []
+    rows: list[tuple[int, int, int, int, int, bool, bool]] = []
+    eot = chat.end_of_turn_id
+    for local, conversation in enumerate(conversations):
+        identity, rank = conversation_digests(conversation, settings.seed)
+        result.conv_digest[local] = np.frombuffer(identity, np.uint8)
+        result.conv_rank[local] = np.frombuffer(rank, np.uint8)
+        for record in build_records(conversation, local, settings.record_policy):
+            outcome = chat.tokenize(record, settings.max_seq_len, settings.truncation)
+            tokenized = outcome.record
+            if tokenized is None:
+                result.dropped.append((local, record.line, outcome.dropped or "", outcome.cut_tokens))
+                continue
+            record_ids = np.array(tokenized.input_ids, dtype=np.int32)
+            record_weights = np.array(tokenized.weights, dtype=np.float32)
+            targets = record_weights > 0  # exactly where tokenize writes a label (see arrays.py)
+            first_is_target = bool(len(targets) and targets[0])
+            learns_end = bool((record_ids[targets] == eot).any())
+            row = (local, tokenized.line, len(record_ids), int(targets.sum()), tokenized.truncated_tokens)
+            rows.append((*row, first_is_target, learns_end))
+            ids.append(record_ids)
+            weights.append(record_weights)
+    table = np.array(rows, dtype=np.int64).reshape(-1, 7)
+    result.rec_conv, result.rec_line, result.rec_len, result.rec_targets, result.rec_truncated = table[:, :5].T
+    result.rec_first_is_target, result.rec_learns_end = table[:, 5].astype(bool), table[:, 6].astype(bool)
+    result.ids = np.concatenate(ids) if ids else np.zeros(0, np.int32)
+    result.weights = np.concatenate(weights) if weights else np.zeros(0, np.float32)
+    return result
+
+
+def _read_chunk(chunk: Chunk, format: str | None = None) -> tuple[list[Conversation] | None, str | None]:
+    """The chunk's conversations with the file's line numbers, or None when it has any problem."""
+    from finetune.data.read import parse_bytes
+
+    with open(chunk.path, "rb") as f:
+        f.seek(chunk.start)
+        data = f.read(chunk.end - chunk.start)
+    if not data.strip():
+        return [], None  # blank lines only (e.g. at the end of the file): a warning at most
+    if chunk.index > 0 and data.startswith(b"\xef\xbb\xbf"):
+        return None, None  # a BOM inside the file: let the full read report it in its words
+    parsed = parse_bytes(data, chunk.path, format)
+    if not parsed.ok:
+        return None, parsed.format
+    conversations = parsed.conversations
+    if chunk.first_line > 1:  # parse_bytes numbers the chunk's lines from 1
+        conversations = [dataclasses.replace(c, line=c.line + chunk.first_line - 1) for c in conversations]
+    return conversations, parsed.format
+
+
+_CHAT = None  # the ChatTokenizer of the pool's workers: inherited through fork, or loaded by _init_worker
+_SETTINGS: TokenizeSettings | None = None
+_OUT_DIR: str | None = None
+
+
+def _init_worker(model: str | None, trust_remote_code: bool, settings: TokenizeSettings, out_dir: str) -> None:
+    global _CHAT, _SETTINGS, _OUT_DIR
+    _SETTINGS, _OUT_DIR = settings, out_dir
+    if _CHAT is None and model is not None:  # spawn: no inherited tokenizer
+        from finetune.data.tokenize import ChatTokenizer, load_tokenizer
+
+        _CHAT = ChatTokenizer(load_tokenizer(model, trust_remote_code))
+
+
+def _run_chunk(chunk: Chunk) -> ChunkResult:
+    conversations, fmt = _read_chunk(chunk, _SETTINGS.format if _SETTINGS else None)
+    if conversations is None:
+        return ChunkResult(chunk.index, ok=False, format=fmt)
+    result = tokenize_conversations(conversations, _CHAT, _SETTINGS, chunk.index)
+    result.format = fmt
+    if _OUT_DIR is not None:  # hand the tokens over as files: no large pickles between processes
+        stem = Path(_OUT_DIR) / f"chunk-{chunk.index:06d}-{uuid.uuid4().hex[:12]}"
+        result.ids_file, result.weights_file = str(stem) + ".ids", str(stem) + ".weights"
+        result.ids.tofile(result.ids_file)
+        result.weights.tofile(result.weights_file)
+        result.ids = result.weights = None
+    return result
+
+
+def default_workers() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def tokenize_chunks(
+    chunks: list[Chunk],
+    chat,
+    settings: TokenizeSettings,
+    out_dir: str | None,
+    workers: int,
+    model: str | None = None,
+    trust_remote_code: bool = False,
+) -> list[ChunkResult]:
+    """Every chunk's result, in file order; on several processes when there are several chunks and workers.
+
+    Workers are forked from this process, so they share its loaded tokenizer; where fork is not available
+    they load it again from `model`.
+    """
+    global _CHAT
+    processes = min(workers, len(chunks))
+    if processes <= 1:
+        _CHAT = chat
+        _init_worker(None, False, settings, out_dir)
+        try:
+            return [_run_chunk(chunk) for chunk in chunks]
+        finally:
+            _CHAT = None
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    _CHAT = chat if context.get_start_method() == "fork" else None
+    try:
+        with context.Pool(processes, _init_worker, (model, trust_remote_code, settings, out_dir)) as pool:
+            return list(pool.imap(_run_chunk, chunks))
+    finally:
+        _CHAT = None

@@ -1,0 +1,29 @@
+"""`finetune plan` fills the token cache and `finetune train` then reads it instead of tokenizing again."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from finetune.cli import main
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_plan_then_train_tokenizes_once(toy_model, tmp_path, caplog, monkeypatch):
+    import finetune.data.prepare as prepare
+
+    cache = tmp_path / "cache"
+    data = ["--model", str(toy_model), "--max-seq-len", "512", "--cache-dir", str(cache)]
+    assert main(["plan", str(EXAMPLES / "train.jsonl"), *data, "--json"]) == 0
+    assert len([p for p in cache.iterdir() if not p.name.startswith(".")]) == 1
+
+    def no_tokenizing(*args, **kwargs):
+        raise AssertionError("train tokenized the data again instead of reading the token cache")
+
+    monkeypatch.setattr(prepare, "tokenize_chunks", no_tokenizing)
+    with caplog.at_level(logging.INFO):
+        code = main(["train", str(EXAMPLES / "train.jsonl"), *data, "--out", str(tmp_path / "run"),
+                     "--max-steps", "1", "--batch-size", "4", "--lr", "1e-4"])  # fmt: skip
+    assert code == 0
+    assert "token cache" in caplog.text
