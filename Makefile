@@ -1,11 +1,12 @@
 # Two entry points for a fresh machine; each creates .venv and installs what it needs.
 #   make demo   build the toy model, train on the bundled examples, show before/after
-#   make test   lint + the test suite (CPU, toy model, a few minutes)
+#   make test   lint + the whole default suite, unit and integration (CPU, toy model, a few minutes): what CI runs
+#   make test-unit   the unit tests only, for the inner loop (under a minute on a quiet machine)
 PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow lint bench
+.PHONY: demo test test-unit test-slow lint bench
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -24,6 +25,9 @@ lint: $(STAMP)
 
 test: lint
 	$(VENV)/bin/pytest -q
+
+test-unit: $(STAMP)
+	$(VENV)/bin/pytest -q tests/unit
 
 test-slow: $(STAMP)
 	$(VENV)/bin/pytest -q -m slow

@@ -107,7 +107,7 @@ def house_style(model_dir: Path, weights: str, prompts, markers: list[str]) -> f
 
 def run_point(point: Point, base: Path, data: Path, val: Path, work: Path, prompts, markers) -> dict:
     from finetune.config import RunConfig
-    from finetune.train.run import run_training
+    from finetune.train.recipe import train
 
     out = work / "run"
     shutil.rmtree(out, ignore_errors=True)
@@ -115,8 +115,9 @@ def run_point(point: Point, base: Path, data: Path, val: Path, work: Path, promp
         data=str(data), val_file=str(val), model=str(base), out=str(out), keep_checkpoints=1, **point.values
     )
     started = time.perf_counter()
-    with contextlib.redirect_stdout(io.StringIO()):
-        report = run_training(config, show=None)
+    with contextlib.redirect_stdout(io.StringIO()):  # the library prints nothing; any stray line stays out of the table
+        result = train(config)
+    report = result.report
     seconds = time.perf_counter() - started
     plan = json.loads((out / "plan.json").read_text())
     row = {
@@ -130,7 +131,7 @@ def run_point(point: Point, base: Path, data: Path, val: Path, work: Path, promp
         "lora_rank": plan.get("lora_rank") if plan.get("method") == "lora" else None,
         "steps": plan.get("total_steps"),
         "best_val_loss": report["best_val_loss"],
-        "house_style": house_style(base, report["final_weights"], prompts, markers),
+        "house_style": house_style(base, str(result.final_weights), prompts, markers),
         "train_seconds": round(seconds, 1),
     }
     shutil.rmtree(out, ignore_errors=True)

@@ -8,7 +8,7 @@ the CPU, then runs every configuration in its own subprocess (so peak memory doe
 alternating order (round 1: finetune, TRL padded, TRL packed, bare...; round 2: the same...), so
 that a change in machine load hits every configuration alike and the ratios stay meaningful:
 
-    finetune      RunConfig(..., packing=True) through run_training: padding-free packed rows,
+    finetune      RunConfig(..., packing=True) through finetune.train: padding-free packed rows,
                   length-grouped micro-batches, chunked LM head + loss on target positions only
     trl-padded    SFTTrainer, assistant_only_loss=True, TRL's default padded batches
     trl-packed    SFTTrainer, packing=True (BFD, padding-free rows of max_length), batch 1 x accum 8:
@@ -17,7 +17,6 @@ that a change in machine load hits every configuration alike and the ratios stay
                   (every position scored, no data pipeline): the issue's reference ceiling
     bare-fused    the same fixed-shape loop scoring the data's own targets through finetune's chunked
                   LM head: finetune's kernels without its data pipeline
-    finetune+X    `--variants X`: finetune with a change to code it does not own yet (see VARIANTS)
 
 Every side is set explicitly and identically: fp32, no gradient checkpointing, no torch.compile,
 AdamW (lr, betas, eps, no weight decay), grad-norm clipping 1.0, LoRA r=16 alpha=32 on all linear
@@ -82,7 +81,6 @@ class Spec:
     lora_r: int = 16
     lora_alpha: int = 32
     seed: int = 0
-    variant: str = ""  # finetune only: a named monkeypatch to measure (see VARIANTS)
 
     @property
     def total_steps(self) -> int:
@@ -93,7 +91,6 @@ class Spec:
 class Result:
     system: str
     method: str
-    variant: str = ""
     step_end: list[float] = field(default_factory=list)  # perf_counter at the end of every optimizer step
     step_cpu: list[float] = field(default_factory=list)  # process CPU time (all threads) at the same moments
     target_tokens: list[int] = field(default_factory=list)  # per step: scored tokens
@@ -186,30 +183,22 @@ class StepRecorder:
 
 
 def run_finetune(spec: Spec, rec: StepRecorder) -> None:
-    """The product path: RunConfig -> run_training, exactly what `finetune train` runs."""
-    import finetune.train.loop as loop
+    """The product path: RunConfig -> finetune.train, exactly what `finetune train` runs."""
     from finetune.config import RunConfig
-    from finetune.train.loss import uses_varlen_attention
-    from finetune.train.run import run_training
+    from finetune.train.attention import uses_varlen_attention
+    from finetune.train.objective import TokenNormalisedSFT
+    from finetune.train.recipe import train
 
-    apply_variant(spec.variant)
-    nll_sum = loop.nll_sum
+    class Counted(TokenNormalisedSFT):
+        """Instrumentation only (the loss is unchanged): count what each micro-batch runs."""
 
-    def counted(model, batch, *args, **kwargs):  # instrumentation only: count what each micro-batch runs
-        flat = batch.flat_index is not None and uses_varlen_attention(model)  # filler dropped: one flat row
-        records = len(batch.cu_seq_lens) - 1 if batch.cu_seq_lens is not None else batch.input_ids.shape[0]
-        rec.micro(batch.num_targets, batch.num_tokens, batch.num_tokens if flat else batch.input_ids.numel(), records)
-        return nll_sum(model, batch, *args, **kwargs)
+        def loss(self, model, batch):
+            flat = batch.flat_index is not None and uses_varlen_attention(model)  # filler dropped: one flat row
+            records = len(batch.cu_seq_lens) - 1 if batch.cu_seq_lens is not None else batch.input_ids.shape[0]
+            compute = batch.num_tokens if flat else batch.input_ids.numel()
+            rec.micro(batch.num_targets, batch.num_tokens, compute, records)
+            return super().loss(model, batch)
 
-    loop.nll_sum = counted
-    save_checkpoint = loop.save_checkpoint
-
-    def timed_save(*args, **kwargs):  # checkpoints are not training: leave them out of the step times
-        wall, cpu = time.perf_counter(), time.process_time()
-        save_checkpoint(*args, **kwargs)
-        rec.exclude(time.perf_counter() - wall, time.process_time() - cpu)
-
-    loop.save_checkpoint = timed_save
     config = RunConfig(
         data=spec.data,
         model=spec.model,
@@ -237,10 +226,12 @@ def run_finetune(spec: Spec, rec: StepRecorder) -> None:
     )
 
     def on_step(row: dict) -> None:
+        if "checkpoint_s" in row:  # checkpoints are not training: leave them out of the step times
+            rec.exclude(row["checkpoint_s"], row["checkpoint_cpu_s"])
         rec.add_loss(row["train_loss"])
         rec.step_done()
 
-    run_training(config, on_step=on_step, show=None)
+    train(config, on_step=on_step, objective=Counted())
 
 
 def finetune_step_order(spec: Spec) -> list[int]:
@@ -356,7 +347,7 @@ def run_bare(spec: Spec, rec: StepRecorder, fused: bool = False) -> None:
     from finetune.data.tokenize import load_tokenizer
     from finetune.data.types import IGNORE_INDEX
     from finetune.train.batching import Batch
-    from finetune.train.loss import nll_sum
+    from finetune.train.cross_entropy import nll_sum
     from finetune.train.model import add_lora, load_model
 
     tokenizer = load_tokenizer(spec.model)
@@ -403,22 +394,6 @@ def run_bare(spec: Spec, rec: StepRecorder, fused: bool = False) -> None:
         rec.step_done()
 
 
-# ---------------------------------------------------------------------------- variants (loop/run ideas)
-
-
-def apply_variant(name: str) -> None:
-    """Measure a change to code this benchmark does not own, by monkeypatching it in the worker only."""
-    if not name:
-        return
-    if name not in VARIANTS:
-        raise SystemExit(f"unknown variant {name!r}; known: {', '.join(VARIANTS)}")
-    VARIANTS[name]()
-
-
-# name -> a function that monkeypatches finetune in the worker, to measure a proposed change before making it
-VARIANTS: dict = {}
-
-
 # ---------------------------------------------------------------------------- the worker entry point
 
 PROCESS_START = time.perf_counter()
@@ -426,7 +401,7 @@ PROCESS_START = time.perf_counter()
 
 def worker(spec_path: str) -> None:
     spec = Spec(**json.loads(Path(spec_path).read_text()))
-    result = Result(spec.system, spec.method, spec.variant)
+    result = Result(spec.system, spec.method)
     rec = StepRecorder(spec, result)
     if spec.system == "finetune":
         run_finetune(spec, rec)
@@ -619,7 +594,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--methods", default="lora,full", help="comma-separated: lora, full")
     parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated, from {', '.join(SYSTEMS)}")
-    parser.add_argument("--variants", default="", help="extra finetune runs with a named monkeypatch (comma-separated)")
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds; each runs every configuration once")
     parser.add_argument("--warmup", type=int, default=1, help="untimed optimizer steps at the start of each run")
     parser.add_argument("--timed", type=int, default=4, help="timed optimizer steps per run")
@@ -640,21 +614,19 @@ def main(argv: list[str] | None = None) -> None:
 
     methods = [m for m in args.methods.split(",") if m]
     systems = [s for s in args.systems.split(",") if s]
-    variants = [v for v in args.variants.split(",") if v]
     work = Path(args.work or tempfile.mkdtemp(prefix="finetune-bench-"))
     load_before = load_snapshot()
     started = time.time()
     data, model = prepare_assets(work, args.conversations, args.hidden, args.layers, args.vocab)
     print(f"data {data}, model {model} (hidden {args.hidden} x {args.layers} layers, vocab {args.vocab})", flush=True)
 
-    configs = [(s, "") for s in systems] + [("finetune", v) for v in variants]
     results: dict[tuple[str, str], list[dict]] = {}
     for method in methods:
         for round_index in range(args.rounds):
-            for system, variant in configs:
-                name = f"finetune+{variant}" if variant else system
+            for system in systems:
+                name = system
                 spec = Spec(
-                    system=system, method=method, model=str(model), data=str(data), variant=variant,
+                    system=system, method=method, model=str(model), data=str(data),
                     out=str(work / "runs" / f"{method}-{name}-{round_index}"), warmup=args.warmup, timed=args.timed,
                     lr=args.lr,
                 )  # fmt: skip
@@ -738,7 +710,7 @@ cost over more tokens, in TRL's favour). TRL scores every position through its f
 the CPU (its compact, targets-only path is for Triton devices) and computes entropy and accuracy
 metrics every micro-batch: that is TRL as shipped.
 
-finetune's side: `run_training(RunConfig(...))`, the same code as `finetune train`, with validation
+finetune's side: `finetune.train(RunConfig(...))`, the same code as `finetune train`, with validation
 off; the checkpoint written after the last step is left out of the timing. Packed micro-batches run
 as one row of real tokens with attention record by record (`loss.use_varlen_attention`), and AdamW
 uses the fused kernel.

@@ -2,9 +2,13 @@
 
 import finetune
 config = finetune.RunConfig(data="train.jsonl", model="path/to/model", out="runs/one")
-result = finetune.train(config)
+result = finetune.train(config)          # a TrainResult: .report (report.json), .plan, .final_weights
 """
 
+# The subpackage finetune.train is imported here, before the function of the same name is defined: a
+# submodule import binds its name on the parent package only the first time, so importing
+# finetune.train.* later (as every run does) can no longer replace the function `finetune.train`.
+import finetune.train as _train_package  # noqa: F401
 from finetune.config import RunConfig
 from finetune.errors import UserError
 
@@ -12,8 +16,9 @@ __all__ = ["RunConfig", "UserError", "train"]
 __version__ = "0.1.0"
 
 
-def train(config: RunConfig):
-    """Plan and run one training job; returns the run's report (see finetune.train.loop)."""
-    from finetune.train.run import run_training
+def train(config: RunConfig, on_plan=None, on_step=None):
+    """Plan and run one training job; returns a TrainResult (see finetune.train.recipe). Prints nothing:
+    `on_plan(plan)` and `on_step(metrics_row)` report progress; notes go to the `finetune` logger."""
+    from finetune.train.recipe import train as run
 
-    return run_training(config)
+    return run(config, on_plan=on_plan, on_step=on_step)

@@ -13,92 +13,60 @@ import argparse
 import os
 import sys
 import warnings
+from argparse import SUPPRESS
+from pathlib import Path
+from typing import Any
 
-from finetune.config import AUTO, RunConfig
+from finetune.config import RunConfig, Setting, command_settings, settings
 from finetune.errors import UserError
 
-# ----------------------------------------------------------------------------- argument types
+# ----------------------------------------------------------------------------- flags, generated from RunConfig
 
 
-def _auto_or_int(text: str) -> int | str:
-    if text == AUTO:
-        return AUTO
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number or 'auto', got {text!r}") from None
+def _value_parser(spec: Setting):
+    def parse(text: str) -> Any:
+        try:
+            return spec.parse(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {spec.describe()}, got {text!r}") from None
+
+    parse.__name__ = spec.describe()  # argparse names the type in its error message
+    return parse
 
 
-def _auto_or_float(text: str) -> float | str:
-    if text == AUTO:
-        return AUTO
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number or 'auto', got {text!r}") from None
+def add_setting_flags(p: argparse.ArgumentParser, command: str) -> None:
+    """One flag per RunConfig setting the command takes (config.command_settings): name, type, choices and
+    help all come from the field's declaration. Defaults are left to RunConfig (and the YAML file): only
+    flags the user gives are passed on."""
+    for spec in command_settings(command):
+        default = "none" if spec.default is None else spec.default
+        if spec.kind is bool and not spec.auto:
+            if spec.default:  # on by default: the flag turns it off
+                p.add_argument(f"--no-{spec.flag[2:]}", dest=spec.name, action="store_false", default=SUPPRESS,
+                               help=f"{spec.help} (on unless this flag is given)")  # fmt: skip
+            else:
+                p.add_argument(spec.flag, dest=spec.name, action="store_true", default=SUPPRESS, help=spec.help)
+            continue
+        metavar = {int: "N", float: "X", bool: "on|off", str: "TEXT"}[spec.kind] + ("|auto" if spec.auto else "")
+        p.add_argument(
+            spec.flag,
+            dest=spec.name,
+            type=_value_parser(spec),
+            choices=spec.choices,
+            default=SUPPRESS,
+            metavar=metavar if not spec.choices else None,
+            help=f"{spec.help} (default: {default})",
+        )
 
 
-def _auto_or_bool(text: str) -> bool | str:
-    lowered = text.lower()
-    if lowered == AUTO:
-        return AUTO
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected on, off or auto, got {text!r}")
-
-
-def _add_run_flags(p: argparse.ArgumentParser, training: bool) -> None:
-    """The knobs shared by `plan` and `train` (same names, same Auto). Defaults come from RunConfig."""
-    s = argparse.SUPPRESS  # only flags the user gives override RunConfig (or the YAML file)
-    p.add_argument("--model", default=s, help="hub id or local model folder")
-    p.add_argument("--method", choices=["lora", "full"], default=s, help="LoRA adapter or full fine-tuning")
-    p.add_argument("--epochs", type=_auto_or_int, default=s, help="passes over the data, or auto")
-    p.add_argument("--batch-size", type=_auto_or_int, default=s, help="records per micro-batch per device, or auto")
-    p.add_argument("--grad-accum", type=int, default=s, help="micro-batches per optimizer step")
-    p.add_argument("--devices", type=int, default=s, help="devices (processes) training together")
-    p.add_argument("--lr", type=_auto_or_float, default=s, help="peak learning rate, or auto")
-    p.add_argument("--warmup-ratio", type=float, default=s, help="share of steps for warmup (default 0.05)")
-    p.add_argument("--warmup-steps", type=int, default=s, help="warmup in steps (overrides --warmup-ratio)")
-    p.add_argument("--lora-rank", type=_auto_or_int, default=s, help="LoRA rank, or auto")
-    p.add_argument("--lora-alpha", type=_auto_or_float, default=s, help="LoRA alpha (auto = 2 x rank)")
-    p.add_argument("--max-seq-len", type=int, default=s, help="longest record in tokens (default 1024)")
-    p.add_argument("--truncation", choices=["left", "drop"], default=s, help="over-long records: cut context or drop")
-    p.add_argument("--record-policy", choices=["all", "last", "each"], default=s, help="which replies are targets")
-    p.add_argument("--last-batch", choices=["keep", "drop"], default=s, help="keep or drop a partial last batch")
-    p.add_argument("--val-fraction", type=_auto_or_float, default=s, help="held-out share (0 = none), or auto")
-    p.add_argument("--val-file", default=s, help="use this file as the validation set")
-    p.add_argument("--seed", type=int, default=s, help="seed for split, shuffling and init (default 0)")
-    p.add_argument("--price-per-million-tokens", type=float, default=s, help="price per 1M tokens processed")
-    p.add_argument("--gpu-hour-price", type=float, default=s, help="price of one device-hour")
-    p.add_argument("--gpu", default=s, help="device to size memory against, e.g. a100-80gb, l4-24gb, cpu")
-    p.add_argument("--gradient-checkpointing", type=_auto_or_bool, default=s, help="on, off or auto")
-    p.add_argument("--shard", choices=["auto", "full", "none"], default=s, help="multi-device: FSDP or DDP")
-    p.add_argument("--schedule", choices=["linear", "cosine"], default=s, help="decay after warmup (default cosine)")
-    if not training:
-        return
-    p.add_argument("--out", default=s, help="output folder")
-    p.add_argument("--config", default=None, help="YAML file with any of these settings; flags override it")
-    p.add_argument("--eval-every", type=_auto_or_int, default=s, help="validate every N steps, or auto")
-    p.add_argument("--save-every", type=_auto_or_int, default=s, help="checkpoint every N steps, or auto")
-    p.add_argument("--keep-checkpoints", type=int, default=s, help="checkpoints kept besides the best (default 2)")
-    p.add_argument("--resume", action="store_true", default=s, help="continue from the latest checkpoint in --out")
-    p.add_argument("--max-grad-norm", type=float, default=s, help="gradient clipping norm (default 1.0)")
-    p.add_argument("--weight-decay", type=float, default=s, help="AdamW weight decay (default 0)")
-    p.add_argument("--max-steps", type=int, default=s, help="stop after this many optimizer steps")
-    p.add_argument("--dtype", choices=["auto", "fp32", "bf16"], default=s, help="compute precision")
-    p.add_argument("--no-packing", dest="packing", action="store_false", default=s, help="pad instead of pack")
-    p.add_argument("--lora-dropout", type=float, default=s, help="dropout on the LoRA path (default 0)")
-
-
-def _config_from_args(args: argparse.Namespace, data: str | None) -> RunConfig:
-    given = {k: v for k, v in vars(args).items() if k not in ("command", "func", "config", "json", "data")}
+def _config_from_args(args: argparse.Namespace, data: str | None, command: str) -> RunConfig:
+    names = {s.name for s in settings()}
+    given = {k: v for k, v in vars(args).items() if k in names}
     if data is not None:
         given["data"] = data
-    if getattr(args, "config", None):
-        return RunConfig.from_yaml(args.config, **given)
-    return RunConfig(**given)
+    config = RunConfig.from_yaml(args.config, **given) if getattr(args, "config", None) else RunConfig(**given)
+    config.check_required(command)
+    return config
 
 
 # ----------------------------------------------------------------------------- commands
@@ -121,29 +89,60 @@ def cmd_toy_model(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     from finetune.data.validate import run_validate
 
+    config = _config_from_args(args, data=args.file, command="validate")
     return run_validate(
-        args.file,
-        model=args.model,
+        config.data,
+        model=config.model,
         show=args.show,
         as_json=args.json,
-        max_seq_len=args.max_seq_len,
-        record_policy=args.record_policy,
+        max_seq_len=config.max_seq_len,
+        record_policy=config.record_policy,
     )
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from finetune.plan.command import run_plan
 
-    examples, tokens = args.examples, args.tokens
-    del args.examples, args.tokens  # what-if numbers, not RunConfig settings
-    config = _config_from_args(args, data=args.data)
-    return run_plan(config, examples=examples, tokens=tokens, as_json=args.json)
+    config = _config_from_args(args, data=args.data, command="plan")
+    return run_plan(config, examples=args.examples, tokens=args.tokens, as_json=args.json)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from finetune.train.command import run_train
+    """Plan, progress and summary on stderr; with --json the report (report.json's content) on stdout."""
+    from finetune.train.distributed import launched_by_torchrun
 
-    return run_train(_config_from_args(args, data=getattr(args, "data", None)))
+    config = _config_from_args(args, data=getattr(args, "data", None), command="train")
+    if config.devices > 1 and not launched_by_torchrun():
+        from finetune.train.launch import launch_local
+
+        return launch_local(config.devices, sys.argv[1:])
+
+    import json
+
+    from finetune.report.summary import print_summary
+    from finetune.train.checkpoint import list_checkpoints
+    from finetune.train.progress import RunDisplay, console_for
+    from finetune.train.recipe import TrainingInterrupted, train
+
+    main_rank = int(os.environ.get("RANK", "0")) == 0
+    found = list_checkpoints(Path(config.out)) if config.resume else []
+    first_step = int(found[-1].name.split("-")[-1]) if found else 0
+    try:
+        if main_rank:
+            with RunDisplay(sys.stderr, first_step) as display:
+                result = train(config, on_plan=display.on_plan, on_step=display.on_step)
+        else:
+            result = train(config)
+    except TrainingInterrupted as stop:
+        if main_rank:  # every rank stops; one message is enough
+            print(f"error: {stop}", file=sys.stderr)
+        return 128 + stop.signum
+    if result.report:
+        if args.json:
+            print(json.dumps(result.report, indent=2))
+        else:
+            print_summary(result.report, console=console_for(sys.stderr))
+    return 0
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -178,11 +177,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("validate", help="check a data file and report every problem")
     p.add_argument("file")
-    p.add_argument("--model", default=None, help="count tokens and check masking with this model's tokenizer")
     p.add_argument("--show", type=int, default=0, metavar="N", help="print N records with scored tokens marked")
-    p.add_argument("--max-seq-len", type=int, default=1024)
-    p.add_argument("--record-policy", choices=["all", "last", "each"], default="all")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--config", default=None, help="YAML file of settings (only the data settings are used)")
+    add_setting_flags(p, "validate")  # the data settings of `train`; with --model, tokens are counted exactly
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("plan", help="the run's arithmetic, Auto choices, memory and cost, before training")
@@ -190,12 +188,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--examples", type=int, default=None, help="what-if: number of training records")
     p.add_argument("--tokens", type=int, default=None, help="what-if: tokens in the training file")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    _add_run_flags(p, training=False)
+    p.add_argument("--config", default=None, help="YAML file with any of these settings; flags override it")
+    add_setting_flags(p, "plan")
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("train", help="train a LoRA adapter or the full model")
     p.add_argument("data", nargs="?", default=argparse.SUPPRESS, help="training file (or `data:` in --config)")
-    _add_run_flags(p, training=True)
+    p.add_argument("--json", action="store_true", help="print the final report as JSON on stdout")
+    p.add_argument("--config", default=None, help="YAML file with any of these settings; flags override it")
+    add_setting_flags(p, "train")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("eval", help="answer held-out prompts with the base and the tuned model, side by side")

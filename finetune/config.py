@@ -1,23 +1,45 @@
-"""RunConfig: every knob of a run, with "auto" as a legal value where Auto can choose.
+"""RunConfig: the one declaration of every setting of a run, with "auto" where Auto can choose.
 
-One object is shared by `finetune plan`, `finetune train`, the library (`finetune.train(config)`)
-and the job service. It is validated once, in `__post_init__`; errors name the flag.
+A setting is declared once, as a field of RunConfig: its type (``Literal[...]``, or a StrEnum the data
+path names its choices with, gives the choices; ``int | str`` means a number or "auto"; ``X | None`` means
+it may be left unset), its default, and the docstring under it (the help text). Everything else is derived from that declaration by `settings()`:
+
+- the command-line flags (cli.py adds one `--flag-name` per field to `plan`, `train` and `validate`),
+- the YAML keys of `--config` (the field names; dashes allowed),
+- the type and choice checks (`Setting.coerce`, run in `__post_init__` for the CLI, YAML and library alike).
+
+Why hand-rolled introspection rather than a library (tyro, simple-parsing, pydantic-settings)? The
+declaration is a plain dataclass the library, the YAML file and the CLI share; ~80 lines of
+`typing.get_type_hints` + `ast` (for the field docstrings) keep it that way, keep `finetune plan`
+importable without heavy dependencies, and keep every existing flag spelling (`--no-packing`, `auto`).
+
+Ranges (at least 1, between 0 and 1, ...) are checked in `__post_init__`; the settings each command
+needs are checked in one place, `check_required`.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import enum
+import inspect
+import textwrap
+import types
 from dataclasses import dataclass, fields
+from functools import cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
+from finetune.data.types import RecordPolicy, Truncation
 from finetune.errors import UserError
 
 AUTO = "auto"
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
 
 
 class ConfigError(UserError, ValueError):
-    """A knob has a value that cannot work; the message names the flag."""
+    """A setting has a value that cannot work; the message names the flag."""
 
 
 def _flag(name: str) -> str:
@@ -33,11 +55,11 @@ class RunConfig:
     """Use this file as the validation set instead of cutting one from `data`."""
     val_fraction: float | str = AUTO
     """Share of conversations held out for validation; 0 disables validation; auto picks from the data size."""
-    record_policy: Literal["all", "last", "each"] = "all"
+    record_policy: RecordPolicy = RecordPolicy.ALL
     """How a conversation becomes records: all targets in one record, only the last, or one record per target."""
     max_seq_len: int = 1024
     """Longest record in tokens; longer ones are handled by `truncation`."""
-    truncation: Literal["left", "drop"] = "left"
+    truncation: Truncation = Truncation.LEFT
     """Over-long records: drop context from the left (never a target), or drop the record."""
 
     # ---- model
@@ -111,67 +133,43 @@ class RunConfig:
     """Device to size the memory estimate against (e.g. a100-80gb, h100-80gb, l4-24gb, cpu)."""
 
     def __post_init__(self) -> None:
-        self._check_auto_int("epochs", minimum=1)
-        self._check_auto_int("batch_size", minimum=1)
-        self._check_auto_int("lora_rank", minimum=1)
-        self._check_auto_int("eval_every", minimum=1)
-        self._check_auto_int("save_every", minimum=1)
-        self._check_choice("method", ("lora", "full"))
-        self._check_choice("record_policy", ("all", "last", "each"))
-        self._check_choice("truncation", ("left", "drop"))
-        self._check_choice("last_batch", ("keep", "drop"))
-        self._check_choice("schedule", ("linear", "cosine"))
-        self._check_choice("dtype", ("auto", "fp32", "bf16"))
-        self._check_choice("shard", ("auto", "full", "none"))
-        for name in ("grad_accum", "devices", "max_seq_len"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"{_flag(name)} must be a whole number of at least 1, got {value!r}")
+        for spec in settings():  # types and choices, from the annotations
+            setattr(self, spec.name, spec.coerce(getattr(self, spec.name)))
+        # ranges: what the types cannot say
+        for name in ("epochs", "batch_size", "lora_rank", "eval_every", "save_every"):
+            self._at_least(name, 1)
+        for name in ("grad_accum", "devices", "max_seq_len", "keep_checkpoints", "max_steps"):
+            self._at_least(name, 1)
+        for name in ("warmup_steps", "weight_decay", "price_per_million_tokens", "gpu_hour_price"):
+            self._at_least(name, 0)
         if self.shard == "full" and self.method == "lora":
             raise ConfigError(
                 "--shard full shards full fine-tuning (--method full); LoRA replicates the model: --shard none"
             )
-        if self.keep_checkpoints < 1:
-            raise ConfigError(f"--keep-checkpoints must be at least 1, got {self.keep_checkpoints}")
-        if self.lr != AUTO and (not isinstance(self.lr, int | float) or not 0 < self.lr < 1):
+        if self.lr != AUTO and not 0 < self.lr < 1:
             raise ConfigError(f"--lr must be a number between 0 and 1 (e.g. 2e-4) or 'auto', got {self.lr!r}")
-        if self.lora_alpha != AUTO and (not isinstance(self.lora_alpha, int | float) or self.lora_alpha <= 0):
+        if self.lora_alpha != AUTO and self.lora_alpha <= 0:
             raise ConfigError(f"--lora-alpha must be a positive number or 'auto', got {self.lora_alpha!r}")
-        if self.val_fraction != AUTO and (
-            not isinstance(self.val_fraction, int | float) or not 0 <= self.val_fraction < 1
-        ):
+        if self.val_fraction != AUTO and not 0 <= self.val_fraction < 1:
             raise ConfigError(f"--val-fraction must be at least 0 and below 1, or 'auto', got {self.val_fraction!r}")
         if self.warmup_ratio is not None and not 0 <= self.warmup_ratio < 1:
             raise ConfigError(f"--warmup-ratio must be at least 0 and below 1, got {self.warmup_ratio}")
-        if self.warmup_steps is not None and self.warmup_steps < 0:
-            raise ConfigError(f"--warmup-steps must be 0 or more, got {self.warmup_steps}")
-        if self.weight_decay < 0:
-            raise ConfigError(f"--weight-decay must be 0 or more, got {self.weight_decay}")
         if self.max_grad_norm is not None and self.max_grad_norm <= 0:
             raise ConfigError(f"--max-grad-norm must be positive, got {self.max_grad_norm}")
         if not 0 <= self.lora_dropout < 1:
             raise ConfigError(f"--lora-dropout must be at least 0 and below 1, got {self.lora_dropout}")
-        if self.max_steps is not None and self.max_steps < 1:
-            raise ConfigError(f"--max-steps must be at least 1, got {self.max_steps}")
-        for name in ("price_per_million_tokens", "gpu_hour_price"):
-            value = getattr(self, name)
-            if value is not None and value < 0:
-                raise ConfigError(f"{_flag(name)} must be 0 or more, got {value}")
 
-    def _check_auto_int(self, name: str, minimum: int) -> None:
+    def _at_least(self, name: str, minimum: int) -> None:
         value = getattr(self, name)
-        if value == AUTO:
-            return
-        if isinstance(value, str) and value.isdigit():
-            value = int(value)
-            setattr(self, name, value)
-        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-            raise ConfigError(f"{_flag(name)} must be a whole number of at least {minimum} or 'auto', got {value!r}")
+        if value is not None and value != AUTO and value < minimum:
+            auto = " or 'auto'" if setting(name).auto else ""
+            raise ConfigError(f"{_flag(name)} must be at least {minimum}{auto}, got {value!r}")
 
-    def _check_choice(self, name: str, choices: tuple[str, ...]) -> None:
-        value = getattr(self, name)
-        if value not in choices:
-            raise ConfigError(f"{_flag(name)} must be one of {', '.join(choices)}; got {value!r}")
+    def check_required(self, command: str) -> None:
+        """The settings `command` cannot run without: the one place they are checked (CLI and library)."""
+        for name in REQUIRED.get(command, ()):
+            if getattr(self, name) in (None, ""):
+                raise ConfigError(MISSING[name])
 
     # ---- (de)serialisation
 
@@ -200,3 +198,144 @@ class RunConfig:
         values = {str(k).replace("-", "_"): v for k, v in loaded.items()}
         values.update(overrides)
         return cls.from_dict(values)
+
+
+# ----------------------------------------------------------------------------- settings, derived from RunConfig
+
+# the data settings: how a file becomes training records; `validate`, `plan` and `train` all take them
+DATA_SETTINGS = ("val_file", "val_fraction", "record_policy", "max_seq_len", "truncation")
+# settings only a run has (plan takes every other one: it shows what train would do)
+TRAIN_ONLY = ("out", "resume", "keep_checkpoints")
+# positional arguments of the commands rather than flags
+POSITIONAL = ("data",)
+REQUIRED = {"train": ("data", "model", "out")}
+MISSING = {
+    "data": "no training file: pass DATA.jsonl (or `data:` in --config)",
+    "model": "no model: pass --model (a hub id or a local folder)",
+    "out": "no output folder: pass --out DIR",
+}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One field of RunConfig as the CLI, the YAML reader and the checks see it."""
+
+    name: str
+    kind: type  # int, float, bool or str
+    choices: tuple[str, ...] | None  # from Literal[...]
+    auto: bool  # "auto" is a legal value
+    optional: bool  # None is a legal value (left unset)
+    default: Any
+    help: str
+
+    @property
+    def flag(self) -> str:
+        return _flag(self.name)
+
+    def describe(self) -> str:
+        if self.choices:
+            return "one of " + ", ".join(self.choices)
+        what = {int: "a whole number", float: "a number", bool: "on or off", str: "text"}[self.kind]
+        return what + (" or 'auto'" if self.auto else "")
+
+    def parse(self, text: str) -> Any:
+        """A value written as text (a flag, a YAML string) -> its Python value; ValueError when it is none."""
+        lowered = text.strip().lower()
+        if self.auto and lowered == AUTO:
+            return AUTO
+        if self.optional and self.kind is not str and lowered == "none":
+            return None
+        if self.choices or self.kind is str:
+            return text
+        if self.kind is bool:
+            if lowered in _TRUE + _FALSE:
+                return lowered in _TRUE
+            raise ValueError(text)
+        return self.kind(text)
+
+    def coerce(self, value: Any) -> Any:
+        """Check a value against the declaration (parsing text); raises ConfigError naming the flag."""
+        if value is None:
+            if self.optional:
+                return None
+            raise ConfigError(f"{self.flag} needs a value: {self.describe()}")
+        bad = ConfigError(f"{self.flag} must be {self.describe()}, got {value!r}")
+        if isinstance(value, str) and self.kind is not str:
+            try:
+                value = self.parse(value)
+            except ValueError:
+                raise bad from None
+            if value is None:  # "none": left unset
+                return None
+        if self.choices:
+            if value not in self.choices:
+                raise bad
+            value = self.choices[self.choices.index(value)]  # a plain string, also for a StrEnum member
+        elif self.auto and value == AUTO:
+            pass
+        elif self.kind is bool:
+            if not isinstance(value, bool):
+                raise bad
+        elif self.kind is int:
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise bad
+        elif self.kind is float:
+            if not isinstance(value, int | float) or isinstance(value, bool):
+                raise bad
+            value = float(value)
+        elif not isinstance(value, str):
+            raise bad
+        return value
+
+
+def _field_docs(cls: type) -> dict[str, str]:
+    """The docstring written under each field (Python keeps none of them at run time, so read the source)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body
+    docs = {}
+    for node, after in zip(body, body[1:], strict=False):
+        documented = isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+        if documented and isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            docs[node.target.id] = " ".join(str(after.value.value).split())
+    return docs
+
+
+def _setting(f: dataclasses.Field, hint: Any, help_text: str) -> Setting:
+    choices = None
+    optional = auto = False
+    if get_origin(hint) is Literal:
+        kind, choices = str, tuple(get_args(hint))
+        auto = AUTO in choices
+    elif isinstance(hint, type) and issubclass(hint, enum.StrEnum):  # the data path's own names for its choices
+        kind, choices = str, tuple(member.value for member in hint)
+    elif get_origin(hint) in (Union, types.UnionType):
+        args = [a for a in get_args(hint) if a is not type(None)]
+        optional = len(args) < len(get_args(hint))
+        auto = str in args and len(args) > 1
+        kind = next(a for a in args if a is not str) if auto else args[0]
+    else:
+        kind = hint
+    return Setting(f.name, kind, choices, auto, optional, f.default, help_text)
+
+
+@cache
+def settings() -> tuple[Setting, ...]:
+    """Every setting of RunConfig, in declaration order."""
+    hints = get_type_hints(RunConfig)
+    docs = _field_docs(RunConfig)
+    return tuple(_setting(f, hints[f.name], docs.get(f.name, "")) for f in fields(RunConfig))
+
+
+def command_settings(command: str) -> tuple[Setting, ...]:
+    """The settings a command takes as flags: `validate` the data ones, `plan` all but a run's own, `train` all."""
+    if command == "validate":
+        chosen = (s for s in settings() if s.name in DATA_SETTINGS + ("model", "trust_remote_code"))
+    elif command == "plan":
+        chosen = (s for s in settings() if s.name not in TRAIN_ONLY)
+    else:
+        chosen = iter(settings())
+    return tuple(s for s in chosen if s.name not in POSITIONAL)
+
+
+def setting(name: str) -> Setting:
+    return next(s for s in settings() if s.name == name)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -63,7 +64,8 @@ def run_demo(out: str = "runs/demo", base: str | None = None) -> int:
 
     from finetune.eval.generate import style_rate
     from finetune.toy import pretrained_base
-    from finetune.train.run import run_training
+    from finetune.train.progress import RunDisplay
+    from finetune.train.recipe import train
 
     console = Console(highlight=False)
     started = time.perf_counter()
@@ -87,10 +89,11 @@ def run_demo(out: str = "runs/demo", base: str | None = None) -> int:
 
     console.rule("2. plan and train (LoRA, every value chosen by Auto)")
     config = RunConfig(data=str(EXAMPLES / "train.jsonl"), model=str(model_dir), out=str(root / "run"))
-    report = run_training(config)
+    with RunDisplay(sys.stdout) as display:
+        report = train(config, on_plan=display.on_plan, on_step=display.on_step).report
     from finetune.report.summary import print_summary
 
-    print_summary(report)
+    print_summary(report, console=display.console)
 
     console.rule("3. before and after, on held-out prompts")
     after = _answers(model_dir, Path(report["final_weights"]), prompts)

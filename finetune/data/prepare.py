@@ -2,10 +2,10 @@
 
     prepared = prepare_data(config)          # reads config.data (and config.val_file), validates,
     prepared.train, prepared.val             # splits by conversation, builds records, tokenizes
-    prepared.facts                           # the numbers the plan needs (no torch)
+    prepared.summary                         # DataSummary: the numbers the plan needs (no torch)
 
 Without a tokenizer (no --model, e.g. `finetune plan DATA.jsonl`), token numbers are estimated
-from the text and `facts.tokens_exact` is False.
+from the text and `summary.counted_with_tokenizer` is False.
 """
 
 from __future__ import annotations
@@ -18,40 +18,15 @@ from finetune.data.records import build_records
 from finetune.data.split import auto_val_fraction, remove_overlap, split_conversations
 from finetune.data.stats import estimate_record_tokens
 from finetune.data.tokenize import ChatTokenizer, check_masking, load_tokenizer
-from finetune.data.types import Conversation, ParsedFile, Record, TokenizedRecord
+from finetune.data.types import Conversation, DataSummary, ParsedFile, Record, TokenizedRecord
 from finetune.errors import UserError
-
-
-@dataclass(frozen=True)
-class DataFacts:
-    """Everything the plan needs to know about the data, as plain numbers."""
-
-    train_records: int
-    val_records: int
-    train_conversations: int
-    val_conversations: int
-    messages: int  # messages in the training conversations (all roles)
-    tokens_in_file: int  # tokens of all training records after truncation: what one epoch processes
-    target_tokens: int  # scored tokens in the training records
-    context_tokens: int  # read but not scored
-    max_record_tokens: int
-    p50_record_tokens: int
-    p95_record_tokens: int
-    truncated_records: int  # records whose context was cut from the left
-    truncated_tokens: int  # context tokens cut in total
-    dropped_records: int  # records dropped because they did not fit
-    duplicates_removed: int  # exact duplicates of a training conversation removed from validation
-    val_fraction: float  # fraction actually used (0 when a val file is given or validation is off)
-    val_fraction_reason: str  # why this fraction (Auto's rule, the user's flag, or the user's file)
-    tokens_exact: bool = True  # False when counted without the model's tokenizer
 
 
 @dataclass
 class PreparedData:
     train: list[TokenizedRecord]
     val: list[TokenizedRecord]
-    facts: DataFacts
-    warnings: list[dict] = field(default_factory=list)  # {"code", "message"}
+    summary: DataSummary  # the numbers the plan needs; its advice reads truncation and drops from here
     end_of_turn_id: int | None = None
 
 
@@ -166,54 +141,29 @@ def prepare_conversations(
     else:
         train, val = _estimate_side(train_records), _estimate_side(val_records)
 
-    warnings = _warnings(train, val, config)
     tokens_in_file = sum(train.lengths)
-    facts = DataFacts(
-        train_records=len(train.lengths),
-        val_records=len(val.lengths),
-        train_conversations=len(split.train),
-        val_conversations=len(split.val),
+    dropped = train.dropped + val.dropped
+    summary = DataSummary(
+        examples=len(train.lengths),
+        validation_examples=len(val.lengths),
+        conversations=len(split.train),
+        validation_conversations=len(split.val),
         messages=sum(len(c.messages) for c in split.train),
         tokens_in_file=tokens_in_file,
+        counted_with_tokenizer=chat is not None,
         target_tokens=train.target_tokens,
-        context_tokens=tokens_in_file - train.target_tokens,
-        max_record_tokens=max(train.lengths, default=0),
+        max_record_tokens=max(train.lengths, default=0) or None,
         p50_record_tokens=_percentile(train.lengths, 0.5),
         p95_record_tokens=_percentile(train.lengths, 0.95),
         truncated_records=train.truncated_records,
         truncated_tokens=train.truncated_tokens,
-        dropped_records=len(train.dropped),
+        dropped_records=len(dropped),
+        dropped_lines=tuple(line for line, _, _ in dropped),
         duplicates_removed=split.duplicates_removed,
         val_fraction=fraction,
         val_fraction_reason=reason,
-        tokens_exact=chat is not None,
     )
-    return PreparedData(train.records, val.records, facts, warnings, chat.end_of_turn_id if chat else None)
-
-
-def _warnings(train: _Side, val: _Side, config: RunConfig) -> list[dict]:
-    warnings = []
-    if train.truncated_records:
-        warnings.append(
-            {
-                "code": "truncated_examples",
-                "message": f"{train.truncated_records} training record(s) are longer than --max-seq-len "
-                f"{config.max_seq_len}: {train.truncated_tokens} context tokens are cut from the left "
-                "(targets are never cut)",
-            }
-        )
-    dropped = train.dropped + val.dropped
-    if dropped:
-        lines = ", ".join(str(line) for line, _, _ in dropped[:10])
-        warnings.append(
-            {
-                "code": "dropped_examples",
-                "message": f"{len(dropped)} record(s) do not fit --max-seq-len {config.max_seq_len} without "
-                f"cutting a reply (--truncation {config.truncation}) and are left out (lines {lines}"
-                f"{', ...' if len(dropped) > 10 else ''})",
-            }
-        )
-    return warnings
+    return PreparedData(train.records, val.records, summary, chat.end_of_turn_id if chat else None)
 
 
 def prepare_data(config: RunConfig, tokenizer=None) -> PreparedData:

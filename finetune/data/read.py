@@ -224,7 +224,7 @@ def _check_line(line: _Line, file_format: str | None, path: str) -> None:
     check = _check_prompt_completion if file_format == PROMPT_COMPLETION else _check_chat
     messages = check(obj, line)
     if messages is not None and not line.errors:
-        line.conversation = Conversation(messages=tuple(messages), line=line.number, source=path)
+        line.conversation = Conversation(messages=tuple(messages), line=line.number)
 
 
 def _check_unknown_keys(obj: dict, allowed: tuple[str, ...], where: str, line: _Line) -> None:

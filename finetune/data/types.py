@@ -1,4 +1,5 @@
-"""The data types that flow through the data path: Conversation -> Record -> TokenizedRecord.
+"""The data types that flow through the data path: Conversation -> Record -> TokenizedRecord,
+and DataSummary, the numbers of the prepared data the plan is built from.
 
 Nothing here imports torch: the plan and the validator use these types on machines without it.
 """
@@ -40,7 +41,6 @@ class Conversation:
 
     messages: tuple[Message, ...]
     line: int  # 1-based line number in its file
-    source: str = ""  # file path, for messages
 
     def key(self) -> tuple:
         """Identity for duplicate detection: exact same messages (roles, contents, weights)."""
@@ -105,3 +105,49 @@ class ParsedFile:
     @property
     def ok(self) -> bool:
         return not self.errors
+
+
+@dataclass(frozen=True)
+class DataSummary:
+    """The data's numbers: from a prepared file (data/prepare.py) or a what-if question (plan/plan.py).
+
+    The one summary of the data: the plan holds it (`plan.data`) and its fields are keys of plan.json
+    as they are named here. None means unknown (a what-if plan, or counted without a tokenizer).
+    """
+
+    examples: int
+    """Training records (examples): what steps are counted in."""
+    validation_examples: int | None
+    """Validation records; None when unknown (a what-if plan with a validation file)."""
+    conversations: int | None
+    """Training conversations (lines of the file) the records come from; None when unknown."""
+    validation_conversations: int | None
+    """Validation conversations (held out whole); None when unknown."""
+    messages: int | None
+    """Messages in the training conversations, all roles; None when unknown."""
+    tokens_in_file: int | None
+    """Tokens of all training records after truncation: what one epoch reads; None when unknown."""
+    counted_with_tokenizer: bool = True
+    """False when token numbers are estimated from the text (no --model) or guessed."""
+    target_tokens: int | None = None
+    """Scored tokens of the training records."""
+    max_record_tokens: int | None = None
+    """Longest training record: sizes the activation estimate (else --max-seq-len)."""
+    p50_record_tokens: int | None = None
+    p95_record_tokens: int | None = None
+    truncated_records: int = 0
+    """Training records whose context was cut from the left to fit --max-seq-len."""
+    truncated_tokens: int = 0
+    """Context tokens cut in total."""
+    dropped_records: int = 0
+    """Records (training and validation) left out because they could not fit without cutting a reply."""
+    dropped_lines: tuple[int, ...] = ()
+    """File lines of the dropped records."""
+    duplicates_removed: int = 0
+    """Validation conversations dropped as exact copies of training ones (no leak across sides)."""
+    val_fraction: float | None = None
+    """Share of conversations held out for validation (0 with a validation file or validation off)."""
+    val_fraction_reason: str | None = None
+    """Why that share (Auto's rule, the user's flag or file)."""
+    what_if: bool = False
+    """True for `finetune plan --examples N`: nothing was read from a file."""

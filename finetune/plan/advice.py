@@ -16,7 +16,8 @@ from finetune.plan.memory import gib
 from finetune.plan.model_facts import ModelFacts
 
 if TYPE_CHECKING:
-    from finetune.plan.plan import DataSummary, Plan
+    from finetune.data.types import DataSummary
+    from finetune.plan.plan import Plan
 
 SMALL_DATA_RECORDS = 1_000  # below this, more than USUAL_MAX_EPOCHS passes means compensating for little data
 MIN_STEPS = 50  # fewer optimizer steps and warmup + decay have no room to work
@@ -31,8 +32,6 @@ class AdviceContext:
 
     config: RunConfig
     """The user's settings (what was left on auto)."""
-    data: DataSummary
-    """The data's numbers."""
     plan: Plan
     """The plan being advised on (its warnings not yet set)."""
     auto_epochs: int
@@ -45,6 +44,10 @@ class AdviceContext:
     device_recognised: bool
     """False when --gpu names a device the plan does not know."""
 
+    @property
+    def data(self) -> DataSummary:
+        return self.plan.data
+
 
 def _warning(code: str, message: str) -> dict:
     return {"code": code, "message": message}
@@ -52,19 +55,19 @@ def _warning(code: str, message: str) -> dict:
 
 def epochs_raised_for_small_data(ctx: AdviceContext) -> dict | None:
     p = ctx.plan
-    if p.epochs <= USUAL_MAX_EPOCHS or p.examples >= SMALL_DATA_RECORDS:
+    if p.epochs <= USUAL_MAX_EPOCHS or p.data.examples >= SMALL_DATA_RECORDS:
         return None
     if ctx.config.epochs == AUTO:
         return _warning(
             "epochs_raised_for_small_data",
-            f"only {p.examples:,} training records: Auto uses {p.epochs} epochs, one more than the usual "
+            f"only {p.data.examples:,} training records: Auto uses {p.epochs} epochs, one more than the usual "
             f"{USUAL_MAX_EPOCHS}, and no more, because many passes over so few examples teach those answers by "
             "heart, not the task. More data is the real fix (a few hundred records or more).",
         )
     return _warning(
         "epochs_raised_for_small_data",
-        f"{p.epochs} epochs over only {p.examples:,} records: every example is seen {p.epochs} times, so the model "
-        f"learns these {p.examples:,} answers by heart rather than the task. Auto would use {ctx.auto_epochs} "
+        f"{p.epochs} epochs over only {p.data.examples:,} records: every example is seen {p.epochs} times, so the model "
+        f"learns these {p.data.examples:,} answers by heart rather than the task. Auto would use {ctx.auto_epochs} "
         "epochs with a smaller batch; more data is the real fix.",
     )
 
@@ -81,11 +84,11 @@ def few_total_steps(ctx: AdviceContext) -> dict | None:
         return _warning("few_total_steps", message + f" (--max-steps {ctx.config.max_steps} cuts the run).")
     per_step = p.grad_accum * p.devices
     enough = [
-        b for b in range(p.batch_size - 1, 0, -1) if math.ceil(p.examples / (b * per_step)) * p.epochs >= MIN_STEPS
+        b for b in range(p.batch_size - 1, 0, -1) if math.ceil(p.data.examples / (b * per_step)) * p.epochs >= MIN_STEPS
     ]
     if enough:
         b = enough[0]
-        steps = math.ceil(p.examples / (b * per_step)) * p.epochs
+        steps = math.ceil(p.data.examples / (b * per_step)) * p.epochs
         message += f". A batch size of {b} would give {steps} steps; more data is better still (not more epochs)."
     else:
         message += ". No batch size gives enough steps with this data: add data rather than epochs."
@@ -133,7 +136,7 @@ def batch_changed_lr_not(ctx: AdviceContext) -> dict | None:
 
 
 def small_validation_set(ctx: AdviceContext) -> dict | None:
-    val = ctx.plan.validation_examples
+    val = ctx.data.validation_examples
     if val is None or val == 0 or val >= MIN_VAL_RECORDS:
         return None
     return _warning(
@@ -144,7 +147,7 @@ def small_validation_set(ctx: AdviceContext) -> dict | None:
 
 
 def no_validation_set(ctx: AdviceContext) -> dict | None:
-    if ctx.plan.validation_examples != 0 or ctx.config.val_file:
+    if ctx.data.validation_examples != 0 or ctx.config.val_file:
         return None
     why = ctx.data.val_fraction_reason or "no validation records"
     return _warning(
@@ -171,18 +174,19 @@ def dropped_examples(ctx: AdviceContext) -> dict | None:
     return _warning(
         "dropped_examples",
         f"{d.dropped_records} record(s) do not fit --max-seq-len {ctx.config.max_seq_len} without cutting a reply "
-        "and are left out of training.",
+        f"(--truncation {ctx.config.truncation}) and are left out (lines "
+        f"{', '.join(str(line) for line in d.dropped_lines[:10])}{', ...' if len(d.dropped_lines) > 10 else ''}).",
     )
 
 
 def records_differ_from_conversations(ctx: AdviceContext) -> dict | None:
     p = ctx.plan
-    if p.conversations is None or p.conversations == p.examples:
+    if p.data.conversations is None or p.data.conversations == p.data.examples:
         return None
-    messages = f" ({p.messages:,} messages)" if p.messages is not None else ""
+    messages = f" ({p.data.messages:,} messages)" if p.data.messages is not None else ""
     return _warning(
         "records_differ_from_conversations",
-        f"{p.examples:,} training records come from {p.conversations:,} conversations{messages} "
+        f"{p.data.examples:,} training records come from {p.data.conversations:,} conversations{messages} "
         f"(--record-policy {ctx.config.record_policy}): steps, batches and epochs count records, not conversations.",
     )
 
@@ -241,17 +245,17 @@ def max_steps_cuts_run(ctx: AdviceContext) -> dict | None:
 
 def more_devices_than_examples(ctx: AdviceContext) -> dict | None:
     p = ctx.plan
-    if p.devices <= p.examples:
+    if p.devices <= p.data.examples:
         return None
     return _warning(
         "more_devices_than_examples",
-        f"{p.devices} devices for {p.examples} training record(s): some devices get no record of their own in a "
+        f"{p.devices} devices for {p.data.examples} training record(s): some devices get no record of their own in a "
         "step (they repeat others'). Use fewer devices.",
     )
 
 
 def tokens_unknown(ctx: AdviceContext) -> dict | None:
-    if ctx.plan.tokens_in_file is not None:
+    if ctx.data.tokens_in_file is not None:
         return None
     return _warning(
         "tokens_unknown",
@@ -262,7 +266,7 @@ def tokens_unknown(ctx: AdviceContext) -> dict | None:
 
 def tokens_estimated(ctx: AdviceContext) -> dict | None:
     d = ctx.data
-    if d.what_if or d.tokens_exact or d.tokens_in_file is None:
+    if d.what_if or d.counted_with_tokenizer or d.tokens_in_file is None:
         return None
     return _warning(
         "tokens_estimated",

@@ -9,6 +9,7 @@ imports neither torch nor transformers.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 
@@ -32,8 +33,12 @@ def make_plan(config: RunConfig, examples: int | None = None, tokens: int | None
 
     from finetune.data.prepare import prepare_data  # the data path may load a tokenizer
 
+    if config.model:
+        from finetune.model_source import resolve_model  # fail at once when a hub id cannot be reached
+
+        config = dataclasses.replace(config, model=resolve_model(config.model))
     prepared = prepare_data(config)
-    return build_plan(config, prepared.facts, model_facts, prepared.warnings)
+    return build_plan(config, prepared.summary, model_facts)
 
 
 def run_plan(config: RunConfig, examples: int | None = None, tokens: int | None = None, as_json: bool = False) -> int:

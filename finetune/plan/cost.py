@@ -120,21 +120,3 @@ def estimate_cost(
         time_cost=time_cost,
         notes=notes,
     )
-
-
-def compare_with_actual(cost: dict, tokens_processed: int, seconds: float) -> dict:
-    """For the run report: the plan's estimate (`plan.to_dict()["cost"]`) next to what the run measured.
-
-    Tokens must match exactly when the plan's count was exact; time is compared as a ratio.
-    """
-    planned_tokens = cost.get("billed_tokens")
-    planned_seconds = cost.get("seconds")
-    return {
-        "tokens_planned": planned_tokens,
-        "tokens_actual": tokens_processed,
-        "tokens_match": planned_tokens == tokens_processed,
-        "tokens_exact": cost.get("tokens_exact", False),
-        "seconds_estimated": planned_seconds,
-        "seconds_actual": seconds,
-        "time_ratio": (seconds / planned_seconds) if planned_seconds else None,
-    }

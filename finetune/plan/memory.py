@@ -198,11 +198,6 @@ def estimate_memory(
     )
 
 
-def fits(estimate: MemoryEstimate) -> bool:
-    """True unless the estimate is known to exceed its device."""
-    return estimate.fits_device is not False
-
-
 # ----------------------------------------------------------------------------- Auto decisions from memory
 
 

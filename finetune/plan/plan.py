@@ -10,10 +10,13 @@ with its reason; the advice (warnings with stable codes) comes from advice.py.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from finetune.config import AUTO, RunConfig
+from finetune.data.types import DataSummary
 from finetune.errors import UserError
 from finetune.plan import arithmetic
 from finetune.plan.advice import AdviceContext, advise
@@ -37,62 +40,6 @@ from finetune.plan.memory import (
     resolve_device,
 )
 from finetune.plan.model_facts import ModelFacts
-
-
-@dataclass(frozen=True)
-class DataSummary:
-    """The data's numbers as the plan sees them: from a prepared file (DataFacts) or a what-if question."""
-
-    train_records: int
-    """Training records (examples): what steps are counted in."""
-    val_records: int | None
-    """Validation records; None when not known (what-if with an Auto validation share is estimated)."""
-    train_conversations: int | None
-    """Conversations (lines of the file) the training records come from; None when unknown."""
-    val_conversations: int | None
-    """Validation conversations; None when unknown."""
-    messages: int | None
-    """Messages in the training conversations, all roles; None when unknown."""
-    tokens_in_file: int | None
-    """Tokens of all training records (one epoch); None when unknown."""
-    tokens_exact: bool = True
-    """False when counted without the model's tokenizer (or guessed)."""
-    max_record_tokens: int | None = None
-    """Longest training record: sizes the activation estimate (else --max-seq-len)."""
-    truncated_records: int = 0
-    """Records whose context was cut to fit --max-seq-len."""
-    truncated_tokens: int = 0
-    """Context tokens cut in total."""
-    dropped_records: int = 0
-    """Records left out because they could not fit."""
-    val_fraction: float | None = None
-    """Share of conversations held out for validation."""
-    val_fraction_reason: str | None = None
-    """Why that share (Auto's rule, the user's flag or file)."""
-    what_if: bool = False
-    """True for `finetune plan --examples N`: nothing was read from a file."""
-    duplicates_removed: int = 0
-    """Validation conversations dropped because they duplicate a training conversation."""
-
-
-def summary_from_facts(facts: Any) -> DataSummary:
-    """Convert `finetune.data.prepare.DataFacts` (duck-typed: no import of the data path here)."""
-    return DataSummary(
-        train_records=facts.train_records,
-        val_records=facts.val_records,
-        train_conversations=facts.train_conversations,
-        val_conversations=facts.val_conversations,
-        messages=facts.messages,
-        tokens_in_file=facts.tokens_in_file,
-        tokens_exact=getattr(facts, "tokens_exact", True),
-        max_record_tokens=facts.max_record_tokens or None,
-        truncated_records=facts.truncated_records,
-        truncated_tokens=facts.truncated_tokens,
-        dropped_records=facts.dropped_records,
-        val_fraction=facts.val_fraction,
-        val_fraction_reason=facts.val_fraction_reason,
-        duplicates_removed=facts.duplicates_removed,
-    )
 
 
 def what_if_summary(config: RunConfig, examples: int, tokens: int | None) -> DataSummary:
@@ -121,13 +68,13 @@ def what_if_summary(config: RunConfig, examples: int, tokens: int | None) -> Dat
         val = round(examples * fraction / (1 - fraction))
         reason = "validation off (--val-fraction 0)" if fraction == 0 else f"your --val-fraction {fraction}"
     return DataSummary(
-        train_records=examples,
-        val_records=val,
-        train_conversations=examples if one_per_conversation else None,
-        val_conversations=val if one_per_conversation else None,
+        examples=examples,
+        validation_examples=val,
+        conversations=examples if one_per_conversation else None,
+        validation_conversations=val if one_per_conversation else None,
         messages=None,
         tokens_in_file=tokens,
-        tokens_exact=tokens is not None,
+        counted_with_tokenizer=tokens is not None,
         val_fraction=fraction,
         val_fraction_reason=reason,
         what_if=True,
@@ -136,21 +83,15 @@ def what_if_summary(config: RunConfig, examples: int, tokens: int | None) -> Dat
 
 @dataclass
 class Plan:
-    """Everything the training loop obeys, and everything a user needs to decide whether to run."""
+    """Everything the training loop obeys, and everything a user needs to decide whether to run.
 
-    # ---- data
-    examples: int
-    """Training records: one record is one training example; steps are counted in these."""
-    validation_examples: int | None
-    """Validation records (None when unknown)."""
-    conversations: int | None
-    """Training conversations (lines of the file) the records come from."""
-    validation_conversations: int | None
-    """Validation conversations (held out whole)."""
-    messages: int | None
-    """Messages in the training conversations, all roles."""
-    val_fraction: float | None
-    """Share of conversations held out for validation."""
+    The type chain: RunConfig + DataSummary (+ ModelFacts) -> build_plan -> Plan -> the recipe's loop
+    (reads the Plan) -> report (takes the Plan). plan.json is `to_dict()`: the data summary's fields and
+    the plan's own, derived from the fields, never listed by hand.
+    """
+
+    data: DataSummary
+    """The data the run trains on (its fields are top-level keys of plan.json)."""
     # ---- schedule
     epochs: int
     """Passes over the training records."""
@@ -178,29 +119,41 @@ class Plan:
     """Peak learning rate, reached at the end of warmup."""
     schedule: str
     """Decay after warmup: "linear" or "cosine", to zero at the last step."""
+    weight_decay: float
+    """AdamW decoupled weight decay on matrices."""
+    max_grad_norm: float | None
+    """Gradient clipping norm; None: no clipping."""
+    seed: int
+    """Seed of the split, the shuffling, LoRA init and dropout."""
     method: str
     """"lora" or "full"."""
     lora_rank: int | None
     """None for full fine-tuning."""
     lora_alpha: float | None
     """LoRA scale numerator (alpha / rank scales the adapter); None for full fine-tuning."""
+    lora_dropout: float
+    """Dropout on the LoRA path."""
     eval_every: int
     """Validation every N optimizer steps (and at each epoch end)."""
     save_every: int
     """Checkpoint every N optimizer steps (and at the end)."""
+    keep_checkpoints: int
+    """Checkpoints kept besides the best."""
     gradient_checkpointing: bool
     """Recompute activations in the backward pass."""
     shard: str
     """"full" (FSDP) or "none" (one device, or DDP)."""
+    dtype: str
+    """Compute precision asked for: "auto" (bf16 autocast on a GPU that supports it), "fp32" or "bf16"."""
+    packing: bool
+    """Padding-free packing of records into rows."""
     max_seq_len: int
     """Longest record in tokens."""
     model: str | None
     """--model as given."""
     # ---- tokens
-    tokens_in_file: int | None
-    """Tokens of the training records (one epoch)."""
     tokens_processed: int | None
-    """tokens_in_file x epochs: what the run reads and a per-token price bills."""
+    """Tokens the run reads: tokens_in_file x epochs, cut like the steps by a dropped last batch or --max-steps."""
     tokens_exact: bool
     """False when tokens are estimated (no tokenizer, a dropped last batch, or a --max-steps cut)."""
     times_each_example_seen: float
@@ -213,54 +166,16 @@ class Plan:
     auto: dict[str, str] = field(default_factory=dict)
     """Field -> reason, for every value Auto chose."""
     warnings: list[dict] = field(default_factory=list)
-    """Advice: {"code", "message"}, codes stable (docs/auto.md)."""
-    what_if: bool = False
-    """True for a plan made from --examples, without a data file."""
-    duplicates_removed: int = 0
-    """Validation conversations dropped as exact copies of training ones (no leak across sides)."""
+    """Advice: {"code", "message"}, codes stable (docs/auto.md); set once, by build_plan."""
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON of `finetune plan --json` and of plan.json."""
-        return {
-            "examples": self.examples,
-            "validation_examples": self.validation_examples,
-            "conversations": self.conversations,
-            "validation_conversations": self.validation_conversations,
-            "messages": self.messages,
-            "val_fraction": self.val_fraction,
-            "epochs": self.epochs,
-            "batch_size": self.batch_size,
-            "grad_accum": self.grad_accum,
-            "devices": self.devices,
-            "effective_batch": self.effective_batch,
-            "steps_per_epoch": self.steps_per_epoch,
-            "total_steps": self.total_steps,
-            "planned_steps": self.planned_steps,
-            "warmup_steps": self.warmup_steps,
-            "warmup_ratio": self.warmup_ratio,
-            "last_batch": self.last_batch,
-            "learning_rate": self.learning_rate,
-            "schedule": self.schedule,
-            "method": self.method,
-            "lora_rank": self.lora_rank,
-            "lora_alpha": self.lora_alpha,
-            "eval_every": self.eval_every,
-            "save_every": self.save_every,
-            "gradient_checkpointing": self.gradient_checkpointing,
-            "shard": self.shard,
-            "max_seq_len": self.max_seq_len,
-            "model": self.model,
-            "times_each_example_seen": self.times_each_example_seen,
-            "tokens_in_file": self.tokens_in_file,
-            "tokens_processed": self.tokens_processed,
-            "tokens_exact": self.tokens_exact,
-            "memory": self.memory.to_dict(),
-            "cost": self.cost.to_dict(),
-            "auto": dict(self.auto),
-            "warnings": [dict(w) for w in self.warnings],
-            "what_if": self.what_if,
-            "duplicates_removed": self.duplicates_removed,
-        }
+        """The JSON of `finetune plan --json` and of plan.json: the data's fields, then the plan's."""
+        own = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "data"}
+        document = dataclasses.asdict(self.data) | own
+        document["dropped_lines"] = list(self.data.dropped_lines)
+        document["memory"], document["cost"] = self.memory.to_dict(), self.cost.to_dict()
+        document["auto"], document["warnings"] = dict(self.auto), [dict(w) for w in self.warnings]
+        return document
 
 
 def _number(x: float) -> float | int:
@@ -271,17 +186,19 @@ def _number(x: float) -> float | int:
 
 def build_plan(
     config: RunConfig,
-    facts: Any,
+    data: DataSummary,
     model_facts: ModelFacts | None = None,
-    data_warnings: list[dict] | None = None,
+    step_tokens: Callable[[int, int], int] | None = None,
 ) -> Plan:
     """Resolve every Auto value, do the arithmetic, estimate memory and cost, and give the advice.
 
-    `facts` is a DataFacts (from prepare_data) or a DataSummary (e.g. from what_if_summary).
-    Raises UserError when no step could be taken (no records, or only a partial batch that is dropped).
+    `data` comes from prepare_data (`prepared.summary`) or what_if_summary. `step_tokens(effective_batch,
+    steps)`, when the records are at hand (a run), gives the exact tokens of the planned steps, so a run cut by
+    --max-steps or a dropped last batch plans the tokens it reads. The advice runs once, here, after the
+    plan is built. Raises UserError when no step could be taken (no records, or only a partial
+    batch that is dropped).
     """
-    data = facts if isinstance(facts, DataSummary) else summary_from_facts(facts)
-    n = data.train_records
+    n = data.examples
     if n < 1:
         raise UserError("there are no training records, so there is nothing to train on")
     method, accum, devices = config.method, config.grad_accum, config.devices
@@ -353,7 +270,7 @@ def build_plan(
         warmup_ratio = DEFAULT_WARMUP_RATIO
         warmup = _resolve(AUTO, auto_warmup_steps(total, warmup_ratio), "warmup_steps", auto)
 
-    has_validation = bool(data.val_records) or bool(config.val_file)
+    has_validation = bool(data.validation_examples) or bool(config.val_file)
     eval_every = _resolve(config.eval_every, auto_eval_every(total, has_validation), "eval_every", auto)
     save_every = _resolve(config.save_every, auto_save_every(eval_every), "save_every", auto)
 
@@ -383,7 +300,10 @@ def build_plan(
     if data.tokens_in_file is not None:
         whole = arithmetic.tokens_processed(data.tokens_in_file, epochs)
         tokens_processed = whole if full_run else round(whole * share)
-    tokens_exact = data.tokens_exact and full_run and data.tokens_in_file is not None
+    tokens_exact = data.counted_with_tokenizer and full_run and data.tokens_in_file is not None
+    if step_tokens is not None and not full_run:
+        tokens_processed = step_tokens(effective, total)
+        tokens_exact = data.counted_with_tokenizer
     cost = estimate_cost(
         tokens_processed,
         tokens_exact,
@@ -398,12 +318,7 @@ def build_plan(
     )
 
     plan = Plan(
-        examples=n,
-        validation_examples=data.val_records,
-        conversations=data.train_conversations,
-        validation_conversations=data.val_conversations,
-        messages=data.messages,
-        val_fraction=data.val_fraction,
+        data=data,
         epochs=epochs,
         batch_size=batch,
         grad_accum=accum,
@@ -417,28 +332,31 @@ def build_plan(
         last_batch=config.last_batch,
         learning_rate=learning_rate,
         schedule=config.schedule,
+        weight_decay=config.weight_decay,
+        max_grad_norm=config.max_grad_norm,
+        seed=config.seed,
         method=method,
         lora_rank=rank,
         lora_alpha=alpha,
+        lora_dropout=config.lora_dropout,
         eval_every=eval_every,
         save_every=save_every,
+        keep_checkpoints=config.keep_checkpoints,
         gradient_checkpointing=ckpt,
         shard=shard,
+        dtype=config.dtype,
+        packing=config.packing,
         max_seq_len=config.max_seq_len,
         model=config.model,
-        tokens_in_file=data.tokens_in_file,
         tokens_processed=tokens_processed,
         tokens_exact=tokens_exact,
         times_each_example_seen=seen,
         memory=mem,
         cost=cost,
         auto=auto,
-        what_if=data.what_if,
-        duplicates_removed=data.duplicates_removed,
     )
     context = AdviceContext(
         config=config,
-        data=data,
         plan=plan,
         auto_epochs=epochs_choice.value,
         auto_effective_batch=auto_effective,
@@ -446,8 +364,7 @@ def build_plan(
         model_facts=model_facts,
         device_recognised=device_recognised,
     )
-    codes = {w["code"] for w in data_warnings or []}
-    plan.warnings = list(data_warnings or []) + [w for w in advise(context) if w["code"] not in codes]
+    plan.warnings = advise(context)
     return plan
 
 

@@ -65,24 +65,28 @@ def _source(plan: Plan, field: str) -> str:
 
 
 def _data_lines(plan: Plan) -> list[str]:
-    unknown = "unknown (what-if)" if plan.what_if else "unknown"
-    conversations = unknown if plan.conversations is None else f"{plan.conversations:,}"
-    messages = unknown if plan.messages is None else f"{plan.messages:,}"
-    val = "unknown" if plan.validation_examples is None else f"{plan.validation_examples:,}"
-    if plan.validation_conversations is not None:
-        val += f" records from {plan.validation_conversations:,} conversations"
+    unknown = "unknown (what-if)" if plan.data.what_if else "unknown"
+    conversations = unknown if plan.data.conversations is None else f"{plan.data.conversations:,}"
+    messages = unknown if plan.data.messages is None else f"{plan.data.messages:,}"
+    val = "unknown" if plan.data.validation_examples is None else f"{plan.data.validation_examples:,}"
+    if plan.data.validation_conversations is not None:
+        val += f" records from {plan.data.validation_conversations:,} conversations"
     lines = [
-        f"Training   {plan.examples:,} records (examples) from {conversations} conversations, {messages} messages",
+        f"Training   {plan.data.examples:,} records (examples) from {conversations} conversations, {messages} messages",
         f"Validation {val}"
-        + (f" ({plan.val_fraction:.0%} held out)" if plan.val_fraction else "")
-        + (f"; {plan.duplicates_removed} copies of training conversations removed" if plan.duplicates_removed else ""),
+        + (f" ({plan.data.val_fraction:.0%} held out)" if plan.data.val_fraction else "")
+        + (
+            f"; {plan.data.duplicates_removed} copies of training conversations removed"
+            if plan.data.duplicates_removed
+            else ""
+        ),
     ]
-    if plan.tokens_in_file is None:
+    if plan.data.tokens_in_file is None:
         lines.append("Tokens     unknown (give --tokens)")
     else:
         approx = "~" if not plan.tokens_exact else ""
         lines.append(
-            f"Tokens     {approx}{plan.tokens_in_file:,} in the file x {plan.epochs} epochs = "
+            f"Tokens     {approx}{plan.data.tokens_in_file:,} in the file x {plan.epochs} epochs = "
             f"{approx}{_n(plan.tokens_processed)} processed (billed); each record seen {plan.times_each_example_seen}x"
         )
     return lines
@@ -135,7 +139,8 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
     out = lambda text="", **kw: console.print(text, markup=False, **kw)  # noqa: E731  (user text may hold [brackets])
     method = f"{plan.method} fine-tuning" if plan.method == "full" else "LoRA"
     out(
-        f"finetune plan{' (what-if)' if plan.what_if else ''}: {method} of {plan.model or '(no --model)'}", style="bold"
+        f"finetune plan{' (what-if)' if plan.data.what_if else ''}: {method} of {plan.model or '(no --model)'}",
+        style="bold",
     )
     for line in _data_lines(plan):
         out(line)

@@ -5,8 +5,8 @@
     log.append({"step": 1, "epoch": 0.01, "lr": 2e-5, "train_loss": 2.31, ...})
     rows = read_metrics("OUT/metrics.jsonl")
 
-Each append opens, writes one whole line, flushes and closes, so a reader polling the file (the
-dashboard) sees every step as soon as it is logged, and the log holds no open handle between steps.
+Each append opens, writes one whole line, flushes and closes, so a reader polling the file (e.g.
+`tail -f`) sees every step as soon as it is logged, and the log holds no open handle between steps.
 A crash can still leave a torn last line: readers skip it, and a writer opening the log drops it.
 """
 

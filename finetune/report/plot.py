@@ -4,7 +4,7 @@
 
 Training loss per step (thin) and smoothed (bold), validation loss (markers), dashed lines at epoch
 boundaries, a star on the best validation step. matplotlib is imported inside the function, and the
-figure is drawn on its own Agg canvas (no pyplot global state), so the job service can call this
+figure is drawn on its own Agg canvas (no pyplot global state), so it can be called
 from any thread.
 """
 
@@ -59,7 +59,7 @@ def plot_loss_curve(
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     fig.savefig(tmp, format="png")
-    os.replace(tmp, out)  # the dashboard may be reading the previous picture
+    os.replace(tmp, out)  # a reader may be reading the previous picture
     return out
 
 

@@ -1,13 +1,12 @@
 """The end-of-run summary: `OUT/report.json`, and the few lines printed when a run ends.
 
-    report = build_report(rows, plan.to_dict(), diagnose(rows, spe), wall_time_s=..., final_weights="OUT/adapter",
+    report = build_report(rows, plan, diagnose(rows, spe), wall_time_s=..., final_weights="OUT/adapter",
                           final_is_best=True, tokens_processed=..., extra={"out_dir": "OUT"})
     write_report(report, "OUT/report.json")
     print_summary(report)
 
-The plan is read tolerantly (it is another module's output): `total_steps` and `tokens_processed`
-at its top level, and `cost.seconds` (the estimated time) / `cost.price_per_million_tokens` / `cost.gpu_hour_price`; a missing key
-gives None in the report, never an error.
+The report compares what the run did with its Plan: steps, tokens (exact: the plan counts the tokens of
+the steps it plans), time and cost.
 """
 
 from __future__ import annotations
@@ -17,12 +16,13 @@ import math
 import os
 from pathlib import Path
 
+from finetune.plan.plan import Plan
 from finetune.report.diagnosis import REMINDER, Diagnosis
 
 
 def build_report(
     rows: list[dict],
-    plan_dict: dict,
+    plan: Plan,
     diagnosis: Diagnosis,
     wall_time_s: float,
     final_weights: str,
@@ -32,7 +32,7 @@ def build_report(
 ) -> dict:
     """The content of `report.json`: what the run did against what the plan said, and what its curves show.
 
-    `tokens_match` / `steps_match` are None when the plan does not carry the figure to compare with.
+    `tokens_match` is None when the plan does not know its tokens (planned without a tokenizer).
     `extra` keys are added at the top level (e.g. `out_dir`, which print_summary shows); they may not
     replace a key of the report.
     """
@@ -41,17 +41,15 @@ def build_report(
     finite_val = [(s, v) for s, v in val if math.isfinite(v)]
     best_step, best_val = min(finite_val, key=lambda sv: sv[1]) if finite_val else (None, None)
 
-    cost = plan_dict.get("cost")
-    cost = cost if isinstance(cost, dict) else {}
+    cost = plan.cost
     steps_taken = max((r["step"] for r in rows), default=0)
-    steps_planned = plan_dict.get("total_steps")
-    tokens_planned = plan_dict.get("tokens_processed", cost.get("tokens_processed"))
-    price = cost.get("price_per_million_tokens")
+    tokens_planned = plan.tokens_processed
+    price = cost.price_per_million_tokens
 
     report = {
         "steps_taken": steps_taken,
-        "steps_planned": steps_planned,
-        "steps_match": None if steps_planned is None else steps_taken == steps_planned,
+        "steps_planned": plan.total_steps,
+        "steps_match": steps_taken == plan.total_steps,
         "epochs_completed": next((r["epoch"] for r in reversed(rows) if r.get("epoch") is not None), None),
         "first_train_loss": train[0] if train else None,
         "final_train_loss": train[-1] if train else None,
@@ -68,14 +66,11 @@ def build_report(
         "tokens_planned": tokens_planned,
         "tokens_match": None if tokens_planned is None else tokens_processed == tokens_planned,
         "wall_time_s": wall_time_s,
-        "estimated_time_s": cost.get("seconds", cost.get("estimated_time_s")),  # the plan's estimate
-        "gpu_hour_price": cost.get("gpu_hour_price"),
-        "time_cost": None
-        if cost.get("gpu_hour_price") is None
-        else wall_time_s / 3600 * cost["gpu_hour_price"] * (cost.get("devices") or 1),
+        "estimated_time_s": cost.seconds,  # the plan's estimate
+        "gpu_hour_price": cost.gpu_hour_price,
+        "time_cost": None if cost.gpu_hour_price is None else wall_time_s / 3600 * cost.gpu_hour_price * cost.devices,
         "price_per_million_tokens": price,
         "cost": None if price is None else tokens_processed / 1e6 * price,
-        "currency": cost.get("currency"),
         "final_weights": final_weights,
         "final_is_best": final_is_best,
         "reminder": diagnosis.reminder or REMINDER,
@@ -88,7 +83,7 @@ def build_report(
 
 
 def write_report(report: dict, path: str | os.PathLike) -> Path:
-    """Write `report` as indented JSON, atomically (the dashboard may be reading it)."""
+    """Write `report` as indented JSON, atomically (a reader may be reading it)."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
@@ -130,8 +125,7 @@ def print_summary(report: dict, console=None) -> None:
         time += f" (estimated {_duration(r['estimated_time_s'])})"
     line("time", time)
     if r.get("cost") is not None:
-        currency = f" {r['currency']}" if r.get("currency") else ""
-        line("cost", f"{r['cost']:.2f}{currency} ({r['price_per_million_tokens']} per million tokens)")
+        line("cost", f"{r['cost']:.2f} ({r['price_per_million_tokens']} per million tokens)")
     if r.get("time_cost") is not None:
         line("time cost", f"{r['time_cost']:.4f} (measured time x {r['gpu_hour_price']} per device-hour)")
     if r.get("final_is_best"):

@@ -32,6 +32,17 @@ def epoch_steps(num_records: int, effective_batch: int, seed: int, epoch: int, l
     return steps
 
 
+def schedule_tokens(lengths: list[int], effective_batch: int, seed: int, last_batch: str, steps: int) -> int:
+    """Tokens read by the first `steps` optimizer steps (every epoch's order computed once)."""
+    total, epoch = 0, 0
+    while steps > 0:
+        for step in epoch_steps(len(lengths), effective_batch, seed, epoch, last_batch)[:steps]:
+            total += sum(lengths[i] for i in step)
+            steps -= 1
+        epoch += 1
+    return total
+
+
 def micro_batches(
     step_records: list[int], lengths: list[int], devices: int, grad_accum: int, rank: int
 ) -> list[list[int]]:
@@ -58,7 +69,7 @@ class Batch:
     weights: torch.Tensor  # [rows, length], float loss weight per target (0 elsewhere)
     attention_mask: torch.Tensor | None  # only on the padded path; None lets the model build a packed mask
     num_tokens: int  # real (non-padding) tokens
-    # Packed batches only, for variable-length attention (FlashAttention's varlen path, or loss.py's SDPA one):
+    # Packed batches only, for variable-length attention (FlashAttention's varlen path, or attention.py's SDPA one):
     # the records laid end to end in one row, without the filler that makes the rows rectangular.
     flat_index: torch.Tensor | None = None  # [num_tokens] positions of the real tokens in the flattened rows
     cu_seq_lens: torch.Tensor | None = None  # int32 [records + 1]: where each record starts in that flat row

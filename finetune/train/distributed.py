@@ -23,9 +23,10 @@ import json
 import os
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from typing import TYPE_CHECKING
 
 import torch
@@ -33,10 +34,11 @@ import torch.distributed as dist
 
 from finetune.errors import UserError
 
-# loss.py (and transformers with it) is imported where it is used: the launcher imports this module only to
+# objective.py (and transformers with it) is imported where it is used: the launcher imports this module only to
 # know whether it runs under torchrun
 if TYPE_CHECKING:
     from finetune.train.batching import Batch
+    from finetune.train.objective import Objective
 
 TIMEOUT_ENV = "FINETUNE_COLLECTIVE_TIMEOUT"
 DEFAULT_TIMEOUT_S = 600  # rank 0 writing a big checkpoint is the longest wait the others have at a barrier
@@ -149,22 +151,22 @@ def shutdown(ctx: DistContext) -> None:
 
 class _LossRoot(torch.nn.Module):
     """FSDP's root unit. The chunked loss reads the LM head's weight directly, outside any forward of the
-    model (loss.py); running the loss inside this module's forward makes FSDP gather the embeddings, final
-    norm and head before it, and reduce-scatter their gradients after the backward, like any other unit."""
+    model (cross_entropy.py); running the objective's loss inside this module's forward makes FSDP gather the
+    embeddings, final norm and head before it, and reduce-scatter their gradients after the backward, like
+    any other unit."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: torch.nn.Module, objective: Objective) -> None:
         super().__init__()
         self.model = model
+        self.objective = objective
 
-    def forward(self, batch: Batch) -> torch.Tensor:
-        from finetune.train.loss import nll_sum
-
-        return nll_sum(self.model, batch)
+    def forward(self, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        return self.objective.loss(self.model, batch)
 
 
 def decoder_layers(model) -> list[torch.nn.Module]:
     """The model's repeated blocks: the classes transformers never splits across devices."""
-    from finetune.train.loss import causal_lm
+    from finetune.train.model import causal_lm
 
     lm = causal_lm(model)
     names = set(getattr(lm, "_no_split_modules", None) or ())
@@ -174,8 +176,8 @@ def decoder_layers(model) -> list[torch.nn.Module]:
     return layers
 
 
-def shard_model(model, ctx: DistContext) -> torch.nn.Module:
-    """fully_shard each decoder layer, then the rest; returns the root, whose forward(batch) is the NLL sum.
+def shard_model(model, objective: Objective, ctx: DistContext) -> torch.nn.Module:
+    """fully_shard each decoder layer, then the rest; returns the root, whose forward(batch) is the objective's loss.
 
     The model may still be on the CPU: fully_shard moves each unit to the device as it shards it, so the
     device never holds the whole model.
@@ -186,7 +188,7 @@ def shard_model(model, ctx: DistContext) -> torch.nn.Module:
     mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
     for layer in reversed(decoder_layers(model)):  # inner units before the units holding them, as FSDP requires
         fully_shard(layer, mesh=mesh)
-    root = fully_shard(_LossRoot(model), mesh=mesh)
+    root = fully_shard(_LossRoot(model, objective), mesh=mesh)
     for unit in root.modules():
         if isinstance(unit, FSDPModule):
             # each rank's loss is already divided by the step's global target count: sum the ranks'
@@ -195,14 +197,6 @@ def shard_model(model, ctx: DistContext) -> torch.nn.Module:
             unit.set_gradient_divide_factor(1.0)
             unit.set_force_sum_reduction_for_comms(True)
     return root
-
-
-def set_gradient_sync(loss_of, enabled: bool) -> None:
-    """FSDP: reduce-scatter gradients only after the step's last micro-batch (a no-op otherwise)."""
-    from torch.distributed.fsdp import FSDPModule
-
-    if isinstance(loss_of, FSDPModule):
-        loss_of.set_requires_gradient_sync(enabled)
 
 
 def is_sharded(model) -> bool:
@@ -241,6 +235,77 @@ def scatter_full_state(model, optimizer, weights: dict, optimizer_state: dict) -
     options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=False)
     set_model_state_dict(model, weights, options=options)
     set_optimizer_state_dict(model, optimizer, optimizer_state, options=options)
+
+
+# ----------------------------------------------------------------------------- the three ways to hold the model
+
+
+LossFn = Callable[["Batch"], tuple[torch.Tensor, dict[str, torch.Tensor]]]
+
+
+class SingleDevice:
+    """One process: the model as it is; nothing to reduce, nothing to pad. The base of the other two.
+
+    What differs between one process, DDP and FSDP is these four methods, chosen once (`parallelism`);
+    the training loop calls them the same way whatever was chosen. Gathering the state for a checkpoint
+    is checkpoint.py's business (it sees a sharded model by its DTensor parameters).
+    """
+
+    fused_optimizer = True  # the fused AdamW kernel; sharded (DTensor) parameters keep the default one
+
+    def __init__(self, ctx: DistContext) -> None:
+        self.ctx = ctx
+
+    def wrap(self, model, objective: Objective) -> LossFn:
+        """Put the model on the device; the function the loop calls on each micro-batch."""
+        model.to(self.ctx.device)
+        return partial(objective.loss, model)
+
+    def micro_batch_starts(self, last: bool) -> None:
+        """Called before each micro-batch of a step; `last` is the step's last one."""
+
+    def reduce_gradients(self, params: list[torch.nn.Parameter]) -> None:
+        """After a step's micro-batches: make every rank's gradients the sum over ranks."""
+
+    def micro_batches_to_run(self, mine: int, per_rank: Callable[[], list[int]]) -> int:
+        """How many micro-batches this rank runs for a step of which it owns `mine` (extra ones score nothing)."""
+        return mine
+
+
+class Replicated(SingleDevice):
+    """Several processes, each with the whole model (DDP's math): one flat all-reduce of the gradients a step."""
+
+    def reduce_gradients(self, params: list[torch.nn.Parameter]) -> None:
+        all_reduce_gradients(params, self.ctx)
+
+
+class Sharded(SingleDevice):
+    """FSDP2: each rank holds a shard; parameters are gathered per unit, gradients reduce-scattered (summed)."""
+
+    fused_optimizer = False
+
+    def wrap(self, model, objective: Objective) -> LossFn:
+        # fully_shard moves the model to the device unit by unit, never whole
+        self.root = shard_model(model, objective, self.ctx)
+        return self.root
+
+    def micro_batch_starts(self, last: bool) -> None:
+        self.root.set_requires_gradient_sync(last)  # reduce-scatter after the step's last micro-batch only
+
+    def reduce_gradients(self, params: list[torch.nn.Parameter]) -> None:
+        pass  # FSDP reduce-scattered them in the last backward
+
+    def micro_batches_to_run(self, mine: int, per_rank: Callable[[], list[int]]) -> int:
+        # FSDP gathers and reduces in every forward and backward, and those collectives must pair up across
+        # ranks: every rank runs as many micro-batches as the busiest (a partial last step leaves some short)
+        return max(per_rank())
+
+
+def parallelism(shard: str, ctx: DistContext) -> SingleDevice:
+    """The way this run holds the model, chosen once from the plan's `shard` and the process count."""
+    if not ctx.distributed:
+        return SingleDevice(ctx)
+    return Sharded(ctx) if shard == "full" else Replicated(ctx)
 
 
 # ----------------------------------------------------------------------------- failures

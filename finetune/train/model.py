@@ -32,6 +32,15 @@ def add_lora(model, rank: int, alpha: float, dropout: float, seed: int):
     return get_peft_model(model, config)
 
 
+def causal_lm(model):
+    """The transformers CausalLM inside a (possibly PEFT- or FSDP-wrapped) model."""
+    while hasattr(model, "module"):  # wrappers that keep the model as .module
+        model = model.module
+    if hasattr(model, "get_base_model"):  # PEFT: LoRA layers are injected into this model
+        model = model.get_base_model()
+    return model
+
+
 def trainable_parameters(model) -> list[tuple[str, torch.nn.Parameter]]:
     return [(n, p) for n, p in model.named_parameters() if p.requires_grad]
 

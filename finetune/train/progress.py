@@ -1,13 +1,22 @@
-"""What the user sees while a run trains: a progress bar on a terminal, plain log lines otherwise.
+"""What a person sees while a run trains: the plan, a progress bar on a terminal (plain log lines
+otherwise), and the recipe's notes. The library call shows none of it; `RunDisplay` is what the command
+line (and the demo) pass as the recipe's callbacks. Everything goes to one stream (stderr for
+`finetune train`), never hard-wrapped when it is not a terminal.
 
-Both read the loop's per-step metrics row (step, epoch, lr, train_loss, tokens_per_s, val_loss).
+The progress reads the loop's per-step metrics row (step, epoch, lr, train_loss, tokens_per_s, val_loss).
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from finetune.plan.plan import Plan
 
 PLAIN_LINES_PER_RUN = 50  # a log file gets about this many lines, plus one per evaluation
 
@@ -23,7 +32,7 @@ class ProgressReporter:
     def __init__(self, total_steps: int, first_step: int = 0, stream: TextIO | None = None) -> None:
         self.total = total_steps
         self.first = first_step
-        self.stream = stream or sys.stdout
+        self.stream = stream or sys.stderr
         self.every = max(1, total_steps // PLAIN_LINES_PER_RUN)
         self.started = time.perf_counter()
         self._progress = None
@@ -69,3 +78,46 @@ class ProgressReporter:
         if step % self.every == 0 or step == self.total or "val_loss" in row:
             line = f"step {step}/{self.total}  {status}  eta {_duration(self._eta(step))}"
             print(line, file=self.stream, flush=True)
+
+
+def console_for(stream: TextIO) -> Console:
+    """A rich console on `stream`: the terminal's width on a terminal; unwrapped lines in a pipe or file."""
+    from rich.console import Console
+
+    if stream.isatty():
+        return Console(file=stream, highlight=False)
+    return Console(file=stream, highlight=False, width=1000, soft_wrap=True)
+
+
+class RunDisplay:
+    """The recipe's callbacks for a person: `on_plan` prints the plan and starts the progress, `on_step`
+    advances it; notes of the `finetune` logger are printed too. Use as a context manager around the run."""
+
+    def __init__(self, stream: TextIO | None = None, first_step: int = 0) -> None:
+        self.stream = stream or sys.stderr
+        self.first_step = first_step
+        self.console = console_for(self.stream)
+        self._progress: ProgressReporter | None = None
+        self._handler = logging.StreamHandler(self.stream)
+        self._handler.setFormatter(logging.Formatter("%(message)s"))
+
+    def __enter__(self) -> RunDisplay:
+        logger = logging.getLogger("finetune")
+        logger.addHandler(self._handler)
+        logger.setLevel(logging.INFO)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._progress is not None:
+            self._progress.__exit__(*exc)
+        logging.getLogger("finetune").removeHandler(self._handler)
+
+    def on_plan(self, plan: Plan) -> None:
+        from finetune.plan.render import render_plan
+
+        render_plan(plan, console=self.console)
+        self._progress = ProgressReporter(plan.total_steps, self.first_step, self.stream).__enter__()
+
+    def on_step(self, row: dict) -> None:
+        if self._progress is not None:
+            self._progress(row)

@@ -61,6 +61,7 @@ def test_full_run_saves_a_loadable_model(toy_model, tmp_path):
     assert not torch.equal(model.lm_head.weight, base.lm_head.weight)
     report = json.loads((out / "report.json").read_text())
     assert report["steps_taken"] == 4 and report["final_is_best"] is False
+    assert report["tokens_match"] is True  # --max-steps: the plan counts the tokens of the steps it keeps
 
 
 def test_an_existing_run_is_never_overwritten(lora_run, toy_model, capsys):
@@ -93,4 +94,55 @@ def test_bad_data_exits_1_with_the_line_and_no_traceback(toy_model, tmp_path):
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     assert f"{bad}:2" in result.stderr and "not_json" in result.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_library_call_works_twice_prints_nothing_and_stores_a_base_path_that_resolves(
+    toy_model, tmp_path, monkeypatch, capsys
+):
+    import finetune
+    from finetune.train.recipe import TrainResult
+
+    monkeypatch.chdir(toy_model.parent)  # the model given as a relative path, as a user types it
+    for name in ("one", "two"):
+        config = finetune.RunConfig(
+            data=str(EXAMPLES / "train.jsonl"), model=toy_model.name, out=str(tmp_path / name),
+            epochs=1, batch_size=8, max_steps=2, val_fraction=0, max_seq_len=512,
+        )  # fmt: skip
+        result = finetune.train(config)
+        assert isinstance(result, TrainResult) and result.report["steps_taken"] == result.plan.total_steps == 2
+    assert capsys.readouterr() == ("", "")
+
+    from peft import AutoPeftModelForCausalLM
+
+    adapter_config = json.loads((tmp_path / "one" / "adapter" / "adapter_config.json").read_text())
+    assert adapter_config["base_model_name_or_path"] == str(toy_model.resolve())
+    monkeypatch.chdir(tmp_path)
+    AutoPeftModelForCausalLM.from_pretrained(tmp_path / "one" / "adapter")  # from another directory
+
+
+def test_train_json_prints_the_report_on_stdout_and_the_rest_on_stderr(toy_model, tmp_path):
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "finetune", "train", str(EXAMPLES / "train.jsonl"), "--model", str(toy_model)]
+    command += ["--out", str(out), *SMALL, "--max-steps", "2", "--val-fraction", "0", "--json"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == json.loads((out / "report.json").read_text())
+    lines = result.stderr.splitlines()
+    assert any(line.startswith("step 2/2") for line in lines)  # progress, as plain lines in a pipe
+    training = next(line for line in lines if line.startswith("Training "))
+    assert training.endswith("messages")  # the data line whole
+    assert max(len(line) for line in lines) > 100  # advice sentences stay one line: not wrapped at 80 columns
+
+
+def test_a_hub_id_without_network_fails_at_once_with_what_to_do(tmp_path, monkeypatch, capsys):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens: refused at once
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    args = ["train", str(EXAMPLES / "train.jsonl"), "--model", "some-org/some-model", "--out", str(tmp_path / "o")]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "cannot reach the Hugging Face hub" in err and "local model folder" in err and "HF_HUB_OFFLINE=1" in err
     assert not (tmp_path / "o").exists()

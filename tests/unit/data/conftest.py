@@ -1,4 +1,4 @@
-"""Fixtures for the data tests: a toy model folder (built once per session) and a JSONL writer."""
+"""Fixtures for the data tests: the shared toy model folder and a JSONL writer."""
 
 from __future__ import annotations
 
@@ -10,11 +10,9 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def toy_model_dir(tmp_path_factory) -> str:
-    """A tiny model + ChatML tokenizer (end-of-turn `<|im_end|>`), loadable with AutoTokenizer."""
-    from finetune.toy import build_toy_model
-
-    return str(build_toy_model(tmp_path_factory.mktemp("toy-model")))
+def toy_model_dir(toy_model: Path) -> str:
+    """The session's toy model (tests/conftest.py) as a string: ChatML tokenizer, end-of-turn `<|im_end|>`."""
+    return str(toy_model)
 
 
 @pytest.fixture

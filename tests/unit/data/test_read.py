@@ -199,7 +199,6 @@ def test_good_chat_file(chat, write_file) -> None:
     assert parsed.format == "chat"
     assert [c.line for c in parsed.conversations] == [1, 2, 3]
     assert [m.weight for m in parsed.conversations[1].messages] == [1.0, 0.0, 1.0, 0.25]
-    assert all(c.source == path for c in parsed.conversations)
 
 
 def test_prompt_completion_becomes_user_and_assistant(write_file) -> None:

@@ -56,9 +56,9 @@ def test_prepare_reports_both_sides(toy_model):
 
     tokenizer = AutoTokenizer.from_pretrained(toy_model)
     prepared = prepare_conversations(_conversations(50, duplicates=5), None, RunConfig(val_fraction=0.2), tokenizer)
-    facts = prepared.facts
-    assert facts.train_conversations + facts.val_conversations == 55
-    assert facts.val_records == len(prepared.val) and facts.train_records == len(prepared.train)
-    assert facts.tokens_in_file == sum(len(r) for r in prepared.train)
+    summary = prepared.summary
+    assert summary.conversations + summary.validation_conversations == 55
+    assert summary.validation_examples == len(prepared.val) and summary.examples == len(prepared.train)
+    assert summary.tokens_in_file == sum(len(r) for r in prepared.train)
     off = prepare_conversations(_conversations(50), None, RunConfig(val_fraction=0), tokenizer)
-    assert off.facts.val_records == 0 and off.val == []
+    assert off.summary.validation_examples == 0 and off.val == []

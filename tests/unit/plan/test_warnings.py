@@ -6,19 +6,20 @@ from pathlib import Path
 import pytest
 
 from finetune.config import RunConfig
+from finetune.data.types import DataSummary
 from finetune.plan.advice import WARNING_CODES
 from finetune.plan.auto import auto_lr
 from finetune.plan.model_facts import load_model_facts
-from finetune.plan.plan import DataSummary, build_plan, what_if_summary
+from finetune.plan.plan import build_plan, what_if_summary
 
 LLAMA_8B = load_model_facts("meta-llama/Llama-3.1-8B")
 QWEN_05B = load_model_facts("Qwen/Qwen2.5-0.5B")
 LR_FOR_32 = auto_lr("lora", 32, QWEN_05B.hidden_size).value  # Auto's rate for an effective batch of 32
 DATA = DataSummary(
-    train_records=800,
-    val_records=80,
-    train_conversations=800,
-    val_conversations=80,
+    examples=800,
+    validation_examples=80,
+    conversations=800,
+    validation_conversations=80,
     messages=2_400,
     tokens_in_file=400_000,
     max_record_tokens=900,
@@ -42,18 +43,18 @@ CASES = [
      dict(examples=800, epochs=3, batch_size=8, warmup_steps=20)),
     ("batch_changed_lr_not", dict(examples=800, batch_size=32), dict(examples=800, batch_size=8)),
     ("batch_changed_lr_not", dict(examples=800, batch_size=32, lr=1e-4), dict(examples=800, batch_size=32, lr=LR_FOR_32)),
-    ("small_validation_set", dict(data=replace(DATA, val_records=12)), dict(data=replace(DATA, val_records=30))),
+    ("small_validation_set", dict(data=replace(DATA, validation_examples=12)), dict(data=replace(DATA, validation_examples=30))),
     ("no_validation_set", dict(examples=800, val_fraction=0), dict(examples=800, val_fraction=0.1)),
     ("truncated_examples", dict(data=replace(DATA, truncated_records=3, truncated_tokens=700)), dict(data=DATA)),
-    ("dropped_examples", dict(data=replace(DATA, dropped_records=2)), dict(data=DATA)),
-    ("records_differ_from_conversations", dict(data=replace(DATA, train_conversations=300)), dict(data=DATA)),
+    ("dropped_examples", dict(data=replace(DATA, dropped_records=2, dropped_lines=(4, 9))), dict(data=DATA)),
+    ("records_differ_from_conversations", dict(data=replace(DATA, conversations=300)), dict(data=DATA)),
     ("model_size_unknown", dict(examples=800, model=None), dict(examples=800)),
     ("does_not_fit_device", dict(examples=800, model=LLAMA_8B, method="full", gpu="a100-80gb"),
      dict(examples=800, model=LLAMA_8B, method="lora", gpu="a100-80gb")),
     ("max_steps_cuts_run", dict(examples=800, max_steps=100), dict(examples=800, max_steps=300)),
     ("more_devices_than_examples", dict(examples=3, batch_size=1, devices=4), dict(examples=4, batch_size=1, devices=4)),
     ("tokens_unknown", dict(examples=800, tokens=None), dict(examples=800)),
-    ("tokens_estimated", dict(data=replace(DATA, tokens_exact=False)), dict(data=DATA)),
+    ("tokens_estimated", dict(data=replace(DATA, counted_with_tokenizer=False)), dict(data=DATA)),
     ("unknown_device", dict(examples=800, gpu="tpu-v9"), dict(examples=800, gpu="h100")),
 ]  # fmt: skip
 
@@ -88,16 +89,14 @@ def test_batch_changed_lr_not_says_what_auto_would_use():
     assert f"{auto_lr:g}" in warning["message"]
 
 
-def test_data_warnings_come_first_and_are_not_repeated():
-    data_warning = {"code": "truncated_examples", "message": "from prepare_data"}
-    data = replace(DATA, truncated_records=3, truncated_tokens=700)
-    plan = build_plan(RunConfig(), data, QWEN_05B, [data_warning])
-    assert plan.warnings[0] == data_warning
-    assert [w["code"] for w in plan.warnings].count("truncated_examples") == 1
+def test_data_warnings_are_given_once_by_the_advice():
+    data = replace(DATA, truncated_records=3, truncated_tokens=700, dropped_records=2, dropped_lines=(4, 9))
+    plan = build_plan(RunConfig(), data, QWEN_05B)
+    codes = [w["code"] for w in plan.warnings]
+    assert codes.count("truncated_examples") == 1 and codes.count("dropped_examples") == 1
+    assert "lines 4, 9" in next(w["message"] for w in plan.warnings if w["code"] == "dropped_examples")
 
 
 def test_warnings_have_code_and_message():
-    for warning in build_plan(
-        RunConfig(epochs=9, batch_size=32, lr=1e-3), replace(DATA, train_records=50), None
-    ).warnings:
+    for warning in build_plan(RunConfig(epochs=9, batch_size=32, lr=1e-3), replace(DATA, examples=50), None).warnings:
         assert set(warning) == {"code", "message"} and warning["message"]

@@ -4,7 +4,9 @@ import random
 
 import pytest
 
-from finetune.data.types import IGNORE_INDEX, TokenizedRecord
+from finetune.config import RunConfig
+from finetune.data.types import IGNORE_INDEX, DataSummary, TokenizedRecord
+from finetune.plan.plan import Plan, build_plan
 
 
 def random_records(n: int, seed: int = 0, vocab: int = 400) -> list[TokenizedRecord]:
@@ -25,3 +27,14 @@ def random_records(n: int, seed: int = 0, vocab: int = 400) -> list[TokenizedRec
 @pytest.fixture
 def records() -> list[TokenizedRecord]:
     return random_records(24)
+
+
+def make_plan(records: list[TokenizedRecord], **settings) -> Plan:
+    """The plan the loop tests run: 24 records, effective batch 8, 2 epochs = 6 steps (unless changed)."""
+    values = dict(epochs=2, batch_size=8, lr=1e-3, warmup_steps=1, eval_every=2, save_every=2, seed=3)
+    values |= dict(max_seq_len=64, val_fraction=0, gpu="cpu") | settings
+    data = DataSummary(
+        examples=len(records), validation_examples=5, conversations=len(records), validation_conversations=5,
+        messages=None, tokens_in_file=sum(len(r) for r in records),
+    )  # fmt: skip
+    return build_plan(RunConfig(**values), data)

@@ -2,41 +2,28 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
 
 import pytest
 import torch
+from conftest import make_plan
 from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
 
-from finetune.train.distributed import DistContext
-from finetune.train.loop import LoopSettings, TrainingDiverged, TrainingInterrupted, train_loop
+from finetune.train.batching import schedule_tokens
 from finetune.train.model import add_lora, load_model
+from finetune.train.recipe import TrainingDiverged, TrainingInterrupted, train_loop
 
-BASE = LoopSettings(
-    total_steps=6,
-    steps_per_epoch=3,
-    grad_accum=1,
-    devices=1,
-    effective_batch=8,
-    learning_rate=1e-3,
-    warmup_steps=1,
-    schedule="cosine",
-    last_batch="keep",
-    eval_every=2,
-    save_every=2,
-    keep_checkpoints=2,
-    seed=3,
-    max_seq_len=64,
-)
+PLAN_STEPS = 6
 
 
-def _train(toy_model, records, out, settings=BASE, lora=False, on_step=None, model=None):
+def _train(toy_model, records, out, plan=None, lora=False, on_step=None, model=None, resume=False):
+    plan = plan or make_plan(records)
     model = model or load_model(str(toy_model))
-    if lora and model is not None and not hasattr(model, "peft_config"):
+    if lora and not hasattr(model, "peft_config"):
         model = add_lora(model, 4, 8, 0.0, seed=0)
-    result = train_loop(model, records, records[:5], settings, out, DistContext(), on_step=on_step)
+    result = train_loop(model, records, records[:5], plan, out, on_step=on_step, resume=resume)
     return model, result
 
 
@@ -45,16 +32,16 @@ def _weights(model) -> dict[str, torch.Tensor]:
 
 
 def test_grad_accumulation_gives_the_same_weights(toy_model, records, tmp_path):
-    """batch 4 × accumulation 2 == batch 8 × accumulation 1 == 8 × 1 padded, on records of different lengths.
+    """batch 4 x accumulation 2 == batch 8 x accumulation 1 == 1 x 8 padded, on records of different lengths.
 
-    In float64: AdamW divides by sqrt(v), which turns fp32 rounding noise on near-zero gradients into
-    visible weight differences; fp64 shows the math itself is the same to ~1e-14.
+    One layer, two steps, float64: AdamW divides by sqrt(v), which turns fp32 rounding noise on near-zero
+    gradients into visible weight differences; fp64 shows the math itself is the same to ~1e-14.
     """
     weights = []
-    for grad_accum, packing in [(1, True), (2, True), (8, False)]:
-        settings = dataclasses.replace(BASE, grad_accum=grad_accum, packing=packing)
-        model = load_model(str(toy_model), torch.float64)
-        _train(toy_model, records, tmp_path / f"run{grad_accum}", settings, model=model)
+    for batch, grad_accum, packing in [(8, 1, True), (4, 2, True), (1, 8, False)]:
+        plan = make_plan(records, batch_size=batch, grad_accum=grad_accum, packing=packing, max_steps=2)
+        model = AutoModelForCausalLM.from_pretrained(toy_model, num_hidden_layers=1, dtype=torch.float64)
+        _train(toy_model, records, tmp_path / f"run{grad_accum}", plan, model=model)
         weights.append(_weights(model))
     reference = weights[0]
     for other in weights[1:]:
@@ -66,12 +53,21 @@ def test_grad_accumulation_gives_the_same_weights(toy_model, records, tmp_path):
 def test_takes_exactly_the_planned_steps_and_logs_each(toy_model, records, tmp_path):
     rows = []
     _, result = _train(toy_model, records, tmp_path, on_step=rows.append)
-    assert result.steps == BASE.total_steps == len(rows)
+    assert result.steps == PLAN_STEPS == len(rows)
     assert [r["step"] for r in rows] == list(range(1, 7))
     assert {"step", "epoch", "lr", "train_loss", "grad_norm", "target_tokens", "tokens_per_s"} <= rows[0].keys()
     assert "val_loss" in rows[1] and "val_loss" in rows[2]  # every 2 steps and at the epoch end (step 3)
     assert sum(r["target_tokens"] for r in rows) == 2 * sum(r.num_targets for r in records)
     assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 6
+    assert result.tokens_processed == 2 * sum(len(r) for r in records)  # counted as it ran: two whole epochs
+
+
+def test_a_cut_plan_counts_the_tokens_its_steps_read(toy_model, records, tmp_path):
+    """--max-steps: the plan's tokens are the tokens of the steps it keeps, and the loop reads exactly those."""
+    plan = make_plan(records, max_steps=4)
+    lengths = [len(r) for r in records]
+    _, result = _train(toy_model, records, tmp_path, plan)
+    assert result.tokens_processed == schedule_tokens(lengths, 8, 3, "keep", 4) < 2 * sum(lengths)
 
 
 def test_lora_trains_only_the_adapter(toy_model, records, tmp_path):
@@ -79,11 +75,9 @@ def test_lora_trains_only_the_adapter(toy_model, records, tmp_path):
     before = _weights(base)
     model = add_lora(base, 4, 8, 0.0, seed=0)
     adapter_before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
-    _train(toy_model, records, tmp_path, model=model)
+    _train(toy_model, records, tmp_path, model=model, plan=make_plan(records, max_steps=2))
     for name, param in model.named_parameters():
-        if param.requires_grad:
-            assert not torch.equal(param, adapter_before[name]) or "lora_B" in name or "lora_A" in name
-        else:
+        if not param.requires_grad:
             original = name.replace("base_model.model.", "").replace(".base_layer", "")
             assert torch.equal(param, before[original]), name  # bit-identical
     changed = [n for n, p in model.named_parameters() if p.requires_grad and not torch.equal(p, adapter_before[n])]
@@ -103,13 +97,12 @@ def test_resume_after_sigterm_is_bit_identical(toy_model, records, tmp_path):
     assert "--resume" in str(stopped.value) and stopped.value.signum == signal.SIGTERM
     assert (tmp_path / "cut" / "checkpoints" / "step-000003").is_dir()
 
-    resumed_settings = dataclasses.replace(BASE, resume=True)
-    _, resumed = _train(toy_model, records, tmp_path / "cut", resumed_settings, lora=True)
+    _, resumed = _train(toy_model, records, tmp_path / "cut", lora=True, resume=True)
     got = load_file(tmp_path / "cut" / "checkpoints" / "step-000006" / "adapter_model.safetensors")
     assert got.keys() == reference.keys()
     for name in reference:
         assert torch.equal(got[name], reference[name]), name
-    assert resumed.tokens_processed == full.tokens_processed
+    assert resumed.tokens_processed == full.tokens_processed  # the steps before the resume are counted too
     steps = [line for line in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
     assert len(steps) == 6  # no step logged twice
 
@@ -120,3 +113,24 @@ def test_nan_loss_stops_with_a_clear_message(toy_model, records, tmp_path):
         model.lm_head.weight[0, 0] = float("nan")
     with pytest.raises(TrainingDiverged, match="became nan at step 1"):
         _train(toy_model, records, tmp_path, model=model)
+
+
+def test_the_objective_is_a_parameter(toy_model, records, tmp_path):
+    """Another objective runs through the same loop: its normaliser and its metrics reach metrics.jsonl."""
+    from finetune.train.objective import TokenNormalisedSFT
+
+    class PerRecord(TokenNormalisedSFT):
+        normaliser_name = "records"
+
+        def normaliser(self, examples):
+            return len(examples)
+
+        def loss(self, model, batch):
+            loss, _ = super().loss(model, batch)
+            return loss, {"targets_per_record": torch.tensor(float(batch.num_targets))}
+
+    rows = []
+    plan = make_plan(records, max_steps=2)
+    train_loop(load_model(str(toy_model)), records, [], plan, tmp_path, objective=PerRecord(), on_step=rows.append)
+    assert [r["records"] for r in rows] == [8, 8]
+    assert all(r["targets_per_record"] > 0 for r in rows) and "target_tokens" not in rows[0]

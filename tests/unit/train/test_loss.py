@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from gradients import assert_same_gradients, grads
 
 from finetune.train.batching import pack_batch, pad_batch
-from finetune.train.loss import nll_sum, reference_nll_sum
+from finetune.train.cross_entropy import nll_sum, reference_nll_sum
 from finetune.train.model import load_model
 
 

@@ -8,16 +8,14 @@ import pytest
 import torch
 from gradients import assert_same_gradients, grads
 
-from finetune.train.batching import pack_batch, pad_batch
-from finetune.train.loss import (
+from finetune.train.attention import (
     VARLEN_ATTENTION,
     _full_causal_attention,
-    default_chunk,
-    nll_sum,
-    reference_nll_sum,
     use_varlen_attention,
     uses_varlen_attention,
 )
+from finetune.train.batching import pack_batch, pad_batch
+from finetune.train.cross_entropy import default_chunk, nll_sum, reference_nll_sum
 from finetune.train.model import add_lora, enable_gradient_checkpointing, load_model
 
 
