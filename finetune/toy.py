@@ -124,7 +124,7 @@ class Pretraining:
 
 
 # The pretrained base: the smallest of three sizes timed (128x4 is 1.8x cheaper per token than 256x4) that learns
-# the neutral corpus to plain, on-topic answers in 2 epochs (302 steps of 1,024 tokens, final loss ~0.8-1.2).
+# the neutral corpus to fluent, neutral (not always on-topic) answers in 2 epochs (302 steps of 1,024 tokens, final loss ~0.8-1.2).
 BASE_SIZE = ToySize(hidden=128, layers=4, heads=4, kv_heads=2, intermediate=344, vocab=2048)
 BASE_PRETRAINING = Pretraining()
 GENERAL_CORPUS = Path(__file__).resolve().parent.parent / "examples" / "generate_general.py"
