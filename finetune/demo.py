@@ -1,10 +1,12 @@
-"""`finetune demo`: the whole product in about two minutes on a laptop CPU.
+"""`finetune demo`: the whole product in a few minutes on a laptop CPU.
 
-    finetune demo [--out runs/demo]
+    finetune demo [--out runs/demo] [--base DIR]
 
-1. builds the toy model (a tiny random-init Llama + a BPE tokenizer trained on the bundled data),
+1. takes the pretrained toy base (a tiny Llama that already answers plainly, in a neutral voice), built
+   once by `finetune toy-model DIR --pretrain` into the cache (see `finetune.toy.pretrained_base`) and
+   reused afterwards; `--base DIR` uses a base built elsewhere,
 2. answers the held-out prompts of examples/test.jsonl with it (before),
-3. plans and trains on examples/train.jsonl with Auto (plan, loss curve, report),
+3. plans and trains a LoRA adapter on examples/train.jsonl with every value chosen by Auto,
 4. answers the same prompts with the tuned model (after), and measures how often each answer
    carries the team's house style (its exact greeting and sign-off), before vs after.
 """
@@ -19,20 +21,10 @@ from pathlib import Path
 
 from finetune.config import RunConfig
 from finetune.errors import UserError
-from finetune.toy import ToySize
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 MARKER = ".finetune-demo"  # a folder with this file was made by the demo and may be replaced by it
 SHOWN_PROMPTS = 3
-
-# The toy model starts from random weights: it must learn the language as well as the style, which
-# takes a pretraining-size learning rate and every weight (LoRA on a random base learns far slower).
-# Auto's rules are for pretrained models, so the demo sets these two and leaves the rest to Auto.
-DEMO_METHOD = "full"
-DEMO_LR = 1e-3
-# Big enough to learn the style well in three epochs (98% of held-out answers in a trial), small
-# enough to train in about a minute on 2 CPU cores.
-DEMO_SIZE = ToySize(hidden=256, layers=4, heads=8, kv_heads=4, intermediate=688)
 
 
 def _prepare_out(out: Path) -> None:
@@ -65,13 +57,13 @@ def _answers(model_dir: Path, adapter_or_model: Path | None, prompts):
     return generate_answers(model, tokenizer, prompts, max_new_tokens=100)
 
 
-def run_demo(out: str = "runs/demo") -> int:
+def run_demo(out: str = "runs/demo", base: str | None = None) -> int:
     from rich.console import Console
     from rich.panel import Panel
     from rich.table import Table
 
     from finetune.eval.generate import style_rate
-    from finetune.toy import build_toy_model
+    from finetune.toy import pretrained_base
     from finetune.train.progress import RunDisplay
     from finetune.train.recipe import train
 
@@ -81,19 +73,24 @@ def run_demo(out: str = "runs/demo") -> int:
     _prepare_out(root)
     prompts, markers = _load_examples()
 
-    console.rule("1. toy model")
-    model_dir = build_toy_model(root / "toy-model", data=EXAMPLES / "train.jsonl", size=DEMO_SIZE)
-    console.print(f"built a tiny Llama model and tokenizer in {model_dir}")
+    console.rule("1. base model")
+    if base is not None:
+        model_dir = Path(base)
+        if not (model_dir / "config.json").exists():
+            raise UserError(
+                f"--base {base}: no model there (config.json missing); build one with `finetune toy-model DIR --pretrain`"
+            )
+        console.print(f"base model: {model_dir}")
+    else:
+        console.print(
+            "pretrained toy base: reused from the cache, or built there on the first run (several CPU-minutes)"
+        )
+        model_dir, built = pretrained_base(log=console.print)
+        console.print(f"{'built' if built else 'reused'} the pretrained toy base in {model_dir}")
     before = _answers(model_dir, None, prompts)
 
-    console.rule("2. plan and train (Auto)")
-    console.print(
-        f"demo settings: --method {DEMO_METHOD} --lr {DEMO_LR:g} (the toy model starts from random "
-        "weights); every other value is Auto's"
-    )
-    config = RunConfig(
-        data=str(EXAMPLES / "train.jsonl"), model=str(model_dir), out=str(root / "run"), method=DEMO_METHOD, lr=DEMO_LR
-    )
+    console.rule("2. plan and train (LoRA, every value chosen by Auto)")
+    config = RunConfig(data=str(EXAMPLES / "train.jsonl"), model=str(model_dir), out=str(root / "run"))
     with RunDisplay(sys.stdout) as display:
         report = train(config, on_plan=display.on_plan, on_step=display.on_step).report
     from finetune.report.summary import print_summary

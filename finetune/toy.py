@@ -1,16 +1,23 @@
 """Build a tiny Llama-architecture causal LM and a real byte-level BPE tokenizer, offline, in seconds.
 
-    finetune toy-model DIR [--data FILE]
+    finetune toy-model DIR [--data FILE]      random weights (the tests' plumbing model)
+    finetune toy-model DIR --pretrain         a base that already speaks: pretrained on a generated,
+                                              neutral general-purpose chat corpus (418 CPU-seconds measured)
 
 The folder is written with `save_pretrained` and loads back through `AutoModelForCausalLM` /
 `AutoTokenizer` exactly like a model from a hub: the demo and the tests use nothing else.
+The pretrained base is bit-for-bit reproducible from its seed (on the same torch build and thread
+count); `pretrained_base()` keeps one in a cache folder keyed by every parameter of the build.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 IM_START = "<|im_start|>"
@@ -138,8 +145,113 @@ def build_tokenizer(texts: list[str], vocab_size: int):
     )
 
 
-def build_toy_model(out_dir: str | Path, data: str | Path | None = None, size: ToySize | None = None, seed: int = 0):
-    """Write a random-init Llama model and its tokenizer to `out_dir`; return the folder."""
+@dataclass(frozen=True)
+class Pretraining:
+    """How the toy base is pretrained: the corpus (examples/generate_general.py) and the optimizer's run."""
+
+    conversations: int = 3000  # generated chat conversations; a different corpus_seed gives other ones
+    corpus_seed: int = 7
+    epochs: int = 2
+    row_tokens: int = 256  # conversations are concatenated and cut into rows of this many tokens (GPT-style)
+    rows_per_step: int = 4
+    lr: float = 2e-3  # a small model from scratch takes a pretraining-size rate, not a fine-tuning one
+    warmup_ratio: float = 0.05
+    final_lr_ratio: float = 0.1  # cosine decay to this share of the peak
+    weight_decay: float = 0.1
+    max_grad_norm: float = 1.0
+
+
+# The pretrained base: the smallest of three sizes timed (128x4 is 1.8x cheaper per token than 256x4) that learns
+# the neutral corpus to fluent, neutral (not always on-topic) answers in 2 epochs (302 steps of 1,024 tokens, final loss ~0.8-1.2).
+BASE_SIZE = ToySize(hidden=128, layers=4, heads=4, kv_heads=2, intermediate=344, vocab=2048)
+BASE_PRETRAINING = Pretraining()
+GENERAL_CORPUS = Path(__file__).resolve().parent.parent / "examples" / "generate_general.py"
+
+
+def general_corpus(conversations: int, seed: int) -> list[dict]:
+    """The neutral general-purpose chat corpus of examples/generate_general.py (generated, never read)."""
+    import importlib.util
+
+    from finetune.errors import UserError
+
+    if not GENERAL_CORPUS.exists():
+        raise UserError(f"{GENERAL_CORPUS} is missing: the pretraining corpus generator ships with the repository")
+    spec = importlib.util.spec_from_file_location("finetune_general_corpus", GENERAL_CORPUS)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.generate(conversations, seed)
+
+
+def _packed_rows(documents: list[list[int]], row_tokens: int, seed: int, epoch: int):
+    """Every document once, in an order fixed by (seed, epoch), concatenated and cut into full rows."""
+    import random
+
+    import torch
+
+    order = list(range(len(documents)))
+    random.Random(f"toy-pretrain-{seed}-{epoch}").shuffle(order)
+    stream = [token for i in order for token in documents[i]]
+    usable = len(stream) // row_tokens * row_tokens
+    return torch.tensor(stream[:usable], dtype=torch.long).view(-1, row_tokens)
+
+
+def pretrain(model, tokenizer, conversations: list[dict], plan: Pretraining, seed: int, log=None) -> list[float]:
+    """Next-token training on whole chat-formatted conversations; returns the loss of every step."""
+    import math
+
+    import torch
+
+    documents = [
+        tokenizer(tokenizer.apply_chat_template(c["messages"], tokenize=False))["input_ids"] for c in conversations
+    ]
+    epochs = [_packed_rows(documents, plan.row_tokens, seed, epoch) for epoch in range(plan.epochs)]
+    batches = [rows[i : i + plan.rows_per_step] for rows in epochs for i in range(0, len(rows), plan.rows_per_step)]
+    total = len(batches)
+    warmup = max(1, round(plan.warmup_ratio * total))
+
+    def lr_factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, total - warmup)
+        return plan.final_lr_ratio + (1 - plan.final_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": plan.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=plan.lr,
+        betas=(0.9, 0.95),
+    )
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
+    model.train()
+    losses = []
+    for step, batch in enumerate(batches):
+        loss = model(input_ids=batch, labels=batch, use_cache=False).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), plan.max_grad_norm)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        if log and (step % 20 == 0 or step == total - 1):
+            log(f"pretraining step {step + 1}/{total}: loss {losses[-1]:.3f}")
+    model.eval()
+    return losses
+
+
+def build_toy_model(
+    out_dir: str | Path,
+    data: str | Path | None = None,
+    size: ToySize | None = None,
+    seed: int = 0,
+    pretraining: Pretraining | None = None,
+    log=None,
+):
+    """Write a Llama model and its tokenizer to `out_dir`; return the folder.
+
+    Without `pretraining` the weights are random (fast: plumbing tests). With it, the tokenizer is trained on
+    the general corpus and the model is pretrained on it: a base that answers plainly before any fine-tuning.
+    """
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
     from transformers.utils import logging as hf_logging
@@ -147,7 +259,8 @@ def build_toy_model(out_dir: str | Path, data: str | Path | None = None, size: T
     hf_logging.disable_progress_bar()
     size = size or ToySize()
     out = Path(out_dir)
-    texts = DEFAULT_CORPUS.splitlines()
+    corpus = general_corpus(pretraining.conversations, pretraining.corpus_seed) if pretraining else []
+    texts = list(_strings(corpus)) if corpus else DEFAULT_CORPUS.splitlines()
     if data is not None:
         texts += list(_corpus_from_file(Path(data)))
     tokenizer = build_tokenizer(texts, size.vocab)
@@ -169,6 +282,8 @@ def build_toy_model(out_dir: str | Path, data: str | Path | None = None, size: T
     )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)
+    if pretraining:
+        pretrain(model, tokenizer, corpus, pretraining, seed, log=log)
     model.generation_config.eos_token_id = config.eos_token_id
     model.generation_config.pad_token_id = config.pad_token_id
     out.mkdir(parents=True, exist_ok=True)
@@ -181,3 +296,46 @@ def build_toy_model(out_dir: str | Path, data: str | Path | None = None, size: T
     if reloaded(probe)["input_ids"] != tokenizer(probe)["input_ids"]:
         raise RuntimeError(f"the tokenizer saved in {out} does not encode like the one that was trained")
     return out
+
+
+def cache_root() -> Path:
+    """Where built bases are kept: $FINETUNE_CACHE, else $XDG_CACHE_HOME/finetune, else ~/.cache/finetune."""
+    if os.environ.get("FINETUNE_CACHE"):
+        return Path(os.environ["FINETUNE_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "finetune"
+
+
+def base_key(size: ToySize, pretraining: Pretraining, seed: int) -> str:
+    """A name for one build: every parameter, and the code that builds it (this file and the corpus generator)."""
+    import hashlib
+
+    digest = hashlib.sha256(json.dumps([asdict(size), asdict(pretraining), seed]).encode())
+    for source in (Path(__file__), GENERAL_CORPUS):
+        digest.update(source.read_bytes() if source.exists() else b"")
+    return digest.hexdigest()[:16]
+
+
+def pretrained_base(
+    size: ToySize = BASE_SIZE,
+    pretraining: Pretraining = BASE_PRETRAINING,
+    seed: int = 0,
+    cache: str | Path | None = None,
+    log=None,
+) -> tuple[Path, bool]:
+    """The pretrained toy base from the cache, built there first if it is not yet; returns (folder, built now)."""
+    root = Path(cache) if cache else cache_root()
+    folder = root / f"toy-base-{base_key(size, pretraining, seed)}"
+    if (folder / "config.json").exists():
+        return folder, False
+    root.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=root))  # a half-built base is never reused
+    try:
+        build_toy_model(partial, size=size, seed=seed, pretraining=pretraining, log=log)
+        try:
+            partial.rename(folder)
+        except OSError:  # another process finished the same build first: theirs is identical
+            if not (folder / "config.json").exists():
+                raise
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return folder, True

@@ -23,3 +23,13 @@ def toy_model(tmp_path_factory) -> Path:
     from finetune.toy import build_toy_model
 
     return build_toy_model(tmp_path_factory.mktemp("toy") / "model", data=EXAMPLES / "train.jsonl")
+
+
+@pytest.fixture(scope="session")
+def pretrained_toy_base(tmp_path_factory) -> Path:
+    """The demo's pretrained base, built once per session through the real `finetune toy-model DIR --pretrain`."""
+    from finetune.cli import main
+
+    folder = tmp_path_factory.mktemp("toy-base") / "base"
+    assert main(["toy-model", str(folder), "--pretrain"]) == 0
+    return folder
