@@ -103,6 +103,17 @@ def diagnose_preference(rows: list[dict]) -> Diagnosis:
     )
 
 
+def preference_summary(rows: list[dict]) -> dict:
+    """report.json's final preference numbers: the last evaluation's, else the last step's (empty for SFT)."""
+    found = {}
+    for name in ("reward_accuracy", "reward_margin", "chosen_logp", "rejected_logp"):
+        for key in (f"val_{name}", name):
+            values = _series(rows, key)
+            if values:
+                found[f"final_{key}"] = values[-1]
+    return found
+
+
 def plot_preference(ax, rows: list[dict]) -> None:
     """Reward margin (left axis) and reward accuracy (right axis, 0-1) against steps, train and validation."""
     ax.set_xlabel("optimizer step")

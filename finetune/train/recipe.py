@@ -52,7 +52,7 @@ from finetune.plan.plan import Plan, build_plan
 from finetune.report.diagnosis import diagnose
 from finetune.report.metrics import MetricsLog, read_metrics
 from finetune.report.plot import plot_loss_curve
-from finetune.report.preference import diagnose_preference
+from finetune.report.preference import diagnose_preference, preference_summary
 from finetune.report.summary import build_report, write_report
 from finetune.train.attention import use_varlen_attention
 from finetune.train.batching import epoch_steps, micro_batches, schedule_tokens
@@ -528,7 +528,7 @@ def write_run_report(out: Path, plan: Plan, result: LoopResult, final: Path, is_
         final_weights=str(final),
         final_is_best=is_best,
         tokens_processed=result.tokens_processed,
-        extra={"out_dir": str(out), "method": plan.method},
+        extra={"out_dir": str(out), "method": plan.method, "objective": plan.objective, **preference_summary(rows)},
     )
     write_report(report, out / "report.json")
     return report

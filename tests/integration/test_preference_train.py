@@ -51,7 +51,8 @@ def test_dpo_teaches_the_preferred_style(toy_model, tmp_path):
     evaluated = [r for r in rows if "val_reward_accuracy" in r]
     assert evaluated[-1]["val_reward_accuracy"] >= 0.9 and evaluated[-1]["val_reward_margin"] > 0
     report = json.loads((out / "report.json").read_text())
-    assert report["diagnosis"]["kind"] == "healthy_preference"
+    assert report["diagnosis"]["kind"] == "healthy_preference" and report["objective"] == "dpo"
+    assert report["final_val_reward_accuracy"] == evaluated[-1]["val_reward_accuracy"]
     plan = json.loads((out / "plan.json").read_text())
     assert plan["objective"] == "dpo" and plan["method"] == "lora" and plan["beta"] == 0.1 and "beta" in plan["auto"]
     assert (out / "loss_curve.png").stat().st_size > 0 and (out / "adapter").is_dir()
