@@ -332,7 +332,31 @@ def _tokenize_pairs(pairs: list[PreferencePair], chat, config) -> tuple[list[Tok
     return kept, dropped
 
 
-def prepare_pairs(config, tokenizer) -> PreparedPairs:
+def _estimated(train: list[PreferencePair], val: list[PreferencePair], fraction: float, reason: str) -> PreparedPairs:
+    from finetune.data.stats import estimate_record_tokens
+
+    sides = [
+        [estimate_record_tokens(p.record(a, i), max_seq_len=0) for a in (p.chosen, p.rejected)]
+        for i, p in enumerate(train)
+    ]
+    lengths = [sum(e.total for e in pair) for pair in sides]
+    summary = DataSummary(
+        examples=len(train),
+        validation_examples=len(val),
+        conversations=len(train),
+        validation_conversations=len(val),
+        messages=sum(len(p.prompt) + 2 for p in train),
+        tokens_in_file=sum(lengths),
+        counted_with_tokenizer=False,
+        target_tokens=sum(e.target for pair in sides for e in pair),
+        max_record_tokens=max((e.total for pair in sides for e in pair), default=0) or None,
+        val_fraction=fraction,
+        val_fraction_reason=reason,
+    )
+    return PreparedPairs([], [], summary)
+
+
+def prepare_pairs(config, tokenizer=None) -> PreparedPairs:
     """Read, validate, split by prompt and tokenize a preference file (and --val-file): the data of a dpo run."""
     from finetune.config import AUTO
     from finetune.data.tokenize import ChatTokenizer, check_masking
@@ -352,6 +376,8 @@ def prepare_pairs(config, tokenizer) -> PreparedPairs:
             fraction = float(config.val_fraction)
             reason = "validation off (--val-fraction 0)" if fraction == 0 else f"your --val-fraction {fraction}"
         train, val = split_pairs(train, fraction, config.seed)
+    if tokenizer is None:  # `finetune plan PREFS.jsonl` without --model: token numbers from the text
+        return _estimated(train, val, fraction, reason)
     chat = ChatTokenizer(tokenizer)
     train_pairs, dropped = _tokenize_pairs(train, chat, config)
     val_pairs, val_dropped = _tokenize_pairs(val, chat, config)

@@ -42,7 +42,7 @@ from pathlib import Path
 import torch
 
 from finetune.config import RunConfig
-from finetune.data.preference import prepare_pairs
+from finetune.data.preference import is_preference_file, prepare_pairs
 from finetune.data.prepare import prepare_data
 from finetune.data.tokenize import load_tokenizer
 from finetune.errors import UserError
@@ -162,6 +162,8 @@ def _train(
 
     # ---- data and plan: the plan the run writes is the plan it executes (tokens of the exact steps)
     tokenizer = load_tokenizer(config.model, config.trust_remote_code)
+    if config.method != "dpo" and is_preference_file(config.data):
+        raise UserError(f"{config.data} holds preference pairs (chosen/rejected): train on it with --method dpo")
     prepared = prepare_pairs(config, tokenizer) if config.method == "dpo" else prepare_data(config, tokenizer)
     lengths = [len(r) for r in prepared.train]
     plan = build_plan(
