@@ -67,7 +67,7 @@ def train_on_two(
     """`finetune train --devices 2` as a user runs it; fails the test instead of hanging."""
     environ = {**os.environ, **env}
     if hooks:
-        environ["PYTHONPATH"] = str(hooks)
+        environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(hooks), os.environ.get("PYTHONPATH")]))
     command = [sys.executable, "-m", "finetune", "train", data, "--model", str(toy_model), "--out", str(out)]
     return subprocess.run(
         [*command, *SHARED, "--devices", "2", *flags], capture_output=True, text=True, env=environ, timeout=240
