@@ -40,7 +40,7 @@ def plot_loss_curve(
     ax = fig.add_subplot(2, 1, 1) if preference else fig.add_subplot()
     ax.set_title(title or "Loss curve")
     ax.set_xlabel("optimizer step")
-    ax.set_ylabel("loss (mean over target tokens)")
+    ax.set_ylabel("DPO loss (mean over pairs)" if preference else "loss (mean over target tokens)")
     ax.grid(True, alpha=0.3)
 
     if not train and not val:
