@@ -4,6 +4,7 @@ finetune toy-model DIR [--data FILE]
 finetune validate FILE [--model DIR] [--show N] [--json]
 finetune plan DATA.jsonl [--model M] ... [--json]      |   finetune plan --examples N [--tokens T] ...
 finetune train DATA.jsonl --model M --out DIR [...]    |   finetune train --config run.yaml
+finetune convert IN --out OUT.jsonl [--format F]
 finetune demo [--out DIR]
 """
 
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from finetune.config import RunConfig, Setting, command_settings, settings
+from finetune.data.formats import FORMATS
 from finetune.errors import UserError
 
 # ----------------------------------------------------------------------------- flags, generated from RunConfig
@@ -96,6 +98,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         as_json=args.json,
         max_seq_len=config.max_seq_len,
         record_policy=config.record_policy,
+        format=config.format,
     )
 
 
@@ -150,6 +153,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return run_eval(args.data, args.model, args.tuned, args.limit, args.max_new_tokens, args.json, args.marker)
 
 
+def cmd_convert(args: argparse.Namespace) -> int:
+    from finetune.data.convert import run_convert
+
+    return run_convert(args.input, args.out, args.format)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from finetune.demo import run_demo
 
@@ -202,6 +211,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--marker", action="append", default=[], help="text every answer should contain (repeatable)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("convert", help="write any data format finetune reads as OpenAI chat JSONL")
+    p.add_argument("input", metavar="IN", help="data file: OpenAI chat, ShareGPT, Alpaca or prompt/completion")
+    p.add_argument("--out", required=True, metavar="OUT.jsonl", help="file to write (must not exist yet)")
+    p.add_argument("--format", choices=FORMATS, default=None, help="read IN as this format (default: detect)")
+    p.set_defaults(func=cmd_convert)
 
     p = sub.add_parser("demo", help="build the toy model, train on the bundled examples, show before/after")
     p.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")

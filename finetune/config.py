@@ -50,7 +50,11 @@ def _flag(name: str) -> str:
 class RunConfig:
     # ---- data
     data: str | None = None
-    """Training file (chat JSONL or prompt/completion JSONL)."""
+    """Training file: OpenAI chat, ShareGPT, Alpaca or prompt/completion JSONL (also .jsonl.gz, .parquet)."""
+    format: Literal["auto", "chat", "prompt_completion", "sharegpt", "alpaca"] = AUTO
+    """Data format; auto detects it from the file's first line in a known format (docs/formats.md)."""
+    skip_invalid: bool = False
+    """Train on the valid lines and list every invalid one in OUT/skipped.jsonl (default: stop on any error)."""
     val_file: str | None = None
     """Use this file as the validation set instead of cutting one from `data`."""
     val_fraction: float | str = AUTO
@@ -217,7 +221,7 @@ class RunConfig:
 # ----------------------------------------------------------------------------- settings, derived from RunConfig
 
 # the data settings: how a file becomes training records; `validate`, `plan` and `train` all take them
-DATA_SETTINGS = ("val_file", "val_fraction", "record_policy", "max_seq_len", "truncation")
+DATA_SETTINGS = ("val_file", "val_fraction", "record_policy", "max_seq_len", "truncation", "format")
 # settings only a run has (plan takes every other one: it shows what train would do)
 TRAIN_ONLY = ("out", "resume", "keep_checkpoints")
 # positional arguments of the commands rather than flags

@@ -16,6 +16,7 @@ the same side. Problem codes are stable (docs/formats.md).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,15 +63,15 @@ class PreferencePair:
     chosen: str
     rejected: str
     line: int
-    tools: tuple = ()
+    tools: tuple[dict, ...] = ()  # OpenAI `input.tools`: rendered into the prompt as context, never scored
 
     def prompt_conversation(self) -> Conversation:
         """The prompt as a Conversation: its key groups the pairs of one prompt (split, duplicates)."""
-        return Conversation(self.prompt, self.line)
+        return Conversation(self.prompt, self.line, tools=self.tools)
 
     def record(self, answer: str, index: int) -> Record:
         messages = (*self.prompt, Message("assistant", answer))
-        return Record(messages, (len(self.prompt),), index, self.line)
+        return Record(messages, (len(self.prompt),), index, self.line, self.tools)
 
 
 @dataclass
@@ -215,10 +216,11 @@ def _pair(value: dict, shape: str, number: int, problems: _LineProblems) -> Pref
         if not isinstance(prompt_value, dict) or "messages" not in prompt_value:
             problems.add(MISSING_KEY, 'input must be an object with "messages" (and optionally "tools")')
             return None
-        if not isinstance(prompt_value.get("tools", []), list):
-            problems.add(BAD_TOOLS, "input.tools must be a list of tool definitions")
+        tools = prompt_value.get("tools") or []
+        if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+            problems.add(BAD_TOOLS, "input.tools must be a list of tool definitions (objects)")
             return None
-        tools = tuple(json.dumps(t, sort_keys=True) for t in prompt_value.get("tools", []))
+        tools = tuple(tools)
         prompt_value = prompt_value["messages"]
     prompt = _prompt(prompt_value, problems)
     chosen = _answer(value[chosen_key], chosen_key, problems)
@@ -402,4 +404,5 @@ def prepare_pairs(config, tokenizer=None) -> PreparedPairs:
         val_fraction=fraction,
         val_fraction_reason=reason,
     )
+    summary = dataclasses.replace(summary, context_tokens=summary.tokens_in_file - summary.target_tokens)
     return PreparedPairs(train_pairs, val_pairs, summary, chat.end_of_turn_id)

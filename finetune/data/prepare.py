@@ -11,14 +11,14 @@ from the text and `summary.counted_with_tokenizer` is False.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from finetune.config import AUTO, RunConfig
 from finetune.data.records import build_records
 from finetune.data.split import auto_val_fraction, remove_overlap, split_conversations
 from finetune.data.stats import estimate_record_tokens
 from finetune.data.tokenize import ChatTokenizer, check_masking, load_tokenizer
-from finetune.data.types import Conversation, DataSummary, ParsedFile, Record, TokenizedRecord
+from finetune.data.types import Conversation, DataSummary, Record, TokenizedRecord
 from finetune.errors import UserError
 
 
@@ -28,6 +28,7 @@ class PreparedData:
     val: list[TokenizedRecord]
     summary: DataSummary  # the numbers the plan needs; its advice reads truncation and drops from here
     end_of_turn_id: int | None = None
+    skipped: list[dict] = field(default_factory=list)  # --skip-invalid: the lines left out, for OUT/skipped.jsonl
 
 
 @dataclass
@@ -42,25 +43,15 @@ class _Side:
     dropped: list[tuple[int, str, int]] = field(default_factory=list)  # (line, reason, tokens over)
 
 
-def read_conversations(path: str) -> list[Conversation]:
-    """Read and validate a file; any error stops here with every problem listed."""
+def read_conversations(
+    path: str, format: str | None = None, skip_invalid: bool = False
+) -> tuple[list[Conversation], list[dict]]:
+    """Read and validate a file; any error stops here with every problem listed, unless skip_invalid
+    (then the invalid lines are returned, for OUT/skipped.jsonl)."""
     from finetune.data.read import read_file
+    from finetune.data.skipped import usable_conversations
 
-    parsed = read_file(path)
-    if not parsed.ok:
-        raise UserError(_problems_text(parsed))
-    return parsed.conversations
-
-
-def _problems_text(parsed: ParsedFile, limit: int = 10) -> str:
-    lines = [f"{parsed.path} is not usable ({len(parsed.errors)} error(s)):"]
-    for problem in parsed.errors[:limit]:
-        where = f"{parsed.path}:{problem.line}" if problem.line else parsed.path
-        lines.append(f"  {where} [{problem.code}] {problem.message}")
-    if len(parsed.errors) > limit:
-        lines.append(f"  ... and {len(parsed.errors) - limit} more")
-    lines.append(f"Run `finetune validate {parsed.path}` for the full report.")
-    return "\n".join(lines)
+    return usable_conversations(read_file(path, format), skip_invalid)
 
 
 def _records(conversations: list[Conversation], policy: str) -> list[Record]:
@@ -152,6 +143,7 @@ def prepare_conversations(
         tokens_in_file=tokens_in_file,
         counted_with_tokenizer=chat is not None,
         target_tokens=train.target_tokens,
+        context_tokens=tokens_in_file - train.target_tokens,
         max_record_tokens=max(train.lengths, default=0) or None,
         p50_record_tokens=_percentile(train.lengths, 0.5),
         p95_record_tokens=_percentile(train.lengths, 0.95),
@@ -170,8 +162,15 @@ def prepare_data(config: RunConfig, tokenizer=None) -> PreparedData:
     """Read, validate, split, build records and tokenize. Raises UserError for unusable input."""
     if not config.data:
         raise UserError("no training file given")
-    train = read_conversations(config.data)
-    val = read_conversations(config.val_file) if config.val_file else None
+    train, skipped = read_conversations(config.data, config.format, config.skip_invalid)
+    val = None
+    if config.val_file:
+        val, val_skipped = read_conversations(config.val_file, config.format, config.skip_invalid)
+        skipped += val_skipped
     if tokenizer is None and config.model:
         tokenizer = load_tokenizer(config.model, config.trust_remote_code)
-    return prepare_conversations(train, val, config, tokenizer)
+    prepared = prepare_conversations(train, val, config, tokenizer)
+    if skipped:
+        prepared.skipped = skipped
+        prepared.summary = replace(prepared.summary, skipped_lines=len(skipped))
+    return prepared

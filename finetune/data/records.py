@@ -18,9 +18,9 @@ def build_records(conversation: Conversation, index: int, policy: RecordPolicy |
         return []
     messages = conversation.messages
     if policy is RecordPolicy.ALL:
-        return [Record(messages, tuple(targets), index, conversation.line)]
+        return [Record(messages, tuple(targets), index, conversation.line, conversation.tools)]
     if policy is RecordPolicy.LAST:
         last = targets[-1]
-        return [Record(messages[: last + 1], (last,), index, conversation.line)]
+        return [Record(messages[: last + 1], (last,), index, conversation.line, conversation.tools)]
     # EACH: every target turn gets its own record that ends with it; earlier replies are context
-    return [Record(messages[: t + 1], (t,), index, conversation.line) for t in targets]
+    return [Record(messages[: t + 1], (t,), index, conversation.line, conversation.tools) for t in targets]

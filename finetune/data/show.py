@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from rich.text import Text
 
-from finetune.data.stats import RecordTokens
+from finetune.data.stats import RecordTokens, message_text
 from finetune.data.types import Record, TokenizedRecord
 
 OPEN, CLOSE = "[[", "]]"
@@ -79,7 +79,7 @@ def message_spans(record: Record) -> list[Span]:
     for i, message in enumerate(record.messages):
         weight = message.weight if i in record.targets else 0.0
         spans.append(Span(f"{message.role}: ", 0.0))
-        spans.append(Span(message.content, weight))
+        spans.append(Span(message_text(message), weight))
         spans.append(Span("\n", 0.0))
     return _merge(spans)
 

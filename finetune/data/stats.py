@@ -12,11 +12,12 @@ Token numbers are counted before truncation; `over_max_seq_len` says what trunca
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 
 from finetune.data.records import build_records
-from finetune.data.types import Conversation, Record, RecordPolicy, TokenizedRecord, Truncation
+from finetune.data.types import Conversation, Message, Record, RecordPolicy, TokenizedRecord, Truncation
 
 BYTES_PER_TOKEN_ESTIMATE = 4  # typical for English BPE; only used without a tokenizer
 TEMPLATE_TOKENS_PER_MESSAGE_ESTIMATE = 4  # role header and end-of-turn around each message
@@ -52,11 +53,20 @@ def estimate_tokens(text: str) -> int:
     return math.ceil(len(text.encode("utf-8")) / BYTES_PER_TOKEN_ESTIMATE)
 
 
+def message_text(message: Message) -> str:
+    """What a message contributes to the text: its content, then its tool calls as name and arguments."""
+    return message.content + "".join(f"{call.name} {call.arguments}" for call in message.tool_calls)
+
+
 def estimate_record_tokens(record: Record, max_seq_len: int) -> RecordTokens:
-    """Token numbers from the text alone: content estimate + template tokens per message, + end-of-turn per target."""
-    total = target = 0
+    """Token numbers from the text alone: content estimate + template tokens per message, + end-of-turn per target.
+
+    Tool schemas are context: their JSON text is counted once per record, never as a target.
+    """
+    total = estimate_tokens(json.dumps(list(record.tools))) if record.tools else 0
+    target = 0
     for i, message in enumerate(record.messages):
-        tokens = estimate_tokens(message.content)
+        tokens = estimate_tokens(message_text(message))
         total += tokens + TEMPLATE_TOKENS_PER_MESSAGE_ESTIMATE
         if i in record.targets:
             target += tokens + 1  # + end-of-turn

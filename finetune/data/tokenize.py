@@ -8,16 +8,73 @@ content of every target reply is located in that text, and the text is tokenized
 
 so the target tokens of a message are exactly its content tokens plus the end-of-turn token that
 closes it, whatever the template puts around them (role headers, `<think></think>` blocks, ...).
+
+Tools are rendered the way the model sees them at inference: the schemas go to the template as
+`tools=`, the calls as `tool_calls` (arguments as an object, the Hugging Face convention), the results
+as `tool` messages. An assistant turn that makes calls is scored from the first character the
+template writes for it (its content, or the call block when it has no content) to its end-of-turn:
+that start is where the turn's rendering stops agreeing with the same turn rendered as plain text
+(two probes with different first letters, so no shared character can hide it).
 """
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
+from functools import cached_property
 
-from finetune.data.types import IGNORE_INDEX, Record, TokenizedRecord, Truncation
+from finetune.data.formats.openai import parse_arguments
+from finetune.data.types import IGNORE_INDEX, Message, Record, TokenizedRecord, ToolCall, Truncation
 from finetune.errors import UserError
 
 _SENTINEL = "FINETUNE-SENTINEL-7f3a"
+_PROBES = ("A" + _SENTINEL, "Z" + _SENTINEL)  # differ in their first character
+_PROBE_FUNCTION, _PROBE_ARGUMENT = "finetune_probe_function_7f3a", "finetune_probe_argument_7f3a"
+_PROBE_RESULT, _PROBE_DESCRIPTION = "finetune probe result 7f3a", "finetune probe description 7f3a"
+
+
+TOOL_FEATURES = {"calls": "tool calls", "results": "tool results", "schemas": "tool schemas (tools=)"}
+
+
+def describe_tool_features(features: set[str]) -> str:
+    return " or ".join(TOOL_FEATURES[f] for f in sorted(features))
+
+
+class ToolTemplateError(UserError):
+    """The model's chat template cannot render the tool calls, tool results or tool schemas the data holds."""
+
+
+def template_message(message: Message, call_names: dict[str, str]) -> dict:
+    """A Message as chat templates expect it (developer as system, call arguments as an object)."""
+    item: dict = {"role": "system" if message.role == "developer" else message.role, "content": message.content}
+    if message.name:
+        item["name"] = message.name
+    if message.tool_calls:
+        item["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": parse_arguments(call.arguments) or {}},
+            }
+            for call in message.tool_calls
+        ]
+    if message.role == "tool" and message.tool_call_id:
+        item["tool_call_id"] = message.tool_call_id
+        if not message.name and message.tool_call_id in call_names:
+            item["name"] = call_names[message.tool_call_id]  # Llama 3 / Mistral style templates name the function
+    return item
+
+
+def tool_needs(messages, tools) -> set[str]:
+    """What of the template's tool support a conversation uses: "calls", "results", "schemas"."""
+    needs = {"schemas"} if tools else set()
+    for message in messages:
+        if message.tool_calls:
+            needs.add("calls")
+        if message.role == "tool":
+            needs.add("results")
+    return needs
 
 
 @dataclass(frozen=True)
@@ -49,9 +106,54 @@ class ChatTokenizer:
         self.end_of_turn_text, self.end_of_turn_id = self._find_end_of_turn()
         self.closes_every_turn = self._closes_every_turn()
 
-    def render(self, messages) -> str:
-        chat = [{"role": m.role, "content": m.content} for m in messages]
-        return self.tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=False)
+    def render(self, messages, tools=()) -> str:
+        call_names = {call.id: call.name for m in messages for call in m.tool_calls}
+        chat = [template_message(m, call_names) for m in messages]
+        return self.tokenizer.apply_chat_template(
+            chat, tools=list(tools) or None, tokenize=False, add_generation_prompt=False
+        )
+
+    @cached_property
+    def tool_support(self) -> set[str]:
+        """What of tools the template renders: "calls", "results", "schemas" (probed once with sentinels)."""
+        call = ToolCall("call_probe", _PROBE_FUNCTION, json.dumps({_PROBE_ARGUMENT: 1}))
+        conversation = [
+            Message("user", "hi"),
+            Message("assistant", "", tool_calls=(call,)),
+            Message("tool", _PROBE_RESULT, tool_call_id=call.id),
+            Message("assistant", "ok"),
+        ]
+        schema = {
+            "type": "function",
+            "function": {
+                "name": _PROBE_FUNCTION,
+                "description": _PROBE_DESCRIPTION,
+                "parameters": {"type": "object", "properties": {_PROBE_ARGUMENT: {"type": "integer"}}},
+            },
+        }
+        supported = set()
+        text = self._try_render(conversation)
+        if _PROBE_FUNCTION in text and _PROBE_ARGUMENT in text:
+            supported.add("calls")
+        if _PROBE_RESULT in text:
+            supported.add("results")
+        if _PROBE_DESCRIPTION in self._try_render([Message("user", "hi"), Message("assistant", "ok")], (schema,)):
+            supported.add("schemas")
+        return supported
+
+    def _try_render(self, messages, tools=()) -> str:
+        try:
+            return self.render(messages, tools)
+        except Exception:  # a template may raise on roles or keys it does not know (jinja2 errors, TypeError, ...)
+            return ""
+
+    def check_tool_support(self, record: Record) -> None:
+        missing = tool_needs(record.messages, record.tools) - self.tool_support
+        if missing:
+            raise ToolTemplateError(
+                f"line {record.line}: the model's chat template cannot render {describe_tool_features(missing)}; "
+                "use a model whose template supports tools (e.g. Qwen2.5, Llama 3.1 Instruct), or remove the tools"
+            )
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
@@ -87,26 +189,23 @@ class ChatTokenizer:
         Messages are located in order. An assistant reply is searched together with the end-of-turn
         that must follow it, so its text cannot be mistaken for a role header or an earlier message.
         """
-        text = self.render(record.messages)
+        if record.tools or any(m.tool_calls or m.role == "tool" for m in record.messages):
+            self.check_tool_support(record)
+        try:
+            text = self.render(record.messages, record.tools)
+        except Exception as exc:  # templates raise what they refuse (e.g. "only single tool-calls are supported")
+            raise UserError(f"line {record.line}: the chat template refuses this conversation: {exc}") from None
         eot = self.end_of_turn_text
         pieces: list[tuple[str, float]] = []
         cursor = 0  # start of the text not yet assigned to a piece
         search_from = 0  # never past the true start of the next message
         for i, message in enumerate(record.messages):
-            content = message.content
-            anchored = message.role == "assistant" or self.closes_every_turn
-            start = text.find(content + eot if anchored else content, search_from)
-            if start < 0 and content != content.strip():  # some templates trim contents
-                content = content.strip()
-                start = text.find(content + eot if anchored else content, search_from)
-            if start < 0:
-                if message.role != "assistant":
+            if message.role == "assistant" and message.tool_calls:
+                start, end = self._locate_calls(record, i, text, search_from)
+            else:
+                start, end = self._locate_content(record, i, text, search_from)
+                if start < 0:
                     continue  # a template may rewrite context messages: only replies must be exact
-                raise UserError(
-                    f"line {record.line}: the chat template does not reproduce assistant message {i + 1} "
-                    f"followed by {eot!r}, so its tokens cannot be located"
-                )
-            end = start + len(content)
             search_from = end + len(eot) if text.startswith(eot, end) else end
             if i not in record.targets:
                 continue
@@ -116,6 +215,44 @@ class ChatTokenizer:
             cursor = end + len(eot)
         # the tail after the last target is dropped: no target follows it, so it can never be scored
         return pieces
+
+    def _locate_content(self, record: Record, i: int, text: str, search_from: int) -> tuple[int, int]:
+        """Where message i's content is in the text: (start, end), or (-1, -1) for a context message not found."""
+        message = record.messages[i]
+        eot = self.end_of_turn_text
+        content = message.content
+        anchored = message.role == "assistant" or (self.closes_every_turn and message.role != "tool")
+        start = text.find(content + eot if anchored else content, search_from)
+        if start < 0 and content != content.strip():  # some templates trim contents
+            content = content.strip()
+            start = text.find(content + eot if anchored else content, search_from)
+        if start < 0:
+            if message.role != "assistant":
+                return -1, -1
+            raise UserError(
+                f"line {record.line}: the chat template does not reproduce assistant message {i + 1} "
+                f"followed by {eot!r}, so its tokens cannot be located"
+            )
+        return start, start + len(content)
+
+    def _locate_calls(self, record: Record, i: int, text: str, search_from: int) -> tuple[int, int]:
+        """Where assistant message i (with tool calls) starts and where its end-of-turn starts."""
+        message = record.messages[i]
+        starts = []
+        for probe in _PROBES:
+            messages = list(record.messages)
+            messages[i] = Message("assistant", probe, message.weight)
+            rendered = self._try_render(messages, record.tools)
+            starts.append(len(os.path.commonprefix([text, rendered])))
+        start = min(starts)
+        end = text.find(self.end_of_turn_text, start)
+        turn = text[start:end] if end >= 0 else ""
+        if start < search_from or not all(call.name in turn for call in message.tool_calls):
+            raise UserError(
+                f"line {record.line}: the chat template does not render the tool calls of assistant message {i + 1} "
+                f"inside its turn, followed by {self.end_of_turn_text!r}, so its tokens cannot be located"
+            )
+        return start, end
 
     def tokenize(self, record: Record, max_seq_len: int, truncation: Truncation | str) -> TokenizeOutcome:
         input_ids: list[int] = []

@@ -6,10 +6,11 @@ Nothing here imports torch: the plan and the validator use these types on machin
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-ROLES = ("system", "user", "assistant")
+ROLES = ("system", "developer", "user", "assistant", "tool")
 IGNORE_INDEX = -100  # label value for tokens that are read but never scored
 
 
@@ -29,10 +30,25 @@ class Truncation(StrEnum):
 
 
 @dataclass(frozen=True)
+class ToolCall:
+    """One function call made by an assistant message (OpenAI `tool_calls[i]`)."""
+
+    id: str
+    name: str
+    arguments: str  # a JSON string, exactly as the data holds it
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+
+@dataclass(frozen=True)
 class Message:
     role: str
     content: str
     weight: float = 1.0  # only meaningful on assistant messages: 0 = context, (0, 1] = scaled target
+    name: str | None = None  # OpenAI `name`: who is speaking, or which function a tool result comes from
+    tool_calls: tuple[ToolCall, ...] = ()  # assistant messages: the calls it makes (learned with its content)
+    tool_call_id: str | None = None  # tool messages: the call this result answers
 
 
 @dataclass(frozen=True)
@@ -41,10 +57,13 @@ class Conversation:
 
     messages: tuple[Message, ...]
     line: int  # 1-based line number in its file
+    tools: tuple[dict, ...] = ()  # OpenAI `tools`: function schemas the model is shown (context, never scored)
+    parallel_tool_calls: bool | None = None  # OpenAI `parallel_tool_calls`, kept for `finetune convert`
 
     def key(self) -> tuple:
-        """Identity for duplicate detection: exact same messages (roles, contents, weights)."""
-        return tuple((m.role, m.content, m.weight) for m in self.messages)
+        """Identity for duplicate detection: exact same messages (roles, contents, weights, calls) and tools."""
+        messages = tuple((m.role, m.content, m.weight, m.name, m.tool_calls, m.tool_call_id) for m in self.messages)
+        return messages + ((json.dumps(self.tools, sort_keys=True),) if self.tools else ())
 
 
 @dataclass(frozen=True)
@@ -55,6 +74,7 @@ class Record:
     targets: tuple[int, ...]  # indices into messages of the scored assistant messages
     conversation: int  # index of the source conversation in its file (0-based)
     line: int
+    tools: tuple[dict, ...] = ()  # the conversation's tool schemas, rendered as context
 
 
 @dataclass
@@ -97,7 +117,7 @@ class ParsedFile:
     """The result of reading and validating one file."""
 
     path: str
-    format: str | None  # "chat" | "prompt_completion" | None when undetectable
+    format: str | None  # "chat" | "prompt_completion" | "sharegpt" | "alpaca" | None when undetectable
     conversations: list[Conversation] = field(default_factory=list)
     errors: list[Problem] = field(default_factory=list)
     warnings: list[Problem] = field(default_factory=list)
@@ -145,6 +165,10 @@ class DataSummary:
     """File lines of the dropped records."""
     duplicates_removed: int = 0
     """Validation conversations dropped as exact copies of training ones (no leak across sides)."""
+    skipped_lines: int = 0
+    """Invalid lines of the data left out with --skip-invalid (each listed in OUT/skipped.jsonl)."""
+    context_tokens: int | None = None
+    """Tokens of the training records read but never scored (prompts, tool schemas and results): billed, not learned."""
     val_fraction: float | None = None
     """Share of conversations held out for validation (0 with a validation file or validation off)."""
     val_fraction_reason: str | None = None

@@ -1,6 +1,7 @@
 """`finetune validate`: is this file usable for training, and what will the model learn from it?
 
-    finetune validate FILE [--model DIR] [--show N] [--max-seq-len L] [--record-policy all|last|each] [--json]
+    finetune validate FILE [--model DIR] [--show N] [--max-seq-len L] [--record-policy all|last|each]
+                           [--format chat|prompt_completion|sharegpt|alpaca] [--json]
 
 Every problem is reported (never only the first) as `FILE:LINE [code] message`; the codes are listed
 in docs/formats.md. Exit code 0 when the file is usable (warnings allowed), 1 when it is not.
@@ -37,6 +38,7 @@ NO_TARGET_TOKENS = "no_target_tokens"
 FIRST_TOKEN_SCORED = "first_token_scored"
 END_OF_TURN_NOT_SCORED = "end_of_turn_not_scored"
 TEMPLATE_MISMATCH = "template_mismatch"
+TEMPLATE_CANNOT_RENDER_TOOLS = "template_cannot_render_tools"
 
 POLICY_MEANING = {
     RecordPolicy.ALL: "one record per conversation, every weighted reply scored",
@@ -77,9 +79,10 @@ def validate_file(
     tokenizer=None,
     max_seq_len: int = 1024,
     record_policy: RecordPolicy | str = RecordPolicy.ALL,
+    format: str | None = None,
 ) -> Validation:
     """Read and check `path`; with a tokenizer, count tokens exactly and prove the masks."""
-    return validate_parsed(read_file(path), tokenizer, max_seq_len, record_policy)
+    return validate_parsed(read_file(path, format), tokenizer, max_seq_len, record_policy)
 
 
 def validate_parsed(
@@ -98,6 +101,7 @@ def validate_parsed(
         from finetune.data.tokenize import ChatTokenizer
 
         chat = ChatTokenizer(tokenizer)  # UserError when the template never closes a reply with a special token
+        records = _without_unrenderable_tools(records, chat, result)
         result.counts = _count_exact(records, chat, max_seq_len, result)
         _check_masks(result, chat.end_of_turn_id, chat.end_of_turn_text)
     exact = tokenizer is not None
@@ -113,6 +117,34 @@ def validate_parsed(
 
 def _file_order(problem: Problem) -> tuple[bool, int]:
     return problem.line is not None, problem.line or 0  # whole-file problems first, then by line (stable)
+
+
+def _without_unrenderable_tools(records: list[Record], chat, result: Validation) -> list[Record]:
+    """One error for every record that uses tools the template cannot render (named by its first line)."""
+    from finetune.data.tokenize import describe_tool_features, tool_needs
+
+    missing: set[str] = set()
+    lines: list[int] = []
+    kept = []
+    for record in records:
+        lacking = tool_needs(record.messages, record.tools) - chat.tool_support
+        if lacking:
+            missing |= lacking
+            if not lines or lines[-1] != record.line:
+                lines.append(record.line)
+        else:
+            kept.append(record)
+    if lines:
+        result.errors.append(
+            Problem(
+                lines[0],
+                TEMPLATE_CANNOT_RENDER_TOOLS,
+                f"the model's chat template cannot render {describe_tool_features(missing)}, "
+                f"which {_count(len(lines), 'line')} use (first: line {lines[0]}); use a model whose template "
+                "supports tools (e.g. Qwen2.5, Llama 3.1 Instruct), or remove the tools",
+            )
+        )
+    return kept
 
 
 def _count_exact(records: list[Record], chat, max_seq_len: int, result: Validation) -> list[RecordTokens]:
@@ -185,10 +217,11 @@ def run_validate(
     as_json: bool = False,
     max_seq_len: int = 1024,
     record_policy: str = "all",
+    format: str | None = None,
 ) -> int:
     """The `finetune validate` command: print the report; 0 when the file is usable, 1 when not."""
     _check_flags(show, max_seq_len, record_policy)
-    parsed = read_file(file)  # a missing file is reported before a model is loaded
+    parsed = read_file(file, format)  # a missing file is reported before a model is loaded
     tokenizer = None
     if model is not None:
         from finetune.data.tokenize import load_tokenizer
@@ -200,7 +233,8 @@ def run_validate(
         document = result.to_dict() | ({"shown": [s.to_dict() for s in shown]} if show else {})
         print(json.dumps(document, ensure_ascii=True))  # ASCII: safe whatever the terminal's encoding
     else:
-        _print_report(result, shown, max_seq_len, show)
+        forced = format not in (None, "auto")
+        _print_report(result, shown, max_seq_len, show, "--format" if forced else "detected")
     return 0 if result.ok else 1
 
 
@@ -226,13 +260,14 @@ def _shown(result: Validation, show: int, tokenizer) -> list[ShownRecord]:
 # ----------------------------------------------------------------------------- human output
 
 
-def _print_report(result: Validation, shown: list[ShownRecord], max_seq_len: int, show: int) -> None:
+def _print_report(result: Validation, shown: list[ShownRecord], max_seq_len: int, show: int, how: str) -> None:
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(errors="replace")  # a terminal that cannot show a character gets '?', not a crash
     console = Console(highlight=False, soft_wrap=True)  # one problem per line, greppable
     path = _printable(result.path)
     _print_problems(console, path, "errors", result.errors, "red")
     _print_problems(console, path, "warnings", result.warnings, "yellow")
+    console.print(f"format: {result.stats['format'] or 'unknown'} ({how})", markup=False)
     console.print(_stats_table(result.stats))
     if show:
         _print_shown(console, shown, show, result.stats["tokens_exact"])
@@ -263,7 +298,6 @@ def _stats_table(stats: dict) -> Table:
     table.add_column(style="bold")
     table.add_column(justify="right")
     table.add_column(style="dim")
-    table.add_row("format", str(stats["format"] or "unknown"), "")
     table.add_row("conversations", f"{stats['conversations']:,}", "usable lines of the file")
     table.add_row("messages", f"{stats['messages']:,}", "all roles, all turns: not what training counts")
     table.add_row(

@@ -179,6 +179,18 @@ def dropped_examples(ctx: AdviceContext) -> dict | None:
     )
 
 
+def skipped_lines(ctx: AdviceContext) -> dict | None:
+    d = ctx.data
+    if not d.skipped_lines:
+        return None
+    where = f"{ctx.config.out}/skipped.jsonl" if ctx.config.out else "OUT/skipped.jsonl when training"
+    return _warning(
+        "skipped_lines",
+        f"{d.skipped_lines} invalid line(s) of the data are left out (--skip-invalid), each listed with its codes in "
+        f"{where}; `finetune validate` shows them.",
+    )
+
+
 def records_differ_from_conversations(ctx: AdviceContext) -> dict | None:
     p = ctx.plan
     if p.data.conversations is None or p.data.conversations == p.data.examples:
@@ -286,6 +298,7 @@ def unknown_device(ctx: AdviceContext) -> dict | None:
 
 
 CHECKS: tuple[Callable[[AdviceContext], dict | None], ...] = (
+    skipped_lines,
     epochs_raised_for_small_data,
     few_total_steps,
     warmup_steps_large_share,

@@ -89,6 +89,11 @@ def _data_lines(plan: Plan) -> list[str]:
             f"Tokens     {approx}{plan.data.tokens_in_file:,} in the file x {plan.epochs} epochs = "
             f"{approx}{_n(plan.tokens_processed)} processed (billed); each record seen {plan.times_each_example_seen}x"
         )
+        if plan.data.target_tokens is not None and plan.data.context_tokens is not None:
+            lines.append(
+                f"           {approx}{plan.data.target_tokens:,} scored + {approx}{plan.data.context_tokens:,} context "
+                "(prompts, tool schemas and results: read and billed, never scored)"
+            )
     return lines
 
 

@@ -44,6 +44,7 @@ import torch
 from finetune.config import RunConfig
 from finetune.data.preference import is_preference_file, prepare_pairs
 from finetune.data.prepare import prepare_data
+from finetune.data.skipped import write_skipped
 from finetune.data.tokenize import load_tokenizer
 from finetune.errors import UserError
 from finetune.model_source import resolve_model
@@ -177,6 +178,7 @@ def _train(
     if ctx.is_main:
         out.mkdir(parents=True, exist_ok=True)
         (out / "plan.json").write_text(json.dumps(plan.to_dict(), indent=2))
+        write_skipped(out, prepared.skipped)
         if on_plan:
             on_plan(plan)
 
@@ -530,7 +532,13 @@ def write_run_report(out: Path, plan: Plan, result: LoopResult, final: Path, is_
         final_weights=str(final),
         final_is_best=is_best,
         tokens_processed=result.tokens_processed,
-        extra={"out_dir": str(out), "method": plan.method, "objective": plan.objective, **preference_summary(rows)},
+        extra={
+            "out_dir": str(out),
+            "method": plan.method,
+            "skipped_lines": plan.data.skipped_lines,
+            "objective": plan.objective,
+            **preference_summary(rows),
+        },
     )
     write_report(report, out / "report.json")
     return report

@@ -111,3 +111,16 @@ def test_both_answers_are_tokenized_like_supervised_records(tmp_path, toy_model)
     prompt_len = pair.chosen.labels.index(scored(pair.chosen)[0])
     assert pair.chosen.input_ids[:prompt_len] == pair.rejected.input_ids[:prompt_len]  # one prompt, two answers
     assert len(pair) == len(pair.chosen) + len(pair.rejected)
+
+
+def test_input_tools_are_rendered_into_the_prompt_as_context(tmp_path, toy_model):
+    tool = {
+        "type": "function",
+        "function": {"name": "check_outage", "parameters": {"type": "object", "properties": {}}},
+    }
+    config = RunConfig(data=_write(tmp_path, openai(tools=[tool])), model=str(toy_model), method="dpo", val_fraction=0)
+    tokenizer = load_tokenizer(str(toy_model))
+    pair = prepare_pairs(config, tokenizer).train[0]
+    context = [t for t, label in zip(pair.chosen.input_ids, pair.chosen.labels, strict=True) if label == -100]
+    assert "check_outage" in tokenizer.decode(context)
+    assert "check_outage" not in tokenizer.decode([t for t in pair.chosen.labels if t != -100])

@@ -37,15 +37,55 @@ json_scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text
 json_values = st.recursive(
     json_scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
 )
-roles = st.sampled_from(["system", "user", "assistant", "tool", "", "USER"]) | json_values
+roles = st.sampled_from(["system", "developer", "user", "assistant", "tool", "function", "", "USER"]) | json_values
+arguments = st.sampled_from(['{"a": 1}', "{a: 1}", "[1]", "", "{}"]) | json_values
+functions = st.fixed_dictionaries(
+    {}, optional={"name": st.sampled_from(["f", "g", ""]) | json_values, "arguments": arguments}
+)
+tool_calls = st.lists(
+    st.fixed_dictionaries(
+        {}, optional={"id": st.sampled_from(["c1", "c2"]) | json_values, "type": json_values, "function": functions}
+    )
+    | json_values,
+    max_size=3,
+)
+parts = st.lists(
+    st.fixed_dictionaries(
+        {"type": st.sampled_from(["text", "image_url", "input_audio", "x"])}, optional={"text": json_values}
+    ),
+    max_size=3,
+)
 messages = st.dictionaries(
-    st.sampled_from(["role", "content", "weight", "name"]),
-    st.one_of(roles, st.text(max_size=6), st.floats(-1, 2), json_values),
-    max_size=4,
+    st.sampled_from(["role", "content", "weight", "name", "tool_calls", "tool_call_id", "function_call"]),
+    st.one_of(roles, st.text(max_size=6), st.floats(-1, 2), json_values, tool_calls, parts, functions),
+    max_size=5,
+)
+tools = st.lists(
+    st.fixed_dictionaries({"type": json_values, "function": functions}) | functions | json_values, max_size=2
 )
 chat_lines = st.fixed_dictionaries(
     {"messages": st.one_of(st.lists(messages, max_size=5), json_values)},
-    optional={"prompt": json_values, "completion": st.text(max_size=4), "extra": json_values},
+    optional={
+        "prompt": json_values,
+        "completion": st.text(max_size=4),
+        "extra": json_values,
+        "tools": tools | json_values,
+        "functions": tools,
+        "parallel_tool_calls": json_values,
+    },
+)
+turns = st.dictionaries(
+    st.sampled_from(["from", "value", "x"]),
+    st.sampled_from(["human", "gpt", "system", "function_call", "observation", "bot"]) | arguments | json_values,
+    max_size=3,
+)
+sharegpt_lines = st.fixed_dictionaries(
+    {"conversations": st.lists(turns, max_size=5) | json_values},
+    optional={"system": json_values, "tools": st.sampled_from(["", "[]", '[{"name": "f"}]', "{"]) | json_values},
+)
+alpaca_lines = st.fixed_dictionaries(
+    {"instruction": json_values},
+    optional={"input": json_values, "output": json_values, "system": json_values, "history": json_values},
 )
 
 
@@ -70,7 +110,7 @@ def near_json(draw) -> bytes:
 
 @st.composite
 def random_chat_files(draw) -> bytes:
-    objects = draw(st.lists(st.one_of(chat_lines, json_values), min_size=1, max_size=5))
+    objects = draw(st.lists(st.one_of(chat_lines, sharegpt_lines, alpaca_lines, json_values), min_size=1, max_size=5))
     return b"\n".join(json.dumps(obj, allow_nan=True).encode("utf-8", "surrogatepass") for obj in objects)
 
 

@@ -47,6 +47,7 @@ CASES = [
     ("no_validation_set", dict(examples=800, val_fraction=0), dict(examples=800, val_fraction=0.1)),
     ("truncated_examples", dict(data=replace(DATA, truncated_records=3, truncated_tokens=700)), dict(data=DATA)),
     ("dropped_examples", dict(data=replace(DATA, dropped_records=2, dropped_lines=(4, 9))), dict(data=DATA)),
+    ("skipped_lines", dict(data=replace(DATA, skipped_lines=1)), dict(data=DATA)),
     ("records_differ_from_conversations", dict(data=replace(DATA, conversations=300)), dict(data=DATA)),
     ("model_size_unknown", dict(examples=800, model=None), dict(examples=800)),
     ("does_not_fit_device", dict(examples=800, model=LLAMA_8B, method="full", gpu="a100-80gb"),
