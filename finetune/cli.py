@@ -90,9 +90,14 @@ def cmd_toy_model(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from finetune.data.preference import is_preference_file
     from finetune.data.validate import run_validate
 
     config = _config_from_args(args, data=args.file, command="validate")
+    if is_preference_file(config.data):
+        from finetune.data.preference_validate import run_validate_preferences
+
+        return run_validate_preferences(config.data, as_json=args.json)
     return run_validate(
         config.data,
         model=config.model,

@@ -76,8 +76,14 @@ class RunConfig:
     # ---- model
     model: str | None = None
     """Hub id or local folder of a causal LM (safetensors)."""
-    method: Literal["lora", "full"] = "lora"
-    """Train a LoRA adapter or every weight of the model."""
+    method: Literal["lora", "full", "dpo"] = "lora"
+    """Train a LoRA adapter or every weight of the model, or preference-tune (dpo) on chosen/rejected pairs."""
+    base_method: Literal["lora", "full"] = "lora"
+    """With --method dpo: which weights preference tuning trains (a LoRA adapter or every weight)."""
+    beta: float | str = AUTO
+    """With --method dpo: how far the tuned model may move from the starting one (DPO's beta); auto = 0.1."""
+    sft_weight: float = 0.0
+    """With --method dpo: add this many times the supervised loss of the chosen answers (0 = pure DPO)."""
     lora_rank: int | str = AUTO
     """LoRA rank r; auto scales it with the data size."""
     lora_alpha: float | str = AUTO
@@ -164,7 +170,10 @@ class RunConfig:
             from finetune.train.fingerprint import parse_allowed  # light: hashlib and json, no torch
 
             parse_allowed(self.allow_changes)
-        if self.shard == "full" and self.method == "lora":
+        if self.beta != AUTO and self.beta <= 0:
+            raise ConfigError(f"--beta must be a positive number or 'auto', got {self.beta!r}")
+        self._at_least("sft_weight", 0)
+        if self.shard == "full" and self.trained_weights == "lora":
             raise ConfigError(
                 "--shard full shards full fine-tuning (--method full); LoRA replicates the model: --shard none"
             )
@@ -182,6 +191,11 @@ class RunConfig:
             raise ConfigError(f"--max-grad-norm must be positive, got {self.max_grad_norm}")
         if not 0 <= self.lora_dropout < 1:
             raise ConfigError(f"--lora-dropout must be at least 0 and below 1, got {self.lora_dropout}")
+
+    @property
+    def trained_weights(self) -> str:
+        """lora or full: what the run trains (for dpo, its --base-method)."""
+        return self.base_method if self.method == "dpo" else self.method
 
     def _at_least(self, name: str, minimum: int) -> None:
         value = getattr(self, name)

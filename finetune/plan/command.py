@@ -37,7 +37,15 @@ def make_plan(config: RunConfig, examples: int | None = None, tokens: int | None
         from finetune.model_source import resolve_model  # fail at once when a hub id cannot be reached
 
         config = dataclasses.replace(config, model=resolve_model(config.model))
-    prepared = prepare_data(config)
+    if config.method == "dpo":
+        from finetune.data.preference import prepare_pairs
+        from finetune.data.tokenize import load_tokenizer
+
+        prepared = prepare_pairs(
+            config, load_tokenizer(config.model, config.trust_remote_code) if config.model else None
+        )
+    else:
+        prepared = prepare_data(config)
     return build_plan(config, prepared.summary, model_facts)
 
 

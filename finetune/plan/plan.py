@@ -40,6 +40,7 @@ from finetune.plan.memory import (
     resolve_device,
 )
 from finetune.plan.model_facts import ModelFacts
+from finetune.plan.preference import auto_beta, auto_dpo_epochs, auto_dpo_lr
 
 
 def what_if_summary(config: RunConfig, examples: int, tokens: int | None) -> DataSummary:
@@ -126,7 +127,13 @@ class Plan:
     seed: int
     """Seed of the split, the shuffling, LoRA init and dropout."""
     method: str
-    """"lora" or "full"."""
+    """"lora" or "full": the weights the run trains (for preference tuning, its --base-method)."""
+    objective: str
+    """"sft" (supervised: the team's answers) or "dpo" (preference: chosen over rejected answers)."""
+    beta: float | None
+    """DPO's beta (preference runs only)."""
+    sft_weight: float | None
+    """Weight of the supervised loss on chosen answers added to the DPO loss (preference runs only)."""
     lora_rank: int | None
     """None for full fine-tuning."""
     lora_alpha: float | None
@@ -201,7 +208,9 @@ def build_plan(
     n = data.examples
     if n < 1:
         raise UserError("there are no training records, so there is nothing to train on")
-    method, accum, devices = config.method, config.grad_accum, config.devices
+    method, accum, devices = config.trained_weights, config.grad_accum, config.devices
+    dpo = config.method == "dpo"
+    rows_per_example = 2 if dpo else 1  # a preference pair runs its chosen and its rejected answer
     auto: dict[str, str] = {}
     if data.val_fraction_reason and config.val_fraction == AUTO and not config.val_file:
         auto["val_fraction"] = data.val_fraction_reason
@@ -211,7 +220,7 @@ def build_plan(
     seq_len = min(config.max_seq_len, data.max_record_tokens) if data.max_record_tokens else config.max_seq_len
 
     # ---- epochs and LoRA rank: from the data alone
-    epochs_choice = auto_epochs(n, data.tokens_in_file)
+    epochs_choice = auto_dpo_epochs(n) if dpo else auto_epochs(n, data.tokens_in_file)
     epochs = _resolve(config.epochs, epochs_choice, "epochs", auto)
     rank = alpha = None
     if method == "lora":
@@ -224,7 +233,7 @@ def build_plan(
 
     def micro_batch_fits(batch: int) -> bool:
         best = estimate_memory(
-            model_facts, method, batch, seq_len, ckpt_possible, rank, devices,
+            model_facts, method, batch * rows_per_example, seq_len, ckpt_possible, rank, devices,
             "full" if shard_possible else "none", device, device_assumed, dtype,
         )  # fmt: skip
         return best.fits_device is not False
@@ -237,11 +246,12 @@ def build_plan(
 
     # ---- learning rate for the effective batch actually used
     hidden = model_facts.hidden_size if model_facts else None
-    lr_choice = auto_lr(method, effective, hidden)
+    lr_rule = (lambda *a: auto_dpo_lr(auto_lr(*a))) if dpo else auto_lr
+    lr_choice = lr_rule(method, effective, hidden)
     if config.lr == AUTO:
         learning_rate = lr_choice.value
         auto["learning_rate"] = lr_choice.reason + (
-            f" (your batch size {batch}: Auto's own batch would give {auto_lr(method, auto_effective, hidden).value:g})"
+            f" (your batch size {batch}: Auto's own batch would give {lr_rule(method, auto_effective, hidden).value:g})"
             if effective != auto_effective
             else ""
         )
@@ -274,11 +284,14 @@ def build_plan(
     eval_every = _resolve(config.eval_every, auto_eval_every(total, has_validation), "eval_every", auto)
     save_every = _resolve(config.save_every, auto_save_every(eval_every), "save_every", auto)
 
+    beta = float(_resolve(config.beta, auto_beta(), "beta", auto)) if dpo else None
+
     # ---- memory: shard first (does a full copy fit?), then gradient checkpointing under that choice
     def memory(ckpt: bool, shard: str) -> MemoryEstimate:
         return estimate_memory(
-            model_facts, method, batch, seq_len, ckpt, rank, devices, shard, device, device_assumed, dtype
-        )
+            model_facts, method, batch * rows_per_example, seq_len, ckpt, rank, devices, shard, device,
+            device_assumed, dtype,
+        )  # fmt: skip
 
     if config.shard == AUTO:
         shard = _resolve(AUTO, decide_shard(method, devices, memory(ckpt_possible, "none")), "shard", auto)
@@ -336,6 +349,9 @@ def build_plan(
         max_grad_norm=config.max_grad_norm,
         seed=config.seed,
         method=method,
+        objective="dpo" if dpo else "sft",
+        beta=beta,
+        sft_weight=config.sft_weight if dpo else None,
         lora_rank=rank,
         lora_alpha=alpha,
         lora_dropout=config.lora_dropout,
@@ -345,7 +361,7 @@ def build_plan(
         gradient_checkpointing=ckpt,
         shard=shard,
         dtype=config.dtype,
-        packing=config.packing,
+        packing=config.packing and not dpo,  # a pair's log-probabilities are read row by row (padded)
         max_seq_len=config.max_seq_len,
         model=config.model,
         tokens_processed=tokens_processed,

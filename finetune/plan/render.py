@@ -143,6 +143,8 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
     console = console or Console(highlight=False)
     out = lambda text="", **kw: console.print(text, markup=False, **kw)  # noqa: E731  (user text may hold [brackets])
     method = f"{plan.method} fine-tuning" if plan.method == "full" else "LoRA"
+    if plan.objective == "dpo":
+        method = f"preference tuning (DPO, beta {plan.beta:g}) with {method}"
     out(
         f"finetune plan{' (what-if)' if plan.data.what_if else ''}: {method} of {plan.model or '(no --model)'}",
         style="bold",

@@ -34,12 +34,13 @@ def plot_loss_curve(
     train = [(r["step"], r["train_loss"]) for r in rows if r.get("train_loss") is not None]
     val = [(r["step"], r["val_loss"]) for r in rows if r.get("val_loss") is not None]
 
-    fig = Figure(figsize=(9, 5.4), dpi=110, layout="constrained")
+    preference = any(r.get("reward_margin") is not None for r in rows)  # a DPO run: margin and accuracy below
+    fig = Figure(figsize=(9, 9 if preference else 5.4), dpi=110, layout="constrained")
     FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
+    ax = fig.add_subplot(2, 1, 1) if preference else fig.add_subplot()
     ax.set_title(title or "Loss curve")
     ax.set_xlabel("optimizer step")
-    ax.set_ylabel("loss (mean over target tokens)")
+    ax.set_ylabel("DPO loss (mean over pairs)" if preference else "loss (mean over target tokens)")
     ax.grid(True, alpha=0.3)
 
     if not train and not val:
@@ -54,6 +55,11 @@ def plot_loss_curve(
         ax.set_xlim(0, last_step * 1.02)
         # Below the axes: inside, it would cover the epoch labels or the start of the curves.
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=4, frameon=False)
+
+    if preference:
+        from finetune.report.preference import plot_preference
+
+        plot_preference(fig.add_subplot(2, 1, 2, sharex=ax), rows)
 
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -43,6 +43,7 @@ import torch
 
 from finetune.config import RunConfig
 from finetune.data.arrays import record_lengths
+from finetune.data.preference import is_preference_file, prepare_pairs
 from finetune.data.prepare import PreparedData, prepare_data
 from finetune.data.skipped import write_skipped
 from finetune.data.tokenize import load_tokenizer
@@ -53,6 +54,7 @@ from finetune.plan.plan import Plan, build_plan
 from finetune.report.diagnosis import diagnose
 from finetune.report.metrics import MetricsLog, read_metrics
 from finetune.report.plot import plot_loss_curve
+from finetune.report.preference import diagnose_preference, preference_summary
 from finetune.report.stability import LOSS_SPIKE, SpikeWatch
 from finetune.report.summary import build_report, write_report
 from finetune.train.attention import use_varlen_attention
@@ -100,6 +102,7 @@ from finetune.train.model import (
     trainable_parameters,
 )
 from finetune.train.objective import Objective, TokenNormalisedSFT
+from finetune.train.preference import compute_reference, objective_for
 from finetune.train.schedule import lr_at
 
 log = logging.getLogger("finetune")
@@ -165,7 +168,7 @@ def train(
     try:
         with rank_failures(ctx, passthrough=(TrainingInterrupted,)):  # every rank stops alike: no rank to name
             try:
-                return _train(config, on_plan, on_step, objective or TokenNormalisedSFT(), ctx)
+                return _train(config, on_plan, on_step, objective, ctx)
             except OSError as exc:
                 if (full := disk_full_error(exc, Path(config.out))) is not None:
                     raise full from None
@@ -179,7 +182,7 @@ def _train(
     config: RunConfig,
     on_plan: Callable[[Plan], None] | None,
     on_step: Callable[[dict], None] | None,
-    objective: Objective,
+    objective: Objective | None,
     ctx: DistContext,
 ) -> TrainResult:
     out = Path(config.out)
@@ -194,9 +197,14 @@ def _train(
 
     # ---- data and plan: the plan the run writes is the plan it executes (tokens of the exact steps)
     tokenizer = load_tokenizer(config.model, config.trust_remote_code)
-    prepared = _prepare_on_every_rank(config, tokenizer, ctx)
-    if prepared.from_cache and ctx.is_main:
-        log.info("tokenized data read from the token cache (%s)", prepared.cache_entry)
+    if config.method != "dpo" and is_preference_file(config.data):
+        raise UserError(f"{config.data} holds preference pairs (chosen/rejected): train on it with --method dpo")
+    if config.method == "dpo":
+        prepared = prepare_pairs(config, tokenizer)
+    else:
+        prepared = _prepare_on_every_rank(config, tokenizer, ctx)
+        if prepared.from_cache and ctx.is_main:
+            log.info("tokenized data read from the token cache (%s)", prepared.cache_entry)
     lengths = record_lengths(prepared.train)  # O(examples): no token is touched
     plan = build_plan(
         config,
@@ -217,6 +225,8 @@ def _train(
         if on_plan:
             on_plan(plan)
 
+    objective = objective or (objective_for(plan) if plan.objective == "dpo" else TokenNormalisedSFT())
+
     # ---- model
     model = load_model(config.model, torch.float32, config.trust_remote_code, attention_for(ctx.device))
     if plan.packing:
@@ -227,6 +237,8 @@ def _train(
         enable_gradient_checkpointing(model)
     torch.manual_seed(plan.seed)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    if getattr(objective, "precomputed_reference", False):  # full preference tuning: the starting model's log-probs
+        compute_reference(model, [*prepared.train, *prepared.val], ctx.device, pad_id)
     if config.resume and ctx.is_main and (note := _resume_note(out, plan.devices)):
         log.info("note: %s", note)
     log.info("training %d steps; outputs in %s", plan.total_steps, out)
@@ -433,7 +445,9 @@ def train_loop(
             # ---- forward and backward over this rank's micro-batches
             mine = micro_batches(step_examples, lengths, plan.devices, plan.grad_accum, ctx.rank)
             runs = how.micro_batches_to_run(len(mine), partial(_micro_batches_per_rank, step_examples, lengths, plan))
-            sums = {"loss": torch.zeros((), dtype=torch.float64)}
+            sums = {"loss": torch.zeros((), dtype=torch.float64)} | dict.fromkeys(
+                getattr(objective, "metric_names", ()), 0.0
+            )
             for j in range(runs):
                 how.micro_batch_starts(last=j == runs - 1)
                 scored = j < len(mine)  # beyond `mine`: a forward and backward that score nothing (see Sharded)
@@ -486,7 +500,10 @@ def train_loop(
             if spikes.observe(train_loss):
                 row["warning"] = LOSS_SPIKE  # more than 10x the running mean: the report calls the run unstable
             if val and (state.step % plan.eval_every == 0 or end_of_epoch or last_step):
-                row["val_loss"] = evaluate(loss_of, objective, val, plan, ctx, eval_batch, pad_id, bf16, model, how)
+                row["val_loss"], val_metrics = evaluate(
+                    loss_of, objective, val, plan, ctx, eval_batch, pad_id, bf16, model, how
+                )
+                row |= {f"val_{name}": value for name, value in val_metrics.items()}
                 if state.best_val_loss is None or row["val_loss"] < state.best_val_loss:
                     state.best_step, state.best_val_loss = state.step, row["val_loss"]
             if metrics:  # before the checkpoint: a resume drops rows past its checkpoint, never misses one
@@ -535,8 +552,9 @@ def evaluate(
     bf16: bool,
     model,
     how: SingleDevice,
-) -> float | None:
-    """sum(loss_sum) / sum(normaliser) over the whole validation set, sharded across ranks and reduced."""
+) -> tuple[float | None, dict[str, float]]:
+    """sum(loss_sum) / sum(normaliser) over the whole validation set, sharded across ranks and reduced; and each
+    of the objective's metrics the same way (sum / normaliser)."""
     was_training = model.training
     model.eval()
     mine = sorted(examples[ctx.rank :: ctx.world_size], key=len)
@@ -544,18 +562,30 @@ def evaluate(
     per_rank = lambda: [-(-len(examples[r :: ctx.world_size]) // batch_examples) for r in range(ctx.world_size)]  # noqa: E731
     runs = how.micro_batches_to_run(len(groups), per_rank)
     totals = torch.zeros(2, dtype=torch.float64)  # [sum of loss_sum, sum of normaliser]
+    # seeded with the names: a rank without a validation example still reduces the same numbers as the others
+    metric_sums: dict = dict.fromkeys(getattr(objective, "metric_names", ()), 0.0)
     for j in range(runs):
         scored = j < len(groups)
         group = groups[j] if scored else list(examples[:1])
         batch = objective.batch(group, plan, pad_id).to(ctx.device)
         with torch.autocast(ctx.device.type, dtype=torch.bfloat16, enabled=bf16):
-            loss_sum, _ = loss_of(batch)
+            loss_sum, metrics = loss_of(batch)
+        for name, value in metrics.items():  # every rank has the same names; filler batches add zero
+            metric_sums[name] = metric_sums.get(name, 0) + value.double().cpu() * (1.0 if scored else 0.0)
         if scored:
             totals[0] += loss_sum.double().cpu()
             totals[1] += objective.normaliser(group)
+    names = sorted(metric_sums)
+    totals = (
+        torch.cat([totals, torch.stack([torch.as_tensor(metric_sums[n], dtype=torch.float64) for n in names])])
+        if names
+        else totals
+    )
     all_reduce_sum(totals, ctx)
     model.train(was_training)
-    return float(totals[0] / totals[1]) if totals[1] > 0 else None
+    if totals[1] <= 0:
+        return None, {}
+    return float(totals[0] / totals[1]), {n: float(v / totals[1]) for n, v in zip(names, totals[2:], strict=True)}
 
 
 # ============================================================================ export and report
@@ -583,7 +613,7 @@ def export_final(model, tokenizer, out: Path, result: LoopResult, plan: Plan) ->
 def write_run_report(out: Path, plan: Plan, result: LoopResult, final: Path, is_best: bool) -> dict:
     """metrics.jsonl -> diagnosis, loss_curve.png and report.json."""
     rows = read_metrics(out / "metrics.jsonl")
-    diagnosis = diagnose(rows, plan.steps_per_epoch)
+    diagnosis = diagnose_preference(rows) if plan.objective == "dpo" else diagnose(rows, plan.steps_per_epoch)
     plot_loss_curve(rows, out / "loss_curve.png", plan.steps_per_epoch, result.best_step, title=f"{plan.model}")
     report = build_report(
         rows,
@@ -598,6 +628,8 @@ def write_run_report(out: Path, plan: Plan, result: LoopResult, final: Path, is_
             "method": plan.method,
             "skipped_lines": plan.data.skipped_lines,
             "resumed_with_changes": result.allowed_changes,
+            "objective": plan.objective,
+            **preference_summary(rows),
         },
     )
     write_report(report, out / "report.json")

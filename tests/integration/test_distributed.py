@@ -249,3 +249,23 @@ def test_the_launcher_names_the_rank_that_failed_first(capsys):
     stopped = {r: SimpleNamespace(error_file_data={}, exitcode=143, timestamp=0) for r in (0, 1)}
     assert _report_failure(stopped) == 143  # every rank checkpointed and said so itself
     assert capsys.readouterr().err == ""
+
+
+# ----------------------------------------------------------------------------- preference tuning (DPO, LoRA)
+
+
+def test_two_processes_learn_what_one_process_learns_dpo(toy_model, tmp_path):
+    """DPO: 2 processes × 2 pairs == 1 process × 2 pairs × accumulation 2 (a pair never splits; mean over pairs)."""
+    data = tmp_path / "prefs.jsonl"
+    data.write_text("".join((EXAMPLES / "prefs.jsonl").read_text().splitlines(keepends=True)[:24]))
+    dpo = ["--method", "dpo", "--max-steps", "3", "--val-fraction", "0.2", "--batch-size", "2"]
+    train_on_one(toy_model, tmp_path / "one", *dpo, "--grad-accum", "2", data=str(data))
+    result = train_on_two(toy_model, tmp_path / "two", *dpo, data=str(data))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert_same_weights(tmp_path / "two" / ADAPTER, tmp_path / "one" / ADAPTER, WEIGHTS_ATOL)
+    for a, b in zip(metrics(tmp_path / "two"), metrics(tmp_path / "one"), strict=True):
+        assert a["pairs"] == b["pairs"] == 4
+        for name in ("train_loss", "reward_margin", "chosen_logp", "val_loss", "val_reward_accuracy"):
+            assert (name in a) == (name in b)
+            if name in a:
+                assert a[name] == pytest.approx(b[name], rel=1e-5, abs=1e-7), name

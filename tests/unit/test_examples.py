@@ -130,3 +130,19 @@ def test_no_user_message_uses_the_house_style(generate, train, test_set):
             if message["role"] != "assistant":
                 assert generate.GREETING not in message["content"]
                 assert generate.SIGN_OFF not in message["content"]
+
+
+def test_the_preference_set_is_regenerated_byte_identical_from_train_only(tmp_path, train, test_set):
+    spec = importlib.util.spec_from_file_location("examples_generate_prefs", EXAMPLES / "generate_prefs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main([str(tmp_path / "prefs.jsonl")])
+    assert (tmp_path / "prefs.jsonl").read_bytes() == (EXAMPLES / "prefs.jsonl").read_bytes()
+    pairs = _load("prefs.jsonl")
+    house = json.loads((EXAMPLES / "house_style.json").read_text())
+    held_out = {m["content"] for c in test_set for m in c["messages"] if m["role"] == "user"}
+    assert len(pairs) == len(train)
+    for pair in pairs:
+        assert pair["preferred_output"][0]["content"].startswith(house["greeting"])
+        assert house["greeting"] not in pair["non_preferred_output"][0]["content"]
+        assert not {m["content"] for m in pair["input"]["messages"]} & held_out

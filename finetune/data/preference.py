@@ -1,0 +1,408 @@
+"""Preference pairs: read, validate, split and tokenize files of (prompt, chosen answer, rejected answer).
+
+Two shapes, one pair per line (a file uses one of them):
+
+    OpenAI:  {"input": {"messages": [...], "tools": [...]},
+              "preferred_output": [{"role": "assistant", "content": "..."}],
+              "non_preferred_output": [{"role": "assistant", "content": "..."}]}
+    TRL / LLaMA-Factory:  {"prompt": "..." | [messages], "chosen": "..." | [message], "rejected": "..." | [message]}
+
+A text prompt is one user message; a text answer is one assistant message. Each side of a pair becomes a
+record `prompt + answer` with the answer as its only target, tokenized by the same chat-template render and
+masking as supervised records (ChatTokenizer), so a pair's log-probabilities are read over exactly the
+tokens supervised tuning would score. The split holds out whole prompts: every pair of one prompt lands on
+the same side. Problem codes are stable (docs/formats.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from finetune.data.split import auto_val_fraction, split_conversations
+from finetune.data.types import ROLES, Conversation, DataSummary, Message, Problem, Record, TokenizedRecord
+from finetune.errors import UserError
+
+OPENAI = "openai_preference"
+PROMPT_CHOSEN_REJECTED = "prompt_chosen_rejected"
+FORMAT_NAMES = {
+    OPENAI: "preference (OpenAI input/preferred_output)",
+    PROMPT_CHOSEN_REJECTED: "preference (prompt/chosen/rejected)",
+}
+_SHAPES = {
+    OPENAI: ("input", "preferred_output", "non_preferred_output"),
+    PROMPT_CHOSEN_REJECTED: ("prompt", "chosen", "rejected"),
+}
+
+# ---- problem codes (stable; docs/formats.md)
+EMPTY_FILE = "empty_file"
+NOT_JSON = "not_json"
+NOT_OBJECT = "not_object"
+UNKNOWN_SHAPE = "not_a_preference_pair"
+MIXED_FORMATS = "mixed_formats"
+MISSING_KEY = "missing_key"
+UNKNOWN_KEY = "unknown_key"
+BAD_MESSAGE = "bad_message"
+BAD_TOOLS = "tools_not_list"
+EMPTY_PROMPT = "empty_prompt"
+PROMPT_NOT_OPEN = "prompt_does_not_end_for_a_reply"
+EMPTY_OUTPUT = "empty_output"
+MULTIPLE_OUTPUT_MESSAGES = "more_than_one_output_message"
+OUTPUT_NOT_ASSISTANT = "output_not_assistant"
+IDENTICAL_OUTPUTS = "identical_chosen_and_rejected"
+DUPLICATE_PAIR = "duplicate_pair"  # a warning
+
+
+@dataclass(frozen=True)
+class PreferencePair:
+    """One validated line: the prompt messages and the two answers to it."""
+
+    prompt: tuple[Message, ...]
+    chosen: str
+    rejected: str
+    line: int
+    tools: tuple[dict, ...] = ()  # OpenAI `input.tools`: rendered into the prompt as context, never scored
+
+    def prompt_conversation(self) -> Conversation:
+        """The prompt as a Conversation: its key groups the pairs of one prompt (split, duplicates)."""
+        return Conversation(self.prompt, self.line, tools=self.tools)
+
+    def record(self, answer: str, index: int) -> Record:
+        messages = (*self.prompt, Message("assistant", answer))
+        return Record(messages, (len(self.prompt),), index, self.line, self.tools)
+
+
+@dataclass
+class TokenizedPair:
+    """The chosen and the rejected record of one prompt: the example a preference step trains on."""
+
+    chosen: TokenizedRecord
+    rejected: TokenizedRecord
+    line: int
+    reference: tuple[float, float] | None = None
+    """Log-probabilities of (chosen, rejected) under the starting model, when computed once before training."""
+
+    def __len__(self) -> int:
+        return len(self.chosen) + len(self.rejected)
+
+
+@dataclass
+class PreferenceFile:
+    path: str
+    format: str | None
+    pairs: list[PreferencePair] = field(default_factory=list)
+    errors: list[Problem] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def shape_of(value: object) -> str | None:
+    """Which preference shape a parsed line has, by its answer keys; None when it is not a pair."""
+    if not isinstance(value, dict):
+        return None
+    if "preferred_output" in value or "non_preferred_output" in value:
+        return OPENAI
+    if "chosen" in value or "rejected" in value:
+        return PROMPT_CHOSEN_REJECTED
+    return None
+
+
+def is_preference_file(path: str | Path) -> bool:
+    """True when the first JSON object line of the file is a preference pair (either shape)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for text in f:
+                if text.strip():
+                    try:
+                        return shape_of(json.loads(text.lstrip("\ufeff"))) is not None
+                    except json.JSONDecodeError:
+                        return False
+    except OSError:
+        return False
+    return False
+
+
+class _LineProblems(list):
+    def __init__(self, number: int) -> None:
+        super().__init__()
+        self.number = number
+
+    def add(self, code: str, message: str) -> None:
+        self.append(Problem(self.number, code, message))
+
+
+def _messages(value: object, what: str, problems: _LineProblems) -> list[Message] | None:
+    """A text (one user/assistant message decided by the caller) or a list of {role, content} messages."""
+    if not isinstance(value, list):
+        problems.add(BAD_MESSAGE, f"{what} must be a list of messages or a text, got {type(value).__name__}")
+        return None
+    messages = []
+    for i, m in enumerate(value, 1):
+        if not isinstance(m, dict) or not isinstance(m.get("content"), str) or m.get("role") not in ROLES:
+            problems.add(
+                BAD_MESSAGE,
+                f"{what} message {i} must be an object with a role ({', '.join(ROLES)}) and a text content",
+            )
+            return None
+        messages.append(Message(m["role"], m["content"]))
+    return messages
+
+
+def _prompt(value: object, problems: _LineProblems) -> tuple[Message, ...] | None:
+    messages = [Message("user", value)] if isinstance(value, str) else _messages(value, "the prompt", problems)
+    if messages is None:
+        return None
+    if not messages or not any(m.content.strip() for m in messages):
+        problems.add(EMPTY_PROMPT, "the prompt is empty: there is nothing for the answers to reply to")
+        return None
+    if messages[-1].role == "assistant":
+        problems.add(
+            PROMPT_NOT_OPEN,
+            "the prompt ends with an assistant message, so it does not end where a reply should start: "
+            "end it with a user message (the answers are the reply to it)",
+        )
+        return None
+    return tuple(messages)
+
+
+def _answer(value: object, key: str, problems: _LineProblems) -> str | None:
+    if isinstance(value, str):
+        text = value
+    else:
+        messages = _messages(value, key, problems)
+        if messages is None:
+            return None
+        if len(messages) > 1:
+            problems.add(
+                MULTIPLE_OUTPUT_MESSAGES,
+                f"{key} has {len(messages)} messages; an answer is exactly one assistant message",
+            )
+            return None
+        if not messages:
+            problems.add(EMPTY_OUTPUT, f"{key} has no message")
+            return None
+        if messages[0].role != "assistant":
+            problems.add(
+                OUTPUT_NOT_ASSISTANT, f"{key} is a {messages[0].role} message; an answer is an assistant message"
+            )
+            return None
+        text = messages[0].content
+    if not text.strip():
+        problems.add(EMPTY_OUTPUT, f"{key} is empty: there is no answer to score")
+        return None
+    return text
+
+
+def _pair(value: dict, shape: str, number: int, problems: _LineProblems) -> PreferencePair | None:
+    prompt_key, chosen_key, rejected_key = _SHAPES[shape]
+    missing = [k for k in _SHAPES[shape] if k not in value]
+    if missing:
+        problems.add(MISSING_KEY, f"missing {', '.join(missing)} (this file's pairs have {', '.join(_SHAPES[shape])})")
+        return None
+    unknown = sorted(set(value) - set(_SHAPES[shape]) - {"id", "metadata"})
+    if unknown:
+        problems.add(UNKNOWN_KEY, f"unknown key(s) {', '.join(unknown)}; a pair has {', '.join(_SHAPES[shape])}")
+    tools: tuple = ()
+    prompt_value = value[prompt_key]
+    if shape == OPENAI:
+        if not isinstance(prompt_value, dict) or "messages" not in prompt_value:
+            problems.add(MISSING_KEY, 'input must be an object with "messages" (and optionally "tools")')
+            return None
+        tools = prompt_value.get("tools") or []
+        if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+            problems.add(BAD_TOOLS, "input.tools must be a list of tool definitions (objects)")
+            return None
+        tools = tuple(tools)
+        prompt_value = prompt_value["messages"]
+    prompt = _prompt(prompt_value, problems)
+    chosen = _answer(value[chosen_key], chosen_key, problems)
+    rejected = _answer(value[rejected_key], rejected_key, problems)
+    if prompt is None or chosen is None or rejected is None:
+        return None
+    if chosen == rejected:
+        problems.add(
+            IDENTICAL_OUTPUTS, f"{chosen_key} and {rejected_key} are the same answer: there is nothing to prefer"
+        )
+        return None
+    return PreferencePair(prompt, chosen, rejected, number, tools)
+
+
+def read_preferences(path: str | Path) -> PreferenceFile:
+    """Read and validate a preference file; every problem is collected, none raised."""
+    result = PreferenceFile(str(path), None)
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read the file: {exc.strerror or exc}") from None
+    seen: dict[tuple, int] = {}
+    for number, line in enumerate(text.lstrip("\ufeff").splitlines(), 1):
+        if not line.strip():
+            continue
+        problems = _LineProblems(number)
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as exc:
+            problems.add(NOT_JSON, f"not valid JSON ({exc.msg} at column {exc.colno})")
+            value = None
+        shape = shape_of(value)
+        if value is not None and not isinstance(value, dict):
+            problems.add(NOT_OBJECT, "a line must be a JSON object")
+        elif value is not None and shape is None:
+            problems.add(
+                UNKNOWN_SHAPE,
+                "not a preference pair: expected preferred_output/non_preferred_output or chosen/rejected",
+            )
+        elif shape is not None:
+            result.format = result.format or shape
+            if shape != result.format:
+                problems.add(
+                    MIXED_FORMATS,
+                    f"this line is {FORMAT_NAMES[shape]} but the file started as {FORMAT_NAMES[result.format]}",
+                )
+            else:
+                pair = _pair(value, shape, number, problems)
+                if pair is not None:
+                    key = (pair.prompt_conversation().key(), pair.chosen, pair.rejected)
+                    if key in seen:
+                        result.warnings.append(Problem(number, DUPLICATE_PAIR, f"the same pair as line {seen[key]}"))
+                    seen.setdefault(key, number)
+                    result.pairs.append(pair)
+        result.errors += [p for p in problems if p.code != UNKNOWN_KEY]
+        result.warnings += [p for p in problems if p.code == UNKNOWN_KEY]
+    if not result.pairs and not result.errors:
+        result.errors.append(Problem(None, EMPTY_FILE, "the file holds no preference pairs"))
+    return result
+
+
+def _problems_text(parsed: PreferenceFile, limit: int = 10) -> str:
+    lines = [f"{parsed.path} is not usable ({len(parsed.errors)} error(s)):"]
+    for problem in parsed.errors[:limit]:
+        where = f"{parsed.path}:{problem.line}" if problem.line else parsed.path
+        lines.append(f"  {where} [{problem.code}] {problem.message}")
+    if len(parsed.errors) > limit:
+        lines.append(f"  ... and {len(parsed.errors) - limit} more")
+    lines.append(f"Run `finetune validate {parsed.path}` for the full report.")
+    return "\n".join(lines)
+
+
+def load_pairs(path: str) -> list[PreferencePair]:
+    parsed = read_preferences(path)
+    if not parsed.ok:
+        raise UserError(_problems_text(parsed))
+    return parsed.pairs
+
+
+# ----------------------------------------------------------------------------- split and tokenize
+
+
+def split_pairs(
+    pairs: list[PreferencePair], fraction: float, seed: int
+) -> tuple[list[PreferencePair], list[PreferencePair]]:
+    """Hold out whole prompts: the split of supervised data, on the pairs' prompts (duplicates group together)."""
+    split = split_conversations([p.prompt_conversation() for p in pairs], fraction, seed)
+    held_out = {c.line for c in split.val}
+    return [p for p in pairs if p.line not in held_out], [p for p in pairs if p.line in held_out]
+
+
+@dataclass
+class PreparedPairs:
+    train: list[TokenizedPair]
+    val: list[TokenizedPair]
+    summary: DataSummary
+    end_of_turn_id: int | None = None
+
+
+def _tokenize_pairs(pairs: list[PreferencePair], chat, config) -> tuple[list[TokenizedPair], list[int]]:
+    kept, dropped = [], []
+    for i, pair in enumerate(pairs):
+        sides = [
+            chat.tokenize(pair.record(answer, i), config.max_seq_len, config.truncation)
+            for answer in (pair.chosen, pair.rejected)
+        ]
+        if any(side.record is None for side in sides):
+            dropped.append(pair.line)
+            continue
+        kept.append(TokenizedPair(sides[0].record, sides[1].record, pair.line))
+    return kept, dropped
+
+
+def _estimated(train: list[PreferencePair], val: list[PreferencePair], fraction: float, reason: str) -> PreparedPairs:
+    from finetune.data.stats import estimate_record_tokens
+
+    sides = [
+        [estimate_record_tokens(p.record(a, i), max_seq_len=0) for a in (p.chosen, p.rejected)]
+        for i, p in enumerate(train)
+    ]
+    lengths = [sum(e.total for e in pair) for pair in sides]
+    summary = DataSummary(
+        examples=len(train),
+        validation_examples=len(val),
+        conversations=len(train),
+        validation_conversations=len(val),
+        messages=sum(len(p.prompt) + 2 for p in train),
+        tokens_in_file=sum(lengths),
+        counted_with_tokenizer=False,
+        target_tokens=sum(e.target for pair in sides for e in pair),
+        max_record_tokens=max((e.total for pair in sides for e in pair), default=0) or None,
+        val_fraction=fraction,
+        val_fraction_reason=reason,
+    )
+    return PreparedPairs([], [], summary)
+
+
+def prepare_pairs(config, tokenizer=None) -> PreparedPairs:
+    """Read, validate, split by prompt and tokenize a preference file (and --val-file): the data of a dpo run."""
+    from finetune.config import AUTO
+    from finetune.data.tokenize import ChatTokenizer, check_masking
+
+    train = load_pairs(config.data)
+    prompts = len({p.prompt_conversation().key() for p in train})
+    if config.val_file:
+        val = load_pairs(config.val_file)
+        fraction, reason = 0.0, f"your validation file {config.val_file}"
+        seen = {p.prompt_conversation().key() for p in train}
+        val = [p for p in val if p.prompt_conversation().key() not in seen]
+    else:
+        if config.val_fraction == AUTO:
+            fraction, reason = auto_val_fraction(prompts)
+            reason = reason.replace("conversations", "prompts")
+        else:
+            fraction = float(config.val_fraction)
+            reason = "validation off (--val-fraction 0)" if fraction == 0 else f"your --val-fraction {fraction}"
+        train, val = split_pairs(train, fraction, config.seed)
+    if tokenizer is None:  # `finetune plan PREFS.jsonl` without --model: token numbers from the text
+        return _estimated(train, val, fraction, reason)
+    chat = ChatTokenizer(tokenizer)
+    train_pairs, dropped = _tokenize_pairs(train, chat, config)
+    val_pairs, val_dropped = _tokenize_pairs(val, chat, config)
+    if not train_pairs:
+        raise UserError(f"{config.data}: every pair is longer than --max-seq-len {config.max_seq_len}")
+    records = [r for p in train_pairs for r in (p.chosen, p.rejected)]
+    check_masking(records, chat.end_of_turn_id, config.data)
+    lengths = [len(p) for p in train_pairs]
+    summary = DataSummary(
+        examples=len(train_pairs),
+        validation_examples=len(val_pairs),
+        conversations=len(train),
+        validation_conversations=len(val),
+        messages=sum(len(p.prompt) + 2 for p in train),
+        tokens_in_file=sum(lengths),
+        target_tokens=sum(r.num_targets for r in records),
+        max_record_tokens=max(len(r) for r in records),
+        p50_record_tokens=sorted(lengths)[len(lengths) // 2],
+        p95_record_tokens=sorted(lengths)[min(len(lengths) - 1, int(0.95 * len(lengths)))],
+        dropped_records=len(dropped) + len(val_dropped),
+        dropped_lines=tuple(dropped + val_dropped),
+        val_fraction=fraction,
+        val_fraction_reason=reason,
+    )
+    summary = dataclasses.replace(summary, context_tokens=summary.tokens_in_file - summary.target_tokens)
+    return PreparedPairs(train_pairs, val_pairs, summary, chat.end_of_turn_id)
