@@ -21,6 +21,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from finetune.data.formats.lines import with_article
 from finetune.data.split import auto_val_fraction, split_conversations
 from finetune.data.types import ROLES, Conversation, DataSummary, Message, Problem, Record, TokenizedRecord
 from finetune.errors import UserError
@@ -123,7 +124,7 @@ def is_preference_file(path: str | Path) -> bool:
                 if text.strip():
                     try:
                         return shape_of(json.loads(text.lstrip("\ufeff"))) is not None
-                    except json.JSONDecodeError:
+                    except (ValueError, RecursionError):  # not JSON: the validator names the problem
                         return False
     except OSError:
         return False
@@ -191,7 +192,8 @@ def _answer(value: object, key: str, problems: _LineProblems) -> str | None:
             return None
         if messages[0].role != "assistant":
             problems.add(
-                OUTPUT_NOT_ASSISTANT, f"{key} is a {messages[0].role} message; an answer is an assistant message"
+                OUTPUT_NOT_ASSISTANT,
+                f"{key} is {with_article(messages[0].role)} message; an answer is an assistant message",
             )
             return None
         text = messages[0].content
@@ -318,6 +320,7 @@ class PreparedPairs:
     val: list[TokenizedPair]
     summary: DataSummary
     end_of_turn_id: int | None = None
+    skipped: list[dict] = field(default_factory=list)  # as PreparedData's; --skip-invalid does not apply to pairs
 
 
 def _tokenize_pairs(pairs: list[PreferencePair], chat, config) -> tuple[list[TokenizedPair], list[int]]:

@@ -7,6 +7,7 @@ nonfinite_weights(params, ctx)        # after each update: a NaN or inf weight m
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -24,6 +25,7 @@ def check_out_folder(out: Path) -> None:
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file, not a folder; choose a folder for the run's outputs")
     probe = out / f".finetune-write-check-{os.getpid()}"
+    created = [p for p in (out, *out.parents) if not p.exists()]  # made for the probe, removed after it
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe.write_bytes(b"")
@@ -32,6 +34,10 @@ def check_out_folder(out: Path) -> None:
         raise UserError(
             f"--out {out}: cannot write there ({exc.strerror or exc}); choose a folder you can write to"
         ) from None
+    finally:
+        for folder in created:  # a run that fails later (bad data) must not leave an empty folder behind
+            with contextlib.suppress(OSError):
+                folder.rmdir()
 
 
 def finished_report(out: Path, total_steps: int) -> dict | None:

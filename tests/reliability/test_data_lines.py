@@ -44,7 +44,7 @@ def test_messages_read_as_english():
     lines = [
         '{"messages": {"role": "user"}}',
         '{"messages": [[1], {"role": "assistant", "content": "a"}]}',
-        '{"messages": [{"role": "user", "content": ["x"]}, {"role": "assistant", "content": "a"}]}',
+        '{"messages": [{"role": "user", "content": {"x": 1}}, {"role": "assistant", "content": "a"}]}',
         '{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}, '
         '{"role": "assistant", "content": "b"}]}',
     ]
@@ -52,5 +52,5 @@ def test_messages_read_as_english():
     text = " | ".join(p.message for p in parsed.errors)
     for wrong in ("a object", "a array", "a assistant"):
         assert wrong not in text, text
-    for right in ('"messages" is an object', "is an array", "is an array, not a string", "after an assistant"):
+    for right in ('"messages" is an object', "is an array", "is an object, not a string", "after an assistant"):
         assert right in text, text

@@ -18,6 +18,7 @@ from finetune.data.formats.lines import (
     UNKNOWN_TOOL_CALL_ID,
     Line,
     quote,
+    with_article,
 )
 from finetune.data.types import Conversation, Message
 
@@ -112,7 +113,7 @@ def _check_flow(messages: list[Message], line: Line) -> list[Message] | None:
     for i, message in enumerate(messages[start:], start=start):
         if message.role == "tool":
             if previous not in ("calls", "tool"):
-                after = f"after a {messages[i - 1].role} message" if i else "at the start"
+                after = f"after {with_article(messages[i - 1].role)} message" if i else "at the start"
                 line.error(TOOL_WITHOUT_CALL, f"message {i + 1} is a tool result {after}: no tool call comes before it")
                 return None
             call = _answered_call(message, open_calls, all_ids, i, line)
@@ -124,7 +125,7 @@ def _check_flow(messages: list[Message], line: Line) -> list[Message] | None:
             continue
         expected = {"start": "user", "user": "assistant", "assistant": "user", "calls": "tool", "tool": "assistant"}
         if message.role != expected[previous]:
-            after = f"after a {messages[i - 1].role} message" if i else "at the start"
+            after = f"after {with_article(messages[i - 1].role)} message" if i else "at the start"
             if previous == "calls":
                 after = "after an assistant's tool calls"
             line.error(
@@ -140,7 +141,8 @@ def _check_flow(messages: list[Message], line: Line) -> list[Message] | None:
         out.append(message)
     if messages[-1].role != "assistant":
         line.error(
-            BAD_ROLE_ORDER, f"the conversation ends with a {messages[-1].role} message; it must end with assistant"
+            BAD_ROLE_ORDER,
+            f"the conversation ends with {with_article(messages[-1].role)} message; it must end with assistant",
         )
         return None
     return out

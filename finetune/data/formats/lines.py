@@ -65,6 +65,13 @@ class Line:
         self.warnings.append(Problem(self.number, code, message))
 
 
+def with_article(word: str) -> str:
+    """The word with its article: "an array", "an assistant", "a string" ("null" takes none)."""
+    if word == "null":
+        return word
+    return f"{'an' if word[:1] in 'aeiou' else 'a'} {word}"
+
+
 def json_type(value: object) -> str:
     if value is None:
         return "null"
@@ -112,7 +119,7 @@ def check_string(value: object, name: str, line: Line, required: bool = True) ->
             line.error(MISSING_CONTENT, f"{name} is missing or null; it must be a string")
         return None
     if not isinstance(value, str):
-        line.error(CONTENT_NOT_STRING, f"{name} is a {json_type(value)}, not a string")
+        line.error(CONTENT_NOT_STRING, f"{name} is {with_article(json_type(value))}, not a string")
         return None
     if not is_encodable(value):
         line.error(INVALID_UNICODE, f"{name} holds an invalid \\u escape (an unpaired surrogate)")

@@ -39,6 +39,7 @@ from finetune.data.formats.lines import (
     is_encodable,
     json_type,
     quote,
+    with_article,
 )
 from finetune.data.types import ROLES, Conversation, Message, ToolCall
 
@@ -61,7 +62,7 @@ def check_chat(obj: dict, line: Line) -> Conversation | None:
         )
         return None
     if not isinstance(raw, list):
-        line.error(MESSAGES_NOT_LIST, f'"messages" is a {json_type(raw)}; it must be a list of messages')
+        line.error(MESSAGES_NOT_LIST, f'"messages" is {with_article(json_type(raw))}; it must be a list of messages')
         return None
     if not raw:
         line.error(EMPTY_MESSAGES, '"messages" is an empty list: there is nothing to learn from')
@@ -83,7 +84,7 @@ def check_tools(tools: object, functions: object, line: Line) -> tuple[dict, ...
         if items is None:
             continue
         if not isinstance(items, list):
-            line.error(BAD_TOOLS, f'"{key}" is a {json_type(items)}; it must be a list of function schemas')
+            line.error(BAD_TOOLS, f'"{key}" is {with_article(json_type(items))}; it must be a list of function schemas')
             ok = False
             continue
         for i, item in enumerate(items, start=1):
@@ -107,7 +108,9 @@ def tool_schema(item: object, wrapped: bool, where: str, line: Line) -> dict | N
         return None
     parameters = function.get("parameters")
     if parameters is not None and not isinstance(parameters, dict):
-        line.error(BAD_TOOLS, f'{where}: "parameters" must be a JSON schema object, got a {json_type(parameters)}')
+        line.error(
+            BAD_TOOLS, f'{where}: "parameters" must be a JSON schema object, got {with_article(json_type(parameters))}'
+        )
         return None
     return {"type": "function", "function": function}
 
@@ -122,7 +125,10 @@ def tool_names(tools: tuple[dict, ...]) -> set[str]:
 def check_message(index: int, item: object, line: Line) -> Message | None:
     where = f"message {index}: "
     if not isinstance(item, dict):
-        line.error(MESSAGE_NOT_OBJECT, f'{where}is a {json_type(item)}; a message is {{"role": ..., "content": ...}}')
+        line.error(
+            MESSAGE_NOT_OBJECT,
+            f'{where}is {with_article(json_type(item))}; a message is {{"role": ..., "content": ...}}',
+        )
         return None
     check_unknown_keys(item, MESSAGE_KEYS, where, line)
     role = check_role(item, where, line)
@@ -170,7 +176,9 @@ def check_content(item: dict, role: str | None, has_calls: bool, where: str, lin
             line.error(MISSING_CONTENT, f"{name} is missing" if "content" not in item else f"{name} is null")
         return None
     if not isinstance(value, str):
-        line.error(CONTENT_NOT_STRING, f'{where}"content" is a {json_type(value)}, not a string or a list of parts')
+        line.error(
+            CONTENT_NOT_STRING, f'{where}"content" is {with_article(json_type(value))}, not a string or a list of parts'
+        )
         return None
     if not is_encodable(value):
         line.error(INVALID_UNICODE, f'{where}"content" holds an invalid \\u escape (an unpaired surrogate)')
@@ -236,7 +244,7 @@ def check_tool_calls(item: dict, role: str | None, where: str, line: Line) -> tu
         call = parse_function(legacy, "", f'{where}"function_call"', line)
         return None if call is None else (call,)
     if not isinstance(raw, list):
-        line.error(BAD_TOOL_CALL, f'{where}"tool_calls" is a {json_type(raw)}; it must be a list of calls')
+        line.error(BAD_TOOL_CALL, f'{where}"tool_calls" is {with_article(json_type(raw))}; it must be a list of calls')
         return None
     calls = [_check_tool_call(i, call, where, line) for i, call in enumerate(raw, start=1)]
     return None if any(c is None for c in calls) else tuple(calls)
@@ -265,7 +273,9 @@ def parse_function(function: object, call_id: str, at: str, line: Line) -> ToolC
     if isinstance(arguments, dict):
         arguments = json.dumps(arguments, ensure_ascii=False)
     if not isinstance(arguments, str):
-        line.error(ARGUMENTS_NOT_JSON, f"{at}: arguments are a {json_type(arguments)}; they must be a JSON string")
+        line.error(
+            ARGUMENTS_NOT_JSON, f"{at}: arguments are {with_article(json_type(arguments))}; they must be a JSON string"
+        )
         return None
     if parse_arguments(arguments) is None:
         line.error(

@@ -29,6 +29,7 @@ from finetune.data.formats.lines import (
     check_unknown_keys,
     json_type,
     quote,
+    with_article,
 )
 from finetune.data.formats.openai import parse_function, tool_schema
 from finetune.data.types import Conversation, Message, ToolCall
@@ -57,7 +58,7 @@ def check_sharegpt(obj: dict, line: Line) -> Conversation | None:
         )
         return None
     if not isinstance(raw, list):
-        line.error(MESSAGES_NOT_LIST, f'"conversations" is a {json_type(raw)}; it must be a list of turns')
+        line.error(MESSAGES_NOT_LIST, f'"conversations" is {with_article(json_type(raw))}; it must be a list of turns')
         return None
     if not raw:
         line.error(EMPTY_MESSAGES, '"conversations" is an empty list: there is nothing to learn from')
@@ -83,7 +84,7 @@ def _tools(value: object, line: Line) -> tuple[dict, ...] | None:
     if isinstance(value, dict):
         value = [value]
     if not isinstance(value, list):
-        line.error(BAD_TOOLS, f'"tools" must be a list of function schemas, got a {json_type(value)}')
+        line.error(BAD_TOOLS, f'"tools" must be a list of function schemas, got {with_article(json_type(value))}')
         return None
     schemas = []
     for i, item in enumerate(value, start=1):
@@ -98,7 +99,9 @@ def _tools(value: object, line: Line) -> tuple[dict, ...] | None:
 def _turn(index: int, item: object, line: Line) -> Message | None:
     where = f"turn {index}: "
     if not isinstance(item, dict):
-        line.error(MESSAGE_NOT_OBJECT, f'{where}is a {json_type(item)}; a turn is {{"from": ..., "value": ...}}')
+        line.error(
+            MESSAGE_NOT_OBJECT, f'{where}is {with_article(json_type(item))}; a turn is {{"from": ..., "value": ...}}'
+        )
         return None
     check_unknown_keys(item, TURN_KEYS, where, line)
     if "from" not in item:
