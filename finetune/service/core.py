@@ -22,6 +22,9 @@ from finetune.errors import UserError
 # OpenAI's names -> RunConfig's
 OPENAI_KEYS = {"n_epochs": "epochs", "batch_size": "batch_size"}
 LR_MULTIPLIER = "learning_rate_multiplier"
+# `method.type` -> RunConfig.method; within a DPO job our `method` key (lora/full) is RunConfig.base_method
+METHOD_TYPES = ("supervised", "dpo")
+DPO_ONLY = ("beta", "sft_weight", "base_method")
 # RunConfig settings an API caller may not set: paths, code execution, and what the service decides itself
 NOT_FOR_CALLERS = {
     *("data", "val_file", "model", "out", "resume", "trust_remote_code", "seed"),
@@ -38,11 +41,15 @@ class SettingsError(ValueError):
         self.param = param
 
 
-def settings_from_hyperparameters(hyper: dict[str, Any]) -> tuple[dict[str, Any], float | None]:
-    """OpenAI hyperparameters (+ our own RunConfig keys) -> (RunConfig settings, learning-rate multiplier).
+def settings_from_hyperparameters(
+    hyper: dict[str, Any], method_type: str = "supervised"
+) -> tuple[dict[str, Any], float | None]:
+    """OpenAI hyperparameters (+ our own RunConfig keys) of a `method.type` ("supervised" or "dpo") ->
+    (RunConfig settings, learning-rate multiplier).
 
     Raises SettingsError for an unknown key or a value RunConfig refuses."""
-    settings: dict[str, Any] = {}
+    dpo = method_type == "dpo"
+    settings: dict[str, Any] = {"method": "dpo"} if dpo else {}
     multiplier: float | None = None
     for key, value in (hyper or {}).items():
         if key == LR_MULTIPLIER:
@@ -55,6 +62,13 @@ def settings_from_hyperparameters(hyper: dict[str, Any]) -> tuple[dict[str, Any]
         if name not in SETTABLE:
             known = sorted({*OPENAI_KEYS, LR_MULTIPLIER, *SETTABLE} - set(OPENAI_KEYS.values()))
             raise SettingsError(f"unknown hyperparameter {key!r}; known: {', '.join(known)}", key)
+        if not dpo and name in DPO_ONLY:
+            raise SettingsError(f"{key} is a preference-tuning setting: send method type 'dpo'", key)
+        if name == "method":
+            if value not in ("lora", "full"):
+                also = " (preference tuning is method type 'dpo')" if value == "dpo" else ""
+                raise SettingsError(f"method must be 'lora' or 'full', got {value!r}{also}", key)
+            name = "base_method" if dpo else "method"
         settings[name] = value
     try:
         RunConfig(**settings)
@@ -66,7 +80,8 @@ def settings_from_hyperparameters(hyper: dict[str, Any]) -> tuple[dict[str, Any]
 def _blamed(message: str, hyper: dict[str, Any]) -> str:
     """The caller's key a RunConfig message is about (its messages name the flag, e.g. --epochs)."""
     for key in hyper:
-        if f"--{OPENAI_KEYS.get(key, key).replace('_', '-')}" in message:
+        flags = [f"--{OPENAI_KEYS.get(key, key).replace('_', '-')}"] + (["--base-method"] if key == "method" else [])
+        if any(flag in message for flag in flags):
             return key
     return next(iter(hyper), "hyperparameters")
 
@@ -88,12 +103,16 @@ def run_config(
 
 def validate_training_file(path: Path, shown_name: str, config: RunConfig, param: str) -> dict | None:
     """OpenAI's `error` object for a file that cannot train (naming its first bad lines), or None when usable."""
+    from finetune.data.preference import read_preferences
     from finetune.data.tokenize import load_tokenizer
     from finetune.data.validate import validate_file
 
     try:
-        tokenizer = load_tokenizer(config.model, config.trust_remote_code)
-        result = validate_file(str(path), tokenizer, config.max_seq_len, config.record_policy)
+        if config.method == "dpo":  # pairs: the same checks as `finetune validate PREFS.jsonl`
+            result = read_preferences(path)
+        else:
+            tokenizer = load_tokenizer(config.model, config.trust_remote_code)
+            result = validate_file(str(path), tokenizer, config.max_seq_len, config.record_policy)
     except UserError as exc:
         return {"code": f"invalid_{param}", "message": scrub(str(exc), path, shown_name), "param": param}
     if result.ok:
@@ -134,8 +153,8 @@ def plan_for(config: RunConfig, lr_multiplier: float | None = None) -> tuple[Run
 
 
 def resolved_hyperparameters(plan: dict, lr_multiplier: float | None) -> dict:
-    """The job object's `hyperparameters`: OpenAI's three keys resolved, plus ours."""
-    return {
+    """The job object's `hyperparameters`: OpenAI's three keys (and DPO's beta) resolved, plus ours."""
+    resolved = {
         "n_epochs": plan["epochs"],
         "batch_size": plan["batch_size"],
         "learning_rate_multiplier": lr_multiplier or 1.0,
@@ -144,6 +163,9 @@ def resolved_hyperparameters(plan: dict, lr_multiplier: float | None) -> dict:
         "lora_rank": plan["lora_rank"],
         "total_steps": plan["total_steps"],
     }
+    if plan.get("objective") == "dpo":
+        resolved |= {"beta": plan["beta"], "sft_weight": plan["sft_weight"]}
+    return resolved
 
 
 # ---------------------------------------------------------------------------------------------- training

@@ -21,11 +21,17 @@ def file_object(row: dict) -> dict:
     }
 
 
+def method_type(row: dict) -> str:
+    return (row["method"] or {}).get("type") or "supervised"
+
+
 def _hyperparameters(row: dict) -> dict:
     if row.get("resolved"):
         return dict(row["resolved"])
-    asked = ((row["method"] or {}).get("supervised") or {}).get("hyperparameters") or {}
-    return {k: asked.get(k, "auto") for k in ("n_epochs", "batch_size", "learning_rate_multiplier")} | asked
+    kind = method_type(row)
+    asked = ((row["method"] or {}).get(kind) or {}).get("hyperparameters") or {}
+    openai_keys = ("n_epochs", "batch_size", "learning_rate_multiplier", *(("beta",) if kind == "dpo" else ()))
+    return {k: asked.get(k, "auto") for k in openai_keys} | asked
 
 
 def job_object(row: dict) -> dict:
@@ -51,7 +57,7 @@ def job_object(row: dict) -> dict:
         "metadata": row["metadata"],
         "suffix": row["suffix"],
         "attempts": row["attempts"],
-        "method": {"type": "supervised", "supervised": {"hyperparameters": hyper}},
+        "method": {"type": method_type(row), method_type(row): {"hyperparameters": hyper}},
     }
 
 

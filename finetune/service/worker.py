@@ -33,6 +33,8 @@ from finetune.service.settings import ServiceSettings
 from finetune.service.store import Claim, LeaseLost, Store, new_id, now
 
 RESULTS_COLUMNS = ["step", "train_loss", "train_accuracy", "valid_loss", "valid_mean_token_accuracy"]
+# a preference (DPO) run's own per-step metrics, carried into metrics events as the run logged them
+PREFERENCE_METRICS = ("reward_margin", "reward_accuracy", "chosen_logp", "rejected_logp")
 # tests only: a stand-in for `python -m finetune train` (same arguments), to run many jobs in seconds
 TEST_TRAIN_COMMAND = "FINETUNE_TEST_TRAIN_COMMAND"
 
@@ -385,6 +387,8 @@ def metrics_event(row: dict, total: int | None) -> dict:
         "valid_mean_token_accuracy": None,
         "full_valid_mean_token_accuracy": None,
     }
+    for name in PREFERENCE_METRICS:
+        data |= {key: row[key] for key in (name, f"val_{name}") if row.get(key) is not None}
     message = f"Step {row['step']}/{total}: training loss={row.get('train_loss', float('nan')):.4f}"
     if val is not None:
         message += f", validation loss={val:.4f}"

@@ -13,7 +13,7 @@ import urllib.request
 import openai
 import pytest
 from openai import OpenAI
-from service_helpers import Server
+from service_helpers import EXAMPLES, Server
 
 TERMINAL = {"succeeded", "failed", "cancelled"}
 SMALL = {"n_epochs": 1, "batch_size": 4, "max_seq_len": 256, "val_fraction": 0.25, "eval_every": 1, "save_every": 1}
@@ -204,3 +204,48 @@ def test_plan_route_and_job_paging(client, jobs):
     assert jobs["done"].id in seen and len(seen) >= 3
     tagged = client.fine_tuning.jobs.list(metadata={"team": "research"}).data
     assert [j.id for j in tagged] == [jobs["done"].id]
+
+
+def test_a_preference_job_runs_to_succeeded(client):
+    """Issue 15 in the job service: method type "dpo" with its beta, on the bundled preference pairs."""
+    pairs = (EXAMPLES / "prefs.jsonl").read_text().splitlines()[:16]
+    f = client.files.create(file=("prefs.jsonl", ("\n".join(pairs) + "\n").encode()), purpose="fine-tune")
+    hyper = SMALL | {"beta": 0.2, "method": "lora"}
+    method = {"type": "dpo", "dpo": {"hyperparameters": hyper}}
+    job = client.fine_tuning.jobs.create(model="toy", training_file=f.id, suffix="prefs", seed=3, method=method)
+    assert job.method.type == "dpo" and job.method.dpo.hyperparameters.beta == 0.2
+
+    # a supervised job cannot carry DPO's settings, and a preference job must be lora or full underneath
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.fine_tuning.jobs.create(model="toy", training_file=f.id,
+                                       method={"type": "supervised", "supervised": {"hyperparameters": {"beta": 1}}})  # fmt: skip
+    assert raised.value.param == "hyperparameters.beta"
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.fine_tuning.jobs.create(model="toy", training_file=f.id,
+                                       method={"type": "dpo", "dpo": {"hyperparameters": {"method": "dpo"}}})  # fmt: skip
+    assert raised.value.param == "hyperparameters.method"
+
+    # a pair whose answers are the same fails validation, naming its line
+    bad_pair = json.loads(pairs[0])
+    bad_pair["non_preferred_output"] = bad_pair["preferred_output"]
+    bad = client.files.create(file=("bad-prefs.jsonl", ("\n".join([pairs[1], json.dumps(bad_pair)]) + "\n").encode()),
+                              purpose="fine-tune")  # fmt: skip
+    failed = client.fine_tuning.jobs.create(model="toy", training_file=bad.id, method={"type": "dpo"})
+
+    job = _wait(client, job.id, lambda j: j.status in TERMINAL)
+    assert job.status == "succeeded", job.error
+    assert job.fine_tuned_model == f"ft:toy:default:prefs:{job.id}"
+    assert job.method.type == "dpo" and job.hyperparameters.beta == 0.2 and job.hyperparameters.method == "lora"
+    events = list(client.fine_tuning.jobs.list_events(job.id, limit=100))
+    plan = next(e for e in events if e.message.startswith("Planned"))
+    assert job.trained_tokens == plan.data["tokens_processed"]
+    metrics = [e for e in events if e.type == "metrics"]
+    assert len(metrics) == plan.data["total_steps"] and all("reward_accuracy" in e.data for e in metrics)
+    csv = client.files.content(job.result_files[0]).text.splitlines()
+    assert csv[0] == "step,train_loss,train_accuracy,valid_loss,valid_mean_token_accuracy"
+    assert len(csv) == 1 + plan.data["total_steps"]
+    assert job.fine_tuned_model in [m.id for m in client.models.list()]
+
+    failed = _wait(client, failed.id, lambda j: j.status in TERMINAL)
+    assert failed.status == "failed" and failed.error.code == "invalid_training_file"
+    assert "line 2" in failed.error.message and "identical_chosen_and_rejected" in failed.error.message

@@ -51,3 +51,26 @@ def test_the_blamed_key_is_the_bad_one_among_several():
     with pytest.raises(SettingsError) as raised:
         settings_from_hyperparameters({"lora_rank": 4, "batch_size": 8, "n_epochs": 0})
     assert raised.value.param == "n_epochs" and "n_epochs" in str(raised.value)
+
+
+def test_a_dpo_method_maps_to_a_preference_run():
+    settings, _ = settings_from_hyperparameters(
+        {"beta": 0.2, "n_epochs": "auto", "method": "full", "sft_weight": 0.5}, "dpo"
+    )
+    assert settings == {"method": "dpo", "beta": 0.2, "epochs": "auto", "base_method": "full", "sft_weight": 0.5}
+
+
+@pytest.mark.parametrize(
+    "kind, hyper, param",
+    [
+        ("supervised", {"beta": 0.1}, "beta"),  # DPO's settings need method type "dpo"
+        ("supervised", {"method": "dpo"}, "method"),
+        ("dpo", {"method": "dpo"}, "method"),
+        ("dpo", {"beta": -1}, "beta"),
+        ("dpo", {"method": "full", "beta": 0}, "beta"),
+    ],
+)
+def test_refused_preference_settings_name_the_key(kind, hyper, param):
+    with pytest.raises(SettingsError) as raised:
+        settings_from_hyperparameters(hyper, kind)
+    assert raised.value.param == param

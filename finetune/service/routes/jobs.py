@@ -34,22 +34,25 @@ async def _json_body(request: Request) -> dict:
     return body
 
 
-def _hyperparameters(body: dict) -> dict:
+def _hyperparameters(body: dict) -> tuple[str, dict]:
+    """(method type, its hyperparameters) from `method` or the deprecated top-level `hyperparameters`."""
     method = body.get("method")
     if method is None:
-        hyper = body.get("hyperparameters") or {}  # the deprecated top-level form
+        kind, hyper = "supervised", body.get("hyperparameters") or {}
     else:
-        if not isinstance(method, dict) or method.get("type") != "supervised":
-            raise APIError(400, "Only method type 'supervised' is supported.", "invalid_value", "method.type")
-        hyper = (method.get("supervised") or {}).get("hyperparameters") or {}
+        kind = method.get("type") if isinstance(method, dict) else None
+        if kind not in core.METHOD_TYPES:
+            raise APIError(400, f"method.type must be one of {', '.join(core.METHOD_TYPES)}, got {kind!r}.",
+                           "invalid_value", "method.type")  # fmt: skip
+        hyper = (method.get(kind) or {}).get("hyperparameters") or {}
     if not isinstance(hyper, dict):
         raise APIError(400, "hyperparameters must be an object.", "invalid_value", "hyperparameters")
-    return hyper
+    return kind, hyper
 
 
-def _settings(hyper: dict) -> tuple[dict, float | None]:
+def _settings(kind: str, hyper: dict) -> tuple[dict, float | None]:
     try:
-        return core.settings_from_hyperparameters(hyper)
+        return core.settings_from_hyperparameters(hyper, kind)
     except core.SettingsError as exc:
         raise APIError(400, str(exc), "invalid_hyperparameters", f"hyperparameters.{exc.param}") from None
 
@@ -96,8 +99,8 @@ async def create_job(request: Request, tenant: str = Depends(current_tenant)) ->
     ):
         raise APIError(400, "metadata must be at most 16 string pairs (keys <= 64, values <= 512 chars).",
                        "invalid_value", "metadata")  # fmt: skip
-    hyper = _hyperparameters(body)
-    run_settings, multiplier = _settings(hyper)
+    kind, hyper = _hyperparameters(body)
+    run_settings, multiplier = _settings(kind, hyper)
     price = settings_of(request).price_per_million_tokens
     if price is not None:
         run_settings["price_per_million_tokens"] = price
@@ -111,7 +114,7 @@ async def create_job(request: Request, tenant: str = Depends(current_tenant)) ->
             "suffix": suffix,
             "seed": seed,
             "metadata": metadata,
-            "method": {"type": "supervised", "supervised": {"hyperparameters": hyper}},
+            "method": {"type": kind, kind: {"hyperparameters": hyper}},
             "run_settings": run_settings,
             "lr_multiplier": multiplier,
         },
@@ -211,7 +214,7 @@ async def plan(request: Request, tenant: str = Depends(current_tenant)) -> dict:
     validation = body.get("validation_file")
     if validation is not None:
         _owned_file(request, tenant, validation, "validation_file")
-    run_settings, multiplier = _settings(_hyperparameters(body))
+    run_settings, multiplier = _settings(*_hyperparameters(body))
     files_dir = settings_of(request).files_dir
     data = files_dir / training["id"]
     seed = body.get("seed") if isinstance(body.get("seed"), int) else 0
