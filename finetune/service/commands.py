@@ -116,10 +116,14 @@ def run_keys(args) -> int:
             for row in store.list_keys():
                 revoked = _when(row["revoked_at"]) if row["revoked_at"] else "-"
                 print(f"{row['id']:<14} {row['tenant']:<24} {_when(row['created_at']):<20} {revoked}")
-        elif not store.revoke_key(args.key_id):
-            raise UserError(f"no active key with id {args.key_id!r} (see `finetune keys list`)")
         else:
-            print(f"revoked key {args.key_id}")
+            from finetune.service.keys import key_id_of
+
+            # the id from `keys list`, or the whole key pasted in (never echoed back: only its id is shown)
+            key_id = key_id_of(args.key_id) or args.key_id
+            if not store.revoke_key(key_id):
+                raise UserError(f"no active key with id {key_id!r} (see `finetune keys list`)")
+            print(f"revoked key {key_id}")
     finally:
         store.close()
     return 0

@@ -43,6 +43,13 @@ def install_error_handlers(app: FastAPI) -> None:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
         return envelope(exc.status_code, message, "invalid_request_error", code, None)
 
+    @app.exception_handler(Exception)
+    async def _unexpected(_request: Request, _exc: Exception) -> JSONResponse:
+        # a bug still answers in the envelope the SDK parses; the traceback goes to the server's log only
+        return envelope(
+            500, "The server failed to handle the request; see its log.", "server_error", "internal_error", None
+        )
+
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}

@@ -33,6 +33,8 @@ from finetune.service.settings import ServiceSettings
 from finetune.service.store import Claim, LeaseLost, Store, new_id, now
 
 RESULTS_COLUMNS = ["step", "train_loss", "train_accuracy", "valid_loss", "valid_mean_token_accuracy"]
+# report.json's diagnosis kinds (finetune/report) that are no cause for concern
+HEALTHY_DIAGNOSES = ("good_fit", "healthy_preference")
 # a preference (DPO) run's own per-step metrics, carried into metrics events as the run logged them
 PREFERENCE_METRICS = ("reward_margin", "reward_accuracy", "chosen_logp", "rejected_logp")
 # tests only: a stand-in for `python -m finetune train` (same arguments), to run many jobs in seconds
@@ -300,12 +302,7 @@ class Worker:
         (self.settings.files_dir / file_id).write_bytes(content)
         self.store.add_file(job["tenant"], file_id, "step_metrics.csv", "fine-tune-results", len(content))
         name = fine_tuned_model_name(job)
-        diagnosis = report.get("diagnosis") or {}
-        new_events = []
-        if diagnosis.get("message"):
-            level = "info" if diagnosis.get("kind") in (None, "good", "healthy", "ok") else "warn"
-            text = " ".join(x for x in (diagnosis.get("message"), diagnosis.get("next_step")) if x)
-            new_events.append({"message": f"Diagnosis ({diagnosis.get('kind')}): {text}", "level": level})
+        new_events = [e for e in [diagnosis_event(report)] if e]
         new_events.append({"message": "The job has successfully completed"})
         done = self._update(
             job["id"],
@@ -399,6 +396,17 @@ def checkpoint_metrics(row: dict) -> dict:
     val = row.get("val_loss")
     found = {"step": row["step"], "train_loss": row.get("train_loss"), "valid_loss": val, "full_valid_loss": val}
     return {k: v for k, v in found.items() if v is not None}
+
+
+def diagnosis_event(report: dict) -> dict | None:
+    """The report's diagnosis and next step in plain words: info when the run went well, a warning otherwise."""
+    diagnosis = report.get("diagnosis") or {}
+    if not diagnosis.get("message"):
+        return None
+    kind = diagnosis.get("kind")
+    text = " ".join(x for x in (diagnosis.get("message"), diagnosis.get("next_step")) if x)
+    level = "info" if kind in HEALTHY_DIAGNOSES else "warn"
+    return {"message": f"Diagnosis ({kind}): {text}", "level": level, "data": {"diagnosis": kind}}
 
 
 def results_csv(rows: list[dict]) -> str:

@@ -249,3 +249,26 @@ def test_a_preference_job_runs_to_succeeded(client):
     failed = _wait(client, failed.id, lambda j: j.status in TERMINAL)
     assert failed.status == "failed" and failed.error.code == "invalid_training_file"
     assert "line 2" in failed.error.message and "identical_chosen_and_rejected" in failed.error.message
+
+
+def test_files_and_models_routes(client):
+    content = (EXAMPLES / "train.jsonl").read_bytes()[:4000]
+    f = client.files.create(file=("some.jsonl", content), purpose="fine-tune")
+    assert f.status == "processed" and f.bytes == len(content) and f.filename == "some.jsonl"
+    assert client.files.retrieve(f.id).id == f.id
+    assert client.files.content(f.id).read() == content
+    assert f.id in [x.id for x in client.files.list().data]
+    assert client.files.delete(f.id).deleted is True
+    with pytest.raises(openai.NotFoundError):
+        client.files.retrieve(f.id)
+    assert f.id not in [x.id for x in client.files.list().data]
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.files.create(file=("x.jsonl", b"{}\n"), purpose="not-a-purpose")
+    assert raised.value.param == "purpose"
+
+    assert client.models.retrieve("toy").owned_by == "finetune"
+    tuned = [m.id for m in client.models.list() if m.id.startswith("ft:")]
+    for name in tuned:  # the colons of a fine-tuned model's name travel in the path
+        assert client.models.retrieve(name).id == name
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("no-such-model")

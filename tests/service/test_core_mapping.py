@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from finetune.service.core import SettingsError, settings_from_hyperparameters
-from finetune.service.worker import metrics_event, results_csv
+from finetune.service.worker import diagnosis_event, metrics_event, results_csv
 
 
 def test_openai_names_map_to_run_config():
@@ -74,3 +74,12 @@ def test_refused_preference_settings_name_the_key(kind, hyper, param):
     with pytest.raises(SettingsError) as raised:
         settings_from_hyperparameters(hyper, kind)
     assert raised.value.param == param
+
+
+def test_the_diagnosis_event_is_info_for_a_healthy_run_and_a_warning_otherwise():
+    good = {"diagnosis": {"kind": "good_fit", "message": "Both losses settled.", "next_step": "Ship it."}}
+    event = diagnosis_event(good)
+    assert event["level"] == "info" and event["message"] == "Diagnosis (good_fit): Both losses settled. Ship it."
+    assert diagnosis_event({"diagnosis": {"kind": "healthy_preference", "message": "ok"}})["level"] == "info"
+    assert diagnosis_event({"diagnosis": {"kind": "overfitting", "message": "Rising."}})["level"] == "warn"
+    assert diagnosis_event({"diagnosis": {}}) is None and diagnosis_event({}) is None

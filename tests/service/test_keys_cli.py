@@ -28,3 +28,13 @@ def test_create_list_revoke(tmp_path):
     again = _keys(tmp_path, "revoke", key_id)
     assert again.returncode == 1 and "no active key" in again.stderr and "Traceback" not in again.stderr
     store.close()
+
+
+def test_revoke_takes_the_whole_key_too_and_never_echoes_it(tmp_path):
+    key = _keys(tmp_path, "create", "--tenant", "acme").stdout.split()[-1]
+    revoked = _keys(tmp_path, "revoke", key)
+    assert revoked.returncode == 0, revoked.stderr
+    assert key not in revoked.stdout + revoked.stderr and key.split("-")[1] in revoked.stdout
+    store = Store(f"sqlite:///{tmp_path / 'finetune.db'}")
+    assert store.tenant_for_key(key) is None
+    store.close()
