@@ -41,7 +41,10 @@ def jobs(client, tiny_data) -> dict:
     method = {"type": "supervised", "supervised": {"hyperparameters": SMALL}}
     done = client.fine_tuning.jobs.create(model="toy", training_file=f.id, suffix="demo", seed=7,
                                           metadata={"team": "research"}, method=method)  # fmt: skip
-    cancelled = client.fine_tuning.jobs.create(model="toy", training_file=f.id, seed=7)
+    # the deprecated top-level hyperparameters still work
+    cancelled = client.fine_tuning.jobs.create(
+        model="toy", training_file=f.id, seed=7, hyperparameters={"n_epochs": 2, "batch_size": 2}
+    )
     paused = client.fine_tuning.jobs.create(
         model="toy",
         training_file=f.id,
@@ -64,6 +67,8 @@ def _wait(client, job_id: str, until, timeout: float = 240):
 def test_a_job_runs_to_succeeded_with_events_checkpoints_and_results(client, jobs):
     cancelled = client.fine_tuning.jobs.cancel(jobs["cancelled"].id)  # still waiting behind the first job
     assert cancelled.status == "cancelled"
+    assert cancelled.hyperparameters.n_epochs == 2 and cancelled.hyperparameters.batch_size == 2
+    assert cancelled.hyperparameters.learning_rate_multiplier == "auto"
     with pytest.raises(openai.BadRequestError):  # an illegal transition is 400, never 409 (the SDK retries 409)
         client.fine_tuning.jobs.cancel(jobs["cancelled"].id)
 
@@ -186,6 +191,8 @@ def test_plan_route_and_job_paging(client, jobs):
             "method": {"type": "supervised", "supervised": {"hyperparameters": SMALL}}}  # fmt: skip
     plan = client.post("/fine_tuning/plan", body=body, cast_to=object)
     assert plan["object"] == "fine_tuning.plan" and plan["epochs"] == 1 and plan["total_steps"] >= 1
+    deprecated = {"model": "toy", "training_file": jobs["file"].id, "hyperparameters": {"n_epochs": 3, "batch_size": 4}}
+    assert client.post("/fine_tuning/plan", body=deprecated, cast_to=object)["epochs"] == 3
     with pytest.raises(openai.BadRequestError) as raised:
         client.post("/fine_tuning/plan", body=body | {"model": "/etc/passwd"}, cast_to=object)
     assert raised.value.code == "model_not_available" and raised.value.param == "model"
