@@ -81,7 +81,7 @@ def _usage(kind: str, base: str) -> list[str]:
     return ["## How to use it", "", note, "", "```python", *code, "```", ""]
 
 
-def _data(plan: dict) -> list[str]:
+def _data(plan: dict, test_split: dict) -> list[str]:
     rows = [
         ("training conversations", plan.get("conversations")),
         ("training records", plan.get("examples")),
@@ -89,12 +89,20 @@ def _data(plan: dict) -> list[str]:
         ("validation records", plan.get("validation_examples")),
         ("tokens per epoch", plan.get("tokens_in_file")),
         ("tokens processed (billed)", plan.get("tokens_processed")),
+        ("test conversations (held out before training)", test_split.get("conversations")),
     ]
     lines = ["## Training data", "", "| | |", "|---|---|"]
     lines += [f"| {name} | {_number(value)} |" for name, value in rows if value is not None]
     if plan.get("auto", {}).get("val_fraction"):
         lines += ["", f"Validation split: {plan['auto']['val_fraction']}."]
     return [*lines, ""]
+
+
+def _auto_capable(key: str) -> bool:
+    from finetune.config import settings
+
+    names = AUTO_KEYS.get(key, (key,))
+    return any(spec.auto and spec.name in names for spec in settings())
 
 
 def _hyperparameters(plan: dict) -> list[str]:
@@ -105,6 +113,8 @@ def _hyperparameters(plan: dict) -> list[str]:
         if plan.get(key) is None:
             continue
         reason = next((auto[k] for k in AUTO_KEYS.get(key, (key,)) if auto.get(k)), "")
+        if not reason and _auto_capable(key):
+            reason = "set for this run (not chosen by Auto)"
         lines.append(f"| {name} | {_number(plan[key])} | {reason.replace('|', '/')} |")
     return [*lines, ""]
 
@@ -151,6 +161,7 @@ def model_card(weights: RunWeights, kind: str) -> str:
     plan = read_json(weights.run / "plan.json")
     report = read_json(weights.run / "report.json")
     evaluation = read_json(weights.run / "eval.json")
+    test_split = read_json(weights.run / "test_split.json")
     method = plan.get("method") or ("lora" if weights.is_lora else "full")
     how = {
         "merged": "a LoRA adapter merged into the base weights",
@@ -172,7 +183,9 @@ def model_card(weights: RunWeights, kind: str) -> str:
         f"| export | {kind} |",
         "",
     ]
-    lines += _usage(kind, weights.base) + _data(plan) + _hyperparameters(plan) + _results(report, weights.step)
+    lines += (
+        _usage(kind, weights.base) + _data(plan, test_split) + _hyperparameters(plan) + _results(report, weights.step)
+    )
     lines += _evaluation(evaluation)
     lines += [
         "## Limits",
