@@ -67,6 +67,13 @@ def test_eval_run_scores_base_tuned_and_every_checkpoint(lora_run, capsys, tmp_p
     best = json.loads((lora_run / "report.json").read_text())["best_step"]
     assert [row["tuned"] for row in result["rows"]] == [row[f"step-{best}"] for row in result["rows"]]
 
+    # each checkpoint's validation loss beside its answers, read from metrics.jsonl
+    logged = [json.loads(line) for line in (lora_run / "metrics.jsonl").read_text().splitlines()]
+    val = {row["step"]: row["val_loss"] for row in logged if "val_loss" in row}
+    assert result["steps"] == {"tuned": best, "step-3": 3, "step-6": 6}
+    assert result["val_loss"] == {"tuned": val[best], "step-3": val[3], "step-6": val[6]}
+    assert f"{val[3]:.4f}" in html and f"{val[3]:.4f}" in printed
+
     # the model card of a later export carries the eval summary
     assert main(["export", str(lora_run), "--out", str(tmp_path / "exported"), "--adapter"]) == 0
     card = (tmp_path / "exported" / "README.md").read_text()
@@ -80,3 +87,10 @@ def test_eval_refusals(lora_run, toy_model, tmp_path, capsys):
     assert "--model" in capsys.readouterr().err
     assert main(["eval", str(lora_run), "--test", str(tmp_path / "missing.jsonl")]) == 1
     assert "missing.jsonl" in capsys.readouterr().err
+    for flag, value in (("--limit", "0"), ("--show", "-1"), ("--max-new-tokens", "0")):
+        assert main(["eval", str(lora_run), flag, value]) == 1
+        assert f"{flag} must be at least" in capsys.readouterr().err
+    assert main(["eval", str(lora_run), "--rule", "no-equals-sign"]) == 1
+    assert "NAME=REGEX" in capsys.readouterr().err
+    assert main(["eval", str(lora_run), "--rule", "bad=("]) == 1
+    assert "not a regular expression" in capsys.readouterr().err
