@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import pytest
 import torch
 
 from finetune.chat import chat_loop, stream_reply
@@ -115,3 +116,16 @@ def test_bad_runs_are_named(tmp_path, capsys):
     assert main(["chat", str(tmp_path / "empty")]) == 1
     err = capsys.readouterr().err
     assert "holds no adapter/ or model/" in err and "Traceback" not in err
+
+
+def test_a_failing_generation_is_raised_not_waited_on(lora_run):
+    class Broken:
+        device = torch.device("cpu")
+
+        def generate(self, **kwargs):
+            raise RuntimeError("out of memory")
+
+    _, tokenizer = load_for_generation(locate_weights(lora_run))
+    pieces = stream_reply(Broken(), tokenizer, [{"role": "user", "content": "Hello"}], max_new_tokens=4)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        list(pieces)
