@@ -187,3 +187,27 @@ def test_raw_stream_is_openai_server_sent_events(client):
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
     assert chunks[-1]["choices"][0]["finish_reason"] in ("stop", "length")
     assert all(c["choices"][0]["finish_reason"] is None for c in chunks[:-1])
+
+
+def test_a_failed_generation_is_an_openai_error(locations):
+    import openai
+    from fastapi import FastAPI
+    from openai import OpenAI
+
+    class Failing(Engine):
+        def complete(self, location, messages, params):
+            raise RuntimeError("CUDA out of memory")
+
+        def stream(self, location, messages, params):
+            raise RuntimeError("CUDA out of memory")
+            yield  # a generator, like Engine.stream
+
+    app = FastAPI()
+    app.include_router(chat_completions_router(lambda name, caller: locations["base"], Failing()))
+    with serving(app) as url:
+        client = OpenAI(base_url=f"{url}/v1", api_key="any", max_retries=0)
+        with pytest.raises(openai.InternalServerError) as caught:
+            client.chat.completions.create(model="toy", messages=QUESTION, max_tokens=2)
+        assert caught.value.body["type"] == "server_error" and "CUDA out of memory" in caught.value.body["message"]
+        with pytest.raises(openai.APIError, match="CUDA out of memory"):
+            list(client.chat.completions.create(model="toy", messages=QUESTION, max_tokens=2, stream=True))
