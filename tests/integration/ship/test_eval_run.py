@@ -50,7 +50,7 @@ def test_eval_run_scores_base_tuned_and_every_checkpoint(lora_run, capsys, tmp_p
         numbers = result["summary"][name]
         assert set(numbers) == {"exact_match", "token_f1", "rouge_l", "answer_length", "rule:greeting", "rule:signoff"}
         answers = [row[name] for row in result["rows"]]
-        assert numbers["rule:signoff"] == sum(bool(re.search("Warm regards", a, re.M)) for a in answers) / 5
+        assert numbers["rule:signoff"] == sum(bool(re.search("Warm regards", a, re.S)) for a in answers) / 5
         assert numbers["answer_length"] == sum(len(a.split()) for a in answers) / 5
     for name in ("tuned", "step-3", "step-6"):
         w = result["win_rate"][name]
@@ -94,3 +94,21 @@ def test_eval_refusals(lora_run, toy_model, tmp_path, capsys):
     assert "NAME=REGEX" in capsys.readouterr().err
     assert main(["eval", str(lora_run), "--rule", "bad=("]) == 1
     assert "not a regular expression" in capsys.readouterr().err
+
+
+def test_rules_read_the_whole_answer():
+    from finetune.eval.metrics import parse_rules, score
+
+    rules = parse_rules(["greeting=^Hi there", r"signoff=Warm regards,\s*Sam$", "no_sorry=^(?!.*(?i:sorry))"])
+    good = "Hi there, thanks!\n\nIt ships today.\n\nWarm regards,\nSam"
+    late_greeting = "Thanks.\nHi there, it ships today.\nWarm regards,\nSam"
+    apology = "Hi there!\nIt is late.\nSorry about that.\nWarm regards,\nSam"
+    unsigned = "Hi there!\nWarm regards,\nSam\nP.S. it ships today"
+
+    def passed(answer: str) -> dict[str, float]:
+        return {name: score(answer, "ref", rules)[f"rule:{name}"] for name in rules}
+
+    assert passed(good) == {"greeting": 1.0, "signoff": 1.0, "no_sorry": 1.0}
+    assert passed(late_greeting)["greeting"] == 0.0  # the greeting comes first or not at all
+    assert passed(apology)["no_sorry"] == 0.0  # a forbidden phrase on any line, any case
+    assert passed(unsigned)["signoff"] == 0.0  # the sign-off ends the answer
