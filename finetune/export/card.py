@@ -150,9 +150,17 @@ def _evaluation(evaluation: dict) -> list[str]:
         return []
     metrics = sorted({m for numbers in overall.values() for m in numbers})
     lines = ["## Evaluation", "", f"`finetune eval` on {evaluation.get('examples', '?')} held-out conversations", ""]
-    lines += ["| model | " + " | ".join(metrics) + " |", "|---" * (len(metrics) + 1) + "|"]
+    wins = evaluation.get("win_rate") or {}
+    extra = ["rule win rate vs base"] if wins else []
+    lines += ["| model | " + " | ".join(metrics + extra) + " |", "|---" * (len(metrics) + len(extra) + 1) + "|"]
     for model, numbers in overall.items():
-        lines.append(f"| {model} | " + " | ".join(_number(numbers.get(m, "")) for m in metrics) + " |")
+        cells = [_number(numbers.get(m, "")) for m in metrics]
+        if wins:
+            w = wins.get(model)
+            cells.append(f"{w['win_rate']:.0%} ({w['wins']} wins, {w['ties']} ties, {w['losses']} losses)" if w else "")
+        lines.append(f"| {model} | " + " | ".join(cells) + " |")
+    if evaluation.get("rules"):
+        lines += ["", "Rules: " + ", ".join(f"`{name}` = `{pattern}`" for name, pattern in evaluation["rules"].items())]
     return [*lines, ""]
 
 

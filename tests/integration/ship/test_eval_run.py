@@ -78,6 +78,9 @@ def test_eval_run_scores_base_tuned_and_every_checkpoint(lora_run, capsys, tmp_p
     assert main(["export", str(lora_run), "--out", str(tmp_path / "exported"), "--adapter"]) == 0
     card = (tmp_path / "exported" / "README.md").read_text()
     assert "## Evaluation" in card and "rule:signoff" in card and "| step-6 |" in card
+    w = result["win_rate"]["tuned"]
+    assert f"{w['win_rate']:.0%} ({w['wins']} wins, {w['ties']} ties, {w['losses']} losses)" in card
+    assert "`greeting` = `^Hi there`" in card
 
 
 def test_eval_refusals(lora_run, toy_model, tmp_path, capsys):
