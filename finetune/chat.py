@@ -37,15 +37,22 @@ def stream_reply(
         streamer=streamer,
         **sampling,
     )
-    worker = Thread(target=lambda: _generate(model, kwargs), daemon=True)
+    failure: list[BaseException] = []
+    worker = Thread(target=_generate, args=(model, kwargs, failure), daemon=True)
     worker.start()
     yield from streamer
     worker.join()
+    if failure:  # raised here, in the reader's thread: a failed generation must not leave chat waiting forever
+        raise failure[0]
 
 
 @torch.no_grad()
-def _generate(model, kwargs: dict) -> None:
-    model.generate(**kwargs)
+def _generate(model, kwargs: dict, failure: list[BaseException]) -> None:
+    try:
+        model.generate(**kwargs)
+    except BaseException as exc:
+        failure.append(exc)
+        kwargs["streamer"].end()  # release the reader
 
 
 def _read_line(source: TextIO, interactive: bool) -> str | None:

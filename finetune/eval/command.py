@@ -30,6 +30,33 @@ class Candidate:
     name: str  # "base", "tuned", "step-120"
     source: str  # what was loaded, for the record
     load: Callable[[], object]
+    step: int | None = None  # the run's step these weights are from, when known
+
+
+def _validation_losses(run: Path) -> dict[int, float]:
+    """{step: val_loss} from the run's metrics.jsonl, so answers and validation loss can be read side by side."""
+    losses: dict[int, float] = {}
+    try:
+        lines = (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return losses
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and row.get("val_loss") is not None and isinstance(row.get("step"), int):
+            losses[row["step"]] = row["val_loss"]
+    return losses
+
+
+def _final_step(run: Path) -> int | None:
+    """The step of the run's final weights: the best checkpoint when the report says so, else the last step."""
+    from finetune.run_folder import read_json
+
+    report = read_json(run / "report.json")
+    step = report.get("best_step") if report.get("final_is_best") else report.get("steps_taken")
+    return step if isinstance(step, int) else None
 
 
 def load_tuned(base: str, tuned: str):
@@ -77,7 +104,8 @@ def _run_candidates(request: EvalRequest) -> tuple[str, str, list[Candidate], Pa
     if request.tuned:
         candidates.append(Candidate("tuned", request.tuned, lambda: load_tuned(base, request.tuned)))
     else:
-        candidates.append(Candidate("tuned", str(final.adapter or final.model), lambda: load_for_generation(final)[0]))
+        tuned_from = str(final.adapter or final.model)
+        candidates.append(Candidate("tuned", tuned_from, lambda: load_for_generation(final)[0], _final_step(run)))
     if request.checkpoints:
         steps = checkpoint_steps(run)
         if not steps:
@@ -85,7 +113,7 @@ def _run_candidates(request: EvalRequest) -> tuple[str, str, list[Candidate], Pa
         for step in steps:
             weights = locate_weights(run, step)
             where = str(weights.adapter or weights.model)
-            candidates.append(Candidate(f"step-{step}", where, lambda w=weights: load_for_generation(w)[0]))
+            candidates.append(Candidate(f"step-{step}", where, lambda w=weights: load_for_generation(w)[0], step))
     return test, final.tokenizer, candidates, Path(request.out or run)
 
 
@@ -120,12 +148,21 @@ def _read_test(path: str, limit: int | None):
     return conversations
 
 
+def _check(request: EvalRequest) -> None:
+    for flag, value, least in (("--limit", request.limit, 1), ("--show", request.show, 0)):
+        if value is not None and value < least:
+            raise UserError(f"{flag} must be at least {least}, got {value}")
+    if request.max_new_tokens < 1:
+        raise UserError(f"--max-new-tokens must be at least 1, got {request.max_new_tokens}")
+
+
 def evaluate(request: EvalRequest) -> tuple[dict, Path | None]:
     """Answer, score and summarize; returns (eval.json's content, the folder to write it to or None)."""
     from finetune.data.tokenize import load_tokenizer
     from finetune.eval.generate import generate_answers, style_rate
     from finetune.run_folder import is_run_folder
 
+    _check(request)
     run_mode = is_run_folder(request.data)
     test, tokenizer_home, candidates, out = (_run_candidates if run_mode else _file_candidates)(request)
     rules = parse_rules(list(request.rules))
@@ -162,10 +199,13 @@ def evaluate(request: EvalRequest) -> tuple[dict, Path | None]:
             "token_f1": scores[primary][i]["token_f1"],
         }
 
+    val_losses = _validation_losses(Path(request.data)) if run_mode else {}
     result = {
         "test_file": str(test),
         "examples": len(rows),
         "models": {c.name: c.source for c in candidates},
+        "steps": {c.name: c.step for c in candidates if c.step is not None},
+        "val_loss": {c.name: val_losses[c.step] for c in candidates if c.step in val_losses},
         "rules": {name: rule.pattern for name, rule in rules.items()},
         "summary": summary,
         "win_rate": {
@@ -200,6 +240,30 @@ def run_eval(request: EvalRequest) -> int:
     return 0
 
 
+def _numbers_table(result: dict):
+    """One row per metric, one column per model: fits a terminal with several checkpoints."""
+    from rich.table import Table
+
+    models = list(result["summary"])
+    metrics = list(next(iter(result["summary"].values())))
+    table = Table(title=f"{result['examples']} held-out conversations ({result['test_file']})")
+    table.add_column("")
+    for name in models:
+        table.add_column(name, justify="right")
+    for metric in metrics:
+        table.add_row(metric, *(f"{result['summary'][name][metric]:.3f}" for name in models))
+    if result["win_rate"]:
+        wins = [result["win_rate"].get(name) for name in models]
+        table.add_row(
+            "rule win rate vs base (w/t/l)",
+            *(f"{w['win_rate']:.0%} ({w['wins']}/{w['ties']}/{w['losses']})" if w else "" for w in wins),
+        )
+    if result["val_loss"]:
+        losses = [result["val_loss"].get(name) for name in models]
+        table.add_row("validation loss", *(f"{loss:.4f}" if loss is not None else "" for loss in losses))
+    return table
+
+
 def _print(result: dict, written: tuple[Path, Path] | None) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -213,20 +277,7 @@ def _print(result: dict, written: tuple[Path, Path] | None) -> None:
         for row in result["rows"]:
             table.add_row(*(str(row[k])[:500] for k in ("prompt", "reference", *models)))
         console.print(table)
-    metrics = list(next(iter(result["summary"].values())))
-    numbers = Table(title=f"{result['examples']} held-out conversations ({result['test_file']})")
-    numbers.add_column("model")
-    for metric in metrics:
-        numbers.add_column(metric, justify="right")
-    if result["win_rate"]:
-        numbers.add_column("rule win rate vs base", justify="right")
-    for name in models:
-        cells = [f"{result['summary'][name][m]:.3f}" for m in metrics]
-        if result["win_rate"]:
-            w = result["win_rate"].get(name)
-            cells.append(f"{w['win_rate']:.0%} ({w['wins']}/{w['ties']}/{w['losses']})" if w else "")
-        numbers.add_row(name, *cells)
-    console.print(numbers)
+    console.print(_numbers_table(result))
     for title, examples in (("best", result["best"]), ("worst", result["worst"])):
         for ex in examples:
             console.print(f"[bold]{title}[/bold] (line {ex['line']}, F1 {ex['token_f1']:.2f}) {ex['prompt'][:200]}")

@@ -25,6 +25,8 @@ def _summary(result: dict) -> str:
     head = "".join(f"<th>{escape(m)}</th>" for m in metrics)
     wins = result.get("win_rate") or {}
     head += "<th>rule win rate vs base (wins/ties/losses)</th>" if wins else ""
+    losses = result.get("val_loss") or {}
+    head += "<th>validation loss at that step</th>" if losses else ""
     rows = []
     for name, numbers in summary.items():
         cells = "".join(f'<td class="num">{_num(numbers[m])}</td>' for m in metrics)
@@ -32,6 +34,8 @@ def _summary(result: dict) -> str:
             w = wins.get(name)
             text = f"{w['win_rate']:.0%} ({w['wins']}/{w['ties']}/{w['losses']})" if w else ""
             cells += f'<td class="num">{text}</td>'
+        if losses:
+            cells += f'<td class="num">{f"{losses[name]:.4f}" if name in losses else ""}</td>'
         source = escape(result["models"].get(name, ""))
         rows.append(f'<tr><th title="{source}">{escape(name)}</th>{cells}</tr>')
     return f"<table><tr><th>model</th>{head}</tr>{''.join(rows)}</table>"

@@ -1,10 +1,15 @@
-"""Answer-quality numbers: per example, then overall; and the team's own rules as regular expressions.
+r"""Answer-quality numbers: per example, then overall; and the team's own rules as regular expressions.
 
 exact_match    the answer equals the reference (case, surrounding and repeated whitespace ignored)
 token_f1       word overlap with the reference (SQuAD's F1): rewards the team's wording, not correctness
 rouge_l        longest common subsequence F-measure (Google's rouge-score package)
 answer_length  words in the answer
 rule:NAME      1 when the answer matches the rule's regular expression (--rule NAME=REGEX)
+
+A rule is searched in the whole answer with `.` matching newlines too: `^` is the answer's start, `$` its
+end. So `greeting=^Hi there` asks for the greeting first, `signoff=Warm regards,\s*Sam$` for the sign-off
+last, and `no_sorry=^(?!.*sorry)` for a phrase nowhere in the answer. `(?i)` ignores case, `(?m)` makes
+`^`/`$` match at every line.
 """
 
 from __future__ import annotations
@@ -59,7 +64,7 @@ def parse_rules(given: list[str]) -> dict[str, re.Pattern]:
         if not sep or not name.strip() or not pattern:
             raise UserError(f"--rule expects NAME=REGEX (e.g. greeting='^Hi there'), got {item!r}")
         try:
-            rules[name.strip()] = re.compile(pattern, re.MULTILINE)
+            rules[name.strip()] = re.compile(pattern, re.DOTALL)
         except re.error as exc:
             raise UserError(f"--rule {name.strip()}: {pattern!r} is not a regular expression: {exc}") from None
     return rules

@@ -81,7 +81,7 @@ def _usage(kind: str, base: str) -> list[str]:
     return ["## How to use it", "", note, "", "```python", *code, "```", ""]
 
 
-def _data(plan: dict) -> list[str]:
+def _data(plan: dict, test_split: dict) -> list[str]:
     rows = [
         ("training conversations", plan.get("conversations")),
         ("training records", plan.get("examples")),
@@ -89,12 +89,20 @@ def _data(plan: dict) -> list[str]:
         ("validation records", plan.get("validation_examples")),
         ("tokens per epoch", plan.get("tokens_in_file")),
         ("tokens processed (billed)", plan.get("tokens_processed")),
+        ("test conversations (held out before training)", test_split.get("conversations")),
     ]
     lines = ["## Training data", "", "| | |", "|---|---|"]
     lines += [f"| {name} | {_number(value)} |" for name, value in rows if value is not None]
     if plan.get("auto", {}).get("val_fraction"):
         lines += ["", f"Validation split: {plan['auto']['val_fraction']}."]
     return [*lines, ""]
+
+
+def _auto_capable(key: str) -> bool:
+    from finetune.config import settings
+
+    names = AUTO_KEYS.get(key, (key,))
+    return any(spec.auto and spec.name in names for spec in settings())
 
 
 def _hyperparameters(plan: dict) -> list[str]:
@@ -105,6 +113,8 @@ def _hyperparameters(plan: dict) -> list[str]:
         if plan.get(key) is None:
             continue
         reason = next((auto[k] for k in AUTO_KEYS.get(key, (key,)) if auto.get(k)), "")
+        if not reason and _auto_capable(key):
+            reason = "set for this run (not chosen by Auto)"
         lines.append(f"| {name} | {_number(plan[key])} | {reason.replace('|', '/')} |")
     return [*lines, ""]
 
@@ -140,9 +150,17 @@ def _evaluation(evaluation: dict) -> list[str]:
         return []
     metrics = sorted({m for numbers in overall.values() for m in numbers})
     lines = ["## Evaluation", "", f"`finetune eval` on {evaluation.get('examples', '?')} held-out conversations", ""]
-    lines += ["| model | " + " | ".join(metrics) + " |", "|---" * (len(metrics) + 1) + "|"]
+    wins = evaluation.get("win_rate") or {}
+    extra = ["rule win rate vs base"] if wins else []
+    lines += ["| model | " + " | ".join(metrics + extra) + " |", "|---" * (len(metrics) + len(extra) + 1) + "|"]
     for model, numbers in overall.items():
-        lines.append(f"| {model} | " + " | ".join(_number(numbers.get(m, "")) for m in metrics) + " |")
+        cells = [_number(numbers.get(m, "")) for m in metrics]
+        if wins:
+            w = wins.get(model)
+            cells.append(f"{w['win_rate']:.0%} ({w['wins']} wins, {w['ties']} ties, {w['losses']} losses)" if w else "")
+        lines.append(f"| {model} | " + " | ".join(cells) + " |")
+    if evaluation.get("rules"):
+        lines += ["", "Rules: " + ", ".join(f"`{name}` = `{pattern}`" for name, pattern in evaluation["rules"].items())]
     return [*lines, ""]
 
 
@@ -151,6 +169,7 @@ def model_card(weights: RunWeights, kind: str) -> str:
     plan = read_json(weights.run / "plan.json")
     report = read_json(weights.run / "report.json")
     evaluation = read_json(weights.run / "eval.json")
+    test_split = read_json(weights.run / "test_split.json")
     method = plan.get("method") or ("lora" if weights.is_lora else "full")
     how = {
         "merged": "a LoRA adapter merged into the base weights",
@@ -172,7 +191,9 @@ def model_card(weights: RunWeights, kind: str) -> str:
         f"| export | {kind} |",
         "",
     ]
-    lines += _usage(kind, weights.base) + _data(plan) + _hyperparameters(plan) + _results(report, weights.step)
+    lines += (
+        _usage(kind, weights.base) + _data(plan, test_split) + _hyperparameters(plan) + _results(report, weights.step)
+    )
     lines += _evaluation(evaluation)
     lines += [
         "## Limits",

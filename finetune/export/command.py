@@ -15,7 +15,7 @@ from pathlib import Path
 
 from finetune.errors import UserError
 from finetune.export.card import model_card
-from finetune.export.write import base_dtype, copy_into_place, write_adapter, write_model
+from finetune.export.write import copy_into_place, saved_dtype, share_like_other_files, write_adapter, write_model
 from finetune.run_folder import locate_weights
 
 
@@ -43,23 +43,29 @@ def run_export(
 
         check_gguf_supported(weights.base)  # before any work: say plainly when it cannot be done
 
-    dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.partial")
     shutil.rmtree(tmp, ignore_errors=True)
+    try:  # before loading any weights: a folder that cannot be written is said at once
+        tmp.mkdir(parents=True)
+    except OSError as exc:
+        raise UserError(f"cannot create {dest}: {exc.strerror or exc}") from None
     try:
         if kind == "adapter":
             write_adapter(weights, tmp, dtype)
         else:
-            chosen = dtype or base_dtype(weights.base)
+            chosen = dtype or saved_dtype(weights.base if weights.is_lora else str(weights.model))
             write_model(weights, tmp, chosen)
             if gguf:
                 from finetune.export.gguf import write_gguf
 
                 write_gguf(tmp, tmp / "model.gguf")
         (tmp / "README.md").write_text(model_card(weights, kind), encoding="utf-8")
+        share_like_other_files(tmp)
         copy_into_place(tmp, dest)
     except FileExistsError:
         raise UserError(f"{dest} appeared while exporting; nothing was overwritten") from None
+    except OSError as exc:  # a full disk, a folder gone read-only: nothing is left under --out
+        raise UserError(f"could not write the export to {dest}: {exc.strerror or exc}") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     what = {"adapter": "adapter", "merged": "merged model", "full": "model"}[kind]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -14,9 +15,21 @@ from finetune.run_folder import RunWeights, load_for_generation, read_json
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def base_dtype(base: str) -> str:
-    """The dtype the base model was saved in (exports keep it unless told otherwise), float32 if unknown."""
-    config = read_json(Path(base) / "config.json")
+def saved_dtype(model: str) -> str:
+    """The dtype a model folder (or a hub id, from the local cache) was saved in; float32 if unknown.
+
+    Exports keep it unless told otherwise: a merged model in its base's dtype, a full run's model as it is.
+    """
+    config_file = Path(model) / "config.json"
+    if not config_file.exists():
+        from huggingface_hub import try_to_load_from_cache  # no network: the run's base is in the cache
+
+        try:
+            cached = try_to_load_from_cache(model, "config.json")
+        except ValueError:  # not a hub id either
+            cached = None
+        config_file = Path(cached) if isinstance(cached, str) else config_file
+    config = read_json(config_file)
     saved = str(config.get("dtype") or config.get("torch_dtype") or "float32")
     return saved if saved in DTYPES else "float32"
 
@@ -47,7 +60,7 @@ def write_adapter(weights: RunWeights, dest: Path, dtype: str | None) -> None:
     from finetune.data.tokenize import load_tokenizer
 
     assert weights.adapter is not None
-    dest.mkdir(parents=True)
+    dest.mkdir(parents=True, exist_ok=True)
     config = read_json(weights.adapter / "adapter_config.json")
     config["base_model_name_or_path"] = weights.base
     (dest / "adapter_config.json").write_text(json.dumps(config, indent=2))
@@ -56,6 +69,19 @@ def write_adapter(weights: RunWeights, dest: Path, dtype: str | None) -> None:
         tensors = {name: t.to(DTYPES[dtype]) for name, t in tensors.items()}
     save_file(tensors, dest / "adapter_model.safetensors", metadata={"format": "pt"})
     load_tokenizer(weights.tokenizer).save_pretrained(dest)
+
+
+def share_like_other_files(folder: Path) -> None:
+    """Give every file the permissions the user's umask gives new files.
+
+    safetensors writes through a private temporary file (mode 0600): left so, a teammate or a serving
+    container running as another user could read the model card but not the weights.
+    """
+    mask = os.umask(0)
+    os.umask(mask)
+    for path in folder.rglob("*"):
+        if path.is_file():
+            path.chmod(0o666 & ~mask)
 
 
 def copy_into_place(tmp: Path, out: Path) -> None:

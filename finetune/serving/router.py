@@ -12,6 +12,7 @@ yields the caller's tenant (the job service's auth); without one, the tenant is 
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -26,6 +27,7 @@ from finetune.errors import UserError
 from finetune.serving.engine import Completion, Engine, GenerationParams, ModelLocation
 
 Resolver = Callable[[str, Any], ModelLocation | None]
+log = logging.getLogger("finetune.serving")
 
 
 class ModelNotFound(LookupError):
@@ -174,6 +176,9 @@ def chat_completions_router(
             done = await run_in_threadpool(engine.complete, location, messages, params)
         except UserError as exc:
             return openai_error(500, str(exc), "server_error")
+        except Exception as exc:  # the SDK reads OpenAI's envelope; the traceback goes to the server's log
+            log.exception("chat completion for %s failed", body.model)
+            return openai_error(500, f"generation failed: {type(exc).__name__}: {exc}", "server_error")
         return JSONResponse(_completion_body(request_id, created, body.model, done))
 
     return router

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
+import pytest
 import torch
 
-from finetune.chat import stream_reply
+from finetune.chat import chat_loop, stream_reply
 from finetune.cli import main
-from finetune.prompting import prompt_ids, stop_ids
+from finetune.prompting import end_of_turn_id, prompt_ids, stop_ids
 from finetune.run_folder import load_for_generation, locate_weights
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 def _greedy(model, tokenizer, messages: list[dict]) -> str:
@@ -61,3 +65,67 @@ def test_chat_with_a_checkpoint_and_a_missing_one(lora_run, monkeypatch, capsys)
     assert "assistant> " in capsys.readouterr().out
     assert main(["chat", str(lora_run), "--checkpoint", "4"]) == 1
     assert "no checkpoint at step 4" in capsys.readouterr().err
+
+
+class _Recorder:
+    """Stands in for the model: answers each turn with the team's reply from the file, keeps the prompts it got."""
+
+    device = torch.device("cpu")
+
+    def __init__(self, tokenizer, replies: list[str]):
+        self.tokenizer, self.replies, self.prompts = tokenizer, list(replies), []
+
+    def generate(self, input_ids, streamer, **kwargs):
+        self.prompts.append(input_ids[0].tolist())
+        reply = self.tokenizer(self.replies.pop(0), add_special_tokens=False)["input_ids"]
+        streamer.put(input_ids[0])  # the prompt, which the streamer skips
+        streamer.put(torch.tensor(reply + [end_of_turn_id(self.tokenizer)]))
+        streamer.end()
+
+
+def test_chat_prompts_are_the_training_tokens(lora_run):
+    """Every prompt chat sends is token for token the start of the record training built from that conversation."""
+    from finetune.data.read import read_file
+    from finetune.data.records import build_records
+    from finetune.data.tokenize import ChatTokenizer
+
+    _, tokenizer = load_for_generation(locate_weights(lora_run))
+    conversations = read_file(str(EXAMPLES / "train.jsonl")).conversations
+    multi_turn = [c for c in conversations if sum(m.role == "assistant" for m in c.messages) > 1][:5]
+    assert multi_turn
+    for conversation in multi_turn:
+        messages = conversation.messages
+        system = messages[0].content if messages[0].role == "system" else None
+        users = [m.content for m in messages if m.role == "user"]
+        replies = [m.content for m in messages if m.role == "assistant"]
+        model = _Recorder(tokenizer, replies)
+        chat_loop(model, tokenizer, system, 16, source=io.StringIO("\n".join(users) + "\n"), sink=io.StringIO())
+
+        record = build_records(conversation, 0, "all")[0]
+        trained = ChatTokenizer(tokenizer).tokenize(record, 100_000, "left").record.input_ids
+        assert len(model.prompts) == len(replies)
+        for prompt in model.prompts:
+            assert trained[: len(prompt)] == prompt
+        assert model.prompts[-1] != model.prompts[0]  # later turns carry the earlier ones
+
+
+def test_bad_runs_are_named(tmp_path, capsys):
+    assert main(["chat", str(tmp_path / "nowhere")]) == 1
+    assert "nowhere is not a folder" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert main(["chat", str(tmp_path / "empty")]) == 1
+    err = capsys.readouterr().err
+    assert "holds no adapter/ or model/" in err and "Traceback" not in err
+
+
+def test_a_failing_generation_is_raised_not_waited_on(lora_run):
+    class Broken:
+        device = torch.device("cpu")
+
+        def generate(self, **kwargs):
+            raise RuntimeError("out of memory")
+
+    _, tokenizer = load_for_generation(locate_weights(lora_run))
+    pieces = stream_reply(Broken(), tokenizer, [{"role": "user", "content": "Hello"}], max_new_tokens=4)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        list(pieces)

@@ -50,7 +50,7 @@ def test_eval_run_scores_base_tuned_and_every_checkpoint(lora_run, capsys, tmp_p
         numbers = result["summary"][name]
         assert set(numbers) == {"exact_match", "token_f1", "rouge_l", "answer_length", "rule:greeting", "rule:signoff"}
         answers = [row[name] for row in result["rows"]]
-        assert numbers["rule:signoff"] == sum(bool(re.search("Warm regards", a, re.M)) for a in answers) / 5
+        assert numbers["rule:signoff"] == sum(bool(re.search("Warm regards", a, re.S)) for a in answers) / 5
         assert numbers["answer_length"] == sum(len(a.split()) for a in answers) / 5
     for name in ("tuned", "step-3", "step-6"):
         w = result["win_rate"][name]
@@ -67,10 +67,20 @@ def test_eval_run_scores_base_tuned_and_every_checkpoint(lora_run, capsys, tmp_p
     best = json.loads((lora_run / "report.json").read_text())["best_step"]
     assert [row["tuned"] for row in result["rows"]] == [row[f"step-{best}"] for row in result["rows"]]
 
+    # each checkpoint's validation loss beside its answers, read from metrics.jsonl
+    logged = [json.loads(line) for line in (lora_run / "metrics.jsonl").read_text().splitlines()]
+    val = {row["step"]: row["val_loss"] for row in logged if "val_loss" in row}
+    assert result["steps"] == {"tuned": best, "step-3": 3, "step-6": 6}
+    assert result["val_loss"] == {"tuned": val[best], "step-3": val[3], "step-6": val[6]}
+    assert f"{val[3]:.4f}" in html and f"{val[3]:.4f}" in printed
+
     # the model card of a later export carries the eval summary
     assert main(["export", str(lora_run), "--out", str(tmp_path / "exported"), "--adapter"]) == 0
     card = (tmp_path / "exported" / "README.md").read_text()
     assert "## Evaluation" in card and "rule:signoff" in card and "| step-6 |" in card
+    w = result["win_rate"]["tuned"]
+    assert f"{w['win_rate']:.0%} ({w['wins']} wins, {w['ties']} ties, {w['losses']} losses)" in card
+    assert "`greeting` = `^Hi there`" in card
 
 
 def test_eval_refusals(lora_run, toy_model, tmp_path, capsys):
@@ -80,3 +90,28 @@ def test_eval_refusals(lora_run, toy_model, tmp_path, capsys):
     assert "--model" in capsys.readouterr().err
     assert main(["eval", str(lora_run), "--test", str(tmp_path / "missing.jsonl")]) == 1
     assert "missing.jsonl" in capsys.readouterr().err
+    for flag, value in (("--limit", "0"), ("--show", "-1"), ("--max-new-tokens", "0")):
+        assert main(["eval", str(lora_run), flag, value]) == 1
+        assert f"{flag} must be at least" in capsys.readouterr().err
+    assert main(["eval", str(lora_run), "--rule", "no-equals-sign"]) == 1
+    assert "NAME=REGEX" in capsys.readouterr().err
+    assert main(["eval", str(lora_run), "--rule", "bad=("]) == 1
+    assert "not a regular expression" in capsys.readouterr().err
+
+
+def test_rules_read_the_whole_answer():
+    from finetune.eval.metrics import parse_rules, score
+
+    rules = parse_rules(["greeting=^Hi there", r"signoff=Warm regards,\s*Sam$", "no_sorry=^(?!.*(?i:sorry))"])
+    good = "Hi there, thanks!\n\nIt ships today.\n\nWarm regards,\nSam"
+    late_greeting = "Thanks.\nHi there, it ships today.\nWarm regards,\nSam"
+    apology = "Hi there!\nIt is late.\nSorry about that.\nWarm regards,\nSam"
+    unsigned = "Hi there!\nWarm regards,\nSam\nP.S. it ships today"
+
+    def passed(answer: str) -> dict[str, float]:
+        return {name: score(answer, "ref", rules)[f"rule:{name}"] for name in rules}
+
+    assert passed(good) == {"greeting": 1.0, "signoff": 1.0, "no_sorry": 1.0}
+    assert passed(late_greeting)["greeting"] == 0.0  # the greeting comes first or not at all
+    assert passed(apology)["no_sorry"] == 0.0  # a forbidden phrase on any line, any case
+    assert passed(unsigned)["signoff"] == 0.0  # the sign-off ends the answer

@@ -101,6 +101,11 @@ def test_model_card_is_real(lora_run, tmp_path):
     assert f"| best step | {report['best_step']} |" in card
     assert report["diagnosis"]["message"] in card
     assert f"| training conversations | {plan['conversations']:,} |" in card
+    held_out = json.loads((lora_run / "test_split.json").read_text())["conversations"]
+    assert f"| test conversations (held out before training) | {held_out} |" in card
+    # the fixture gives --lr and --batch-size: the card says they were set, not chosen by Auto
+    assert f"| peak learning rate | {plan['learning_rate']:.4g} | set for this run (not chosen by Auto) |" in card
+    assert f"| epochs | {plan['epochs']} | set for this run (not chosen by Auto) |" in card
     config = json.loads((out / "config.json").read_text())
     assert config["dtype"] == "bfloat16"
 
@@ -137,6 +142,39 @@ def test_checkpoint_export_and_refusals(lora_run, tmp_path, capsys):
     step3 = tmp_path / "step3"
     assert main(["export", str(lora_run), "--out", str(step3), "--checkpoint", "3", "--adapter"]) == 0
     assert "checkpoint of step 3" in (step3 / "README.md").read_text()
+
+
+def test_an_unwritable_out_is_said_plainly(lora_run, tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    assert main(["export", str(lora_run), "--out", str(blocker / "exported")]) == 1
+    err = capsys.readouterr().err
+    assert "cannot create" in err and str(blocker / "exported") in err and "Traceback" not in err
+    assert blocker.read_text() == "not a folder"
+
+
+def test_exported_files_are_readable_like_any_new_file(lora_run, tmp_path):
+    """safetensors writes 0600 files; an export is meant to be shared (teammates, a serving container)."""
+    previous = os.umask(0o022)
+    try:
+        assert main(["export", str(lora_run), "--out", str(tmp_path / "shared")]) == 0
+    finally:
+        os.umask(previous)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "shared").iterdir()}
+    assert modes["model.safetensors"] == 0o644 and set(modes.values()) == {0o644}, modes
+
+
+def test_export_keeps_the_saved_dtype_unless_told(tmp_path):
+    from finetune.export.write import saved_dtype
+
+    folder = tmp_path / "bf16"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"dtype": "bfloat16"}))
+    assert saved_dtype(str(folder)) == "bfloat16"
+    (folder / "config.json").write_text(json.dumps({"torch_dtype": "float16"}))  # older transformers' key
+    assert saved_dtype(str(folder)) == "float16"
+    assert saved_dtype("nobody/not-in-the-cache") == "float32"
+    assert saved_dtype(str(tmp_path / "missing")) == "float32"
 
 
 def test_gguf_says_plainly_what_it_cannot_do(lora_run, tmp_path, capsys):

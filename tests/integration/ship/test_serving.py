@@ -163,3 +163,51 @@ def test_engine_shares_the_base_and_evicts_the_least_recently_used(locations):
     again = engine.complete(locations["tuned"], QUESTION, GenerationParams(temperature=0, max_tokens=6)).text
     fresh = Engine().complete(locations["tuned"], QUESTION, GenerationParams(temperature=0, max_tokens=6)).text
     assert again == fresh
+
+
+def test_raw_stream_is_openai_server_sent_events(client):
+    """What the SDK hides: each event a `data: ` line of a chat.completion.chunk, the last one `data: [DONE]`."""
+    import json
+    import urllib.request
+
+    acme, _ = client
+    body = {"model": "ft:toy:acme", "messages": QUESTION, "max_tokens": 6, "temperature": 0, "stream": True}
+    request = urllib.request.Request(
+        f"{acme.base_url}chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Authorization": "Bearer acme", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        assert response.status == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        events = [line.decode().rstrip("\n") for line in response if line.strip()]
+    assert all(line.startswith("data: ") for line in events) and events[-1] == "data: [DONE]"
+    chunks = [json.loads(line.removeprefix("data: ")) for line in events[:-1]]
+    assert {c["object"] for c in chunks} == {"chat.completion.chunk"} and len({c["id"] for c in chunks}) == 1
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert chunks[-1]["choices"][0]["finish_reason"] in ("stop", "length")
+    assert all(c["choices"][0]["finish_reason"] is None for c in chunks[:-1])
+
+
+def test_a_failed_generation_is_an_openai_error(locations):
+    import openai
+    from fastapi import FastAPI
+    from openai import OpenAI
+
+    class Failing(Engine):
+        def complete(self, location, messages, params):
+            raise RuntimeError("CUDA out of memory")
+
+        def stream(self, location, messages, params):
+            raise RuntimeError("CUDA out of memory")
+            yield  # a generator, like Engine.stream
+
+    app = FastAPI()
+    app.include_router(chat_completions_router(lambda name, caller: locations["base"], Failing()))
+    with serving(app) as url:
+        client = OpenAI(base_url=f"{url}/v1", api_key="any", max_retries=0)
+        with pytest.raises(openai.InternalServerError) as caught:
+            client.chat.completions.create(model="toy", messages=QUESTION, max_tokens=2)
+        assert caught.value.body["type"] == "server_error" and "CUDA out of memory" in caught.value.body["message"]
+        with pytest.raises(openai.APIError, match="CUDA out of memory"):
+            list(client.chat.completions.create(model="toy", messages=QUESTION, max_tokens=2, stream=True))
