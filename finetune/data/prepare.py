@@ -214,7 +214,7 @@ def _combine(
     _write_npy(folder / "weights.npy", all_results, "weights", np.float32)
     np.savez(folder / "records.npz", **{name: np.concatenate(values) for name, values in parts.items()})
     dropped.sort(key=lambda row: row[0])  # training side first, file order within each side
-    meta.update(train_records_built=built_train, dropped=dropped, end_of_turn_id=end_of_turn_id)
+    meta.update(train_records_built=built_train, dropped=dropped, end_of_turn_id=end_of_turn_id, skipped=[])
     return meta
 
 
@@ -280,7 +280,7 @@ def _prepared(data: TokenizedData, config: RunConfig) -> PreparedData:
         counted_with_tokenizer=True,
         target_tokens=train.total_targets,
         context_tokens=train.total_tokens - train.total_targets,
-        skipped_lines=len(meta.get("skipped", [])),
+        skipped_lines=len(meta["skipped"]),
         max_record_tokens=int(ordered[-1]),
         p50_record_tokens=_percentile(ordered, 0.5),
         p95_record_tokens=_percentile(ordered, 0.95),
@@ -292,7 +292,18 @@ def _prepared(data: TokenizedData, config: RunConfig) -> PreparedData:
         val_fraction=fraction,
         val_fraction_reason=reason,
     )
-    return PreparedData(train, val, summary, eot, skipped=list(meta.get("skipped", [])))
+    return PreparedData(train, val, summary, eot, skipped=_named_skipped(meta["skipped"], config))
+
+
+def _stored_skipped(skipped: list[dict], source: str) -> list[dict]:
+    """Skipped lines as the cache keeps them: by the setting that named their file ("data" or "val_file"),
+    since the entry is keyed by the file's bytes and a renamed file reads the same entry."""
+    return [{"source": source, **{k: v for k, v in entry.items() if k != "file"}} for entry in skipped]
+
+
+def _named_skipped(stored: list[dict], config: RunConfig) -> list[dict]:
+    """The skipped lines of the cache entry with the file names of this run, in OUT/skipped.jsonl's shape."""
+    return [{"file": getattr(config, e["source"]), **{k: v for k, v in e.items() if k != "source"}} for e in stored]
 
 
 # ----------------------------------------------------------------------------- the entry points
@@ -385,10 +396,11 @@ def prepare_data(config: RunConfig, tokenizer=None, workers: int | None = None) 
     workers = workers or default_workers()
     try:
         train, skipped = _tokenize_file(config.data, chunks, chat, config, folder, workers)
+        skipped = _stored_skipped(skipped, "data")
         val = None
         if config.val_file:
             val, val_skipped = _tokenize_file(config.val_file, val_chunks, chat, config, folder, workers)
-            skipped += val_skipped
+            skipped += _stored_skipped(val_skipped, "val_file")
         meta = _combine(folder, train, val, config, chat.end_of_turn_id)
         meta["skipped"] = skipped
         stored = cache.store_entry(root, key, folder, meta) if tmp is not None else None

@@ -72,3 +72,10 @@ def test_val_file_that_loses_every_conversation_warns_validation_is_off(tmp_path
     assert result.returncode == 0, result.stderr
     (warning,) = [w for w in json.loads(result.stdout)["warnings"] if w["code"] == "val_file_emptied"]
     assert warning["message"].startswith("validation is off: its ")
+
+
+def test_a_run_that_fails_at_the_start_leaves_no_out_folder_behind(tmp_path):
+    """--out is probed by creating it; a run refused afterwards (here: no such model) removes what the probe made."""
+    out = tmp_path / "new" / "deeper" / "run"
+    assert_clean_failure(_train(out, model=str(tmp_path / "no-model")), "no such folder")
+    assert not (tmp_path / "new").exists()

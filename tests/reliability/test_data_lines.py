@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -54,3 +55,4 @@ def test_messages_read_as_english():
         assert wrong not in text, text
     for right in ('"messages" is an object', "is an array", "is an object, not a string", "after an assistant"):
         assert right in text, text
+    assert not re.search(r"\b(\w+) \1\b", text), text  # no doubled word

@@ -3,7 +3,9 @@ when already finished, resumed with changed settings. Each ends in a run that co
 
 from __future__ import annotations
 
+import errno
 import json
+import math
 import shutil
 import signal
 
@@ -11,7 +13,9 @@ import pytest
 from reliability_helpers import assert_clean_failure, cli, run_cli, train_command, train_in_process, weights_finite
 
 from finetune.errors import UserError
-from finetune.train.checkpoint import list_checkpoints
+from finetune.train.checkpoint import DiskFull, list_checkpoints
+from finetune.train.objective import TokenNormalisedSFT
+from finetune.train.recipe import TrainingDiverged
 
 KILL_AT_FIRST_SAVE = """
 import os, signal
@@ -126,3 +130,50 @@ def test_resume_with_other_data_of_the_same_length_is_refused(toy_model, finishe
 
 def test_checkpoints_of_a_run_are_finite(finished):
     assert all(weights_finite(folder) for folder in list_checkpoints(finished))
+
+
+class _NanAtFirstStep(TokenNormalisedSFT):
+    """A loss that is NaN on the first training micro-batch: the run dies before its first checkpoint."""
+
+    def loss(self, model, batch):
+        loss_sum, metrics = super().loss(model, batch)
+        return (loss_sum * math.nan if model.training else loss_sum), metrics
+
+
+def _rerun_then_resume_from_step_0(toy_model, out) -> None:
+    """What a crash before the first checkpoint must leave: a folder a plain rerun points at --resume for, and
+    that --resume accepts, starting from step 0 and saying so."""
+    assert list_checkpoints(out) == []
+    plain = cli(*train_command(toy_model, out)[3:])
+    assert_clean_failure(plain, "pass --resume to continue it")
+    lines: list[str] = []
+    report = train_in_process(toy_model, out, resume=True, show=lines.append)
+    assert any("holds no checkpoint yet; starting from step 0" in line for line in lines), lines
+    assert report["steps_taken"] == 3
+    assert [json.loads(row)["step"] for row in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
+
+
+def test_nan_at_step_1_then_resume_starts_from_step_0(toy_model, tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(TrainingDiverged, match="at step 1; the step was not saved and no checkpoint was saved yet"):
+        train_in_process(toy_model, out, objective=_NanAtFirstStep())
+    _rerun_then_resume_from_step_0(toy_model, out)
+
+
+def test_full_disk_at_the_first_save_then_resume_starts_from_step_0(toy_model, tmp_path, monkeypatch):
+    from finetune.train import checkpoint
+
+    def full(tmp, *args):
+        (tmp / "adapter_model.safetensors").write_bytes(bytes(1000))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    out = tmp_path / "run"
+    monkeypatch.setattr(checkpoint, "_write_checkpoint_files", full)
+    with pytest.raises(DiskFull) as caught:
+        train_in_process(toy_model, out)
+    assert str(caught.value).startswith(
+        f"disk full while saving step 1 to {out / 'checkpoints'}; no checkpoint was saved yet"
+    )
+    assert not list((out / "checkpoints").glob("*.tmp"))
+    monkeypatch.undo()
+    _rerun_then_resume_from_step_0(toy_model, out)
