@@ -335,6 +335,9 @@ def _add_service_parsers(sub) -> None:
                    help="a base model jobs may name (repeatable)")  # fmt: skip
     p.add_argument("--max-upload-bytes", type=int, default=None, help="largest upload accepted (default 512 MiB)")
     p.add_argument("--price-per-million-tokens", type=float, default=None, help="cost shown by GET /v1/usage")
+    p.add_argument(
+        "--max-models", type=int, default=None, help="models chat completions keep in memory (default 4; LRU evicted)"
+    )
     lease_flags(p)
     p.set_defaults(func=cmd_serve)
 

@@ -25,6 +25,8 @@ from finetune.errors import UserError
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 MARKER = ".finetune-demo"  # a folder with this file was made by the demo and may be replaced by it
 SHOWN_PROMPTS = 3
+# room for the longest held-out reply (about 110 tokens with the base's tokenizer) and its sign-off; answers stop at end of turn
+MAX_NEW_TOKENS = 192
 
 
 def _prepare_out(out: Path) -> None:
@@ -54,7 +56,7 @@ def _answers(model_dir: Path, adapter_or_model: Path | None, prompts):
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = load_model(str(adapter_or_model or model_dir))
-    return generate_answers(model, tokenizer, prompts, max_new_tokens=100)
+    return generate_answers(model, tokenizer, prompts, max_new_tokens=MAX_NEW_TOKENS)
 
 
 def run_demo(out: str = "runs/demo", base: str | None = None) -> int:

@@ -39,5 +39,5 @@ def create_app(settings: ServiceSettings, store: Store | None = None) -> FastAPI
     mount_dashboard(app)
     from finetune.serving.service import mount_chat_completions  # serving (issue 14): POST /v1/chat/completions
 
-    mount_chat_completions(app, store, settings, tenant=current_tenant)
+    mount_chat_completions(app, store, settings, tenant=current_tenant, max_models=settings.max_models)
     return app

@@ -19,7 +19,7 @@ def settings_from(args) -> ServiceSettings:
     from finetune.service.settings import parse_models
 
     values = {"data_dir": args.data_dir, "database": args.database or os.environ.get(DATABASE_ENV) or None}
-    for name in ("lease_seconds", "heartbeat_seconds", "max_upload_bytes", "price_per_million_tokens"):
+    for name in ("lease_seconds", "heartbeat_seconds", "max_upload_bytes", "price_per_million_tokens", "max_models"):
         if getattr(args, name, None) is not None:
             values[name] = getattr(args, name)
     values["models"] = parse_models(getattr(args, "model", None))

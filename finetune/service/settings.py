@@ -23,10 +23,16 @@ class ServiceSettings:
     """A worker that has not renewed its lease for this long is presumed dead; its job goes to another."""
     heartbeat_seconds: float = 2.0
     max_deaths_at_step: int = 3
+    max_models: int = 4
+    """Models (a base, or an adapter on it) that chat completions keep in memory; the least recently used goes."""
     """A job whose trainer dies this many times at the same step fails instead of resuming again."""
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
+        if self.max_models < 1:
+            from finetune.errors import UserError
+
+            raise UserError(f"--max-models must be at least 1, got {self.max_models}")
 
     @property
     def database_url(self) -> str:

@@ -73,6 +73,7 @@ def list_checkpoints(out: Path) -> list[Path]:
 def _save_weights(model, folder: Path, is_lora: bool, weights: dict | None = None) -> None:
     if is_lora:
         model.save_pretrained(folder)  # PEFT: adapter_model.safetensors + adapter_config.json
+        (folder / "README.md").unlink(missing_ok=True)  # PEFT's empty model-card template, not ours
     else:
         model.save_pretrained(folder, safe_serialization=True, state_dict=weights)  # weights: gathered from FSDP
 

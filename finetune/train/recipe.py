@@ -255,6 +255,7 @@ def _train(
     # ---- export and report
     final, is_best = export_final(model, tokenizer, out, result, plan)
     report = write_run_report(out, plan, result, final, is_best)
+    write_model_card(out, final, plan)
     return TrainResult(out, plan, report, final, result)
 
 
@@ -608,6 +609,15 @@ def export_final(model, tokenizer, out: Path, result: LoopResult, plan: Plan) ->
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     return final, use_best
+
+
+def write_model_card(out: Path, final: Path, plan: Plan) -> None:
+    """final/README.md: the run's model card (as `finetune export` writes it), in place of PEFT's empty template."""
+    from finetune.export.card import model_card
+    from finetune.run_folder import locate_weights
+
+    card = model_card(locate_weights(out), "adapter" if plan.method == "lora" else "full")
+    (final / "README.md").write_text(card, encoding="utf-8")
 
 
 def write_run_report(out: Path, plan: Plan, result: LoopResult, final: Path, is_best: bool) -> dict:

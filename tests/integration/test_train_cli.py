@@ -36,6 +36,9 @@ def test_lora_run_writes_every_output(lora_run):
     assert report["diagnosis"]["kind"] and report["diagnosis"]["next_step"]
     assert report["final_is_best"] is True and report["best_step"] is not None
     assert any("val_loss" in row for row in rows)
+    card = (lora_run / "adapter" / "README.md").read_text()  # the run's own model card, not PEFT's template
+    assert "[More Information Needed]" not in card and "| method | lora |" in card
+    assert not any((step / "README.md").exists() for step in (lora_run / "checkpoints").iterdir())
 
 
 def test_adapter_loads_with_peft_and_changes_the_output(lora_run, toy_model):

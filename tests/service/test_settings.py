@@ -1,0 +1,23 @@
+"""`finetune serve` flags reach the service: --max-models sizes the chat-completions engine."""
+
+from __future__ import annotations
+
+import pytest
+
+from finetune.cli import build_parser
+from finetune.errors import UserError
+from finetune.service.app import create_app
+from finetune.service.commands import settings_from
+
+
+def test_max_models_reaches_the_engine(tmp_path):
+    args = build_parser().parse_args(["serve", "--data-dir", str(tmp_path), "--max-models", "2"])
+    app = create_app(settings_from(args))
+    assert app.state.engine.max_models == 2
+
+
+def test_max_models_defaults_to_four_and_refuses_zero(tmp_path):
+    args = build_parser().parse_args(["serve", "--data-dir", str(tmp_path)])
+    assert settings_from(args).max_models == 4
+    with pytest.raises(UserError, match="--max-models must be at least 1"):
+        settings_from(build_parser().parse_args(["serve", "--data-dir", str(tmp_path), "--max-models", "0"]))
