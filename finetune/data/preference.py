@@ -21,9 +21,11 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from finetune.data.formats.lines import with_article
+from finetune.data.formats.conversation import finish_conversation
+from finetune.data.formats.lines import Line, json_type
+from finetune.data.formats.openai import check_message, check_tools
 from finetune.data.split import auto_val_fraction, split_conversations
-from finetune.data.types import ROLES, Conversation, DataSummary, Message, Problem, Record, TokenizedRecord
+from finetune.data.types import Conversation, DataSummary, Message, Problem, Record, TokenizedRecord
 from finetune.errors import UserError
 
 OPENAI = "openai_preference"
@@ -54,6 +56,7 @@ MULTIPLE_OUTPUT_MESSAGES = "more_than_one_output_message"
 OUTPUT_NOT_ASSISTANT = "output_not_assistant"
 IDENTICAL_OUTPUTS = "identical_chosen_and_rejected"
 DUPLICATE_PAIR = "duplicate_pair"  # a warning
+REPLY_FOLLOWS = ("user", "tool")  # the roles an assistant reply answers
 
 
 @dataclass(frozen=True)
@@ -61,8 +64,8 @@ class PreferencePair:
     """One validated line: the prompt messages and the two answers to it."""
 
     prompt: tuple[Message, ...]
-    chosen: str
-    rejected: str
+    chosen: Message  # one assistant message: text, and any tool calls it makes
+    rejected: Message
     line: int
     tools: tuple[dict, ...] = ()  # OpenAI `input.tools`: rendered into the prompt as context, never scored
 
@@ -70,9 +73,8 @@ class PreferencePair:
         """The prompt as a Conversation: its key groups the pairs of one prompt (split, duplicates)."""
         return Conversation(self.prompt, self.line, tools=self.tools)
 
-    def record(self, answer: str, index: int) -> Record:
-        messages = (*self.prompt, Message("assistant", answer))
-        return Record(messages, (len(self.prompt),), index, self.line, self.tools)
+    def record(self, answer: Message, index: int) -> Record:
+        return Record((*self.prompt, answer), (len(self.prompt),), index, self.line, self.tools)
 
 
 @dataclass
@@ -141,19 +143,16 @@ class _LineProblems(list):
 
 
 def _messages(value: object, what: str, problems: _LineProblems) -> list[Message] | None:
-    """A text (one user/assistant message decided by the caller) or a list of {role, content} messages."""
+    """A list of OpenAI chat messages, read by the supervised reader (text parts, `name`, tool calls and results)."""
     if not isinstance(value, list):
-        problems.add(BAD_MESSAGE, f"{what} must be a list of messages or a text, got {type(value).__name__}")
+        problems.add(BAD_MESSAGE, f"{what} must be a list of messages or a text, got {json_type(value)}")
         return None
-    messages = []
-    for i, m in enumerate(value, 1):
-        if not isinstance(m, dict) or not isinstance(m.get("content"), str) or m.get("role") not in ROLES:
-            problems.add(
-                BAD_MESSAGE,
-                f"{what} message {i} must be an object with a role ({', '.join(ROLES)}) and a text content",
-            )
-            return None
-        messages.append(Message(m["role"], m["content"]))
+    line = Line(problems.number)
+    messages = [check_message(i, item, line) for i, item in enumerate(value, 1)]
+    for problem in line.errors:  # one stable code for a malformed message; the text says what is wrong
+        problems.add(BAD_MESSAGE, f"{what}: {problem.message}")
+    if line.errors or any(m is None for m in messages):
+        return None
     return messages
 
 
@@ -161,22 +160,22 @@ def _prompt(value: object, problems: _LineProblems) -> tuple[Message, ...] | Non
     messages = [Message("user", value)] if isinstance(value, str) else _messages(value, "the prompt", problems)
     if messages is None:
         return None
-    if not messages or not any(m.content.strip() for m in messages):
+    if not messages or not any(m.content.strip() or m.tool_calls for m in messages):
         problems.add(EMPTY_PROMPT, "the prompt is empty: there is nothing for the answers to reply to")
         return None
-    if messages[-1].role == "assistant":
+    if messages[-1].role not in REPLY_FOLLOWS:
         problems.add(
             PROMPT_NOT_OPEN,
-            "the prompt ends with an assistant message, so it does not end where a reply should start: "
-            "end it with a user message (the answers are the reply to it)",
+            f"the prompt ends with a message of role {messages[-1].role}, so it does not end where a reply should "
+            "start: end it with a user message (or a tool result); the answers are the reply to it",
         )
         return None
     return tuple(messages)
 
 
-def _answer(value: object, key: str, problems: _LineProblems) -> str | None:
+def _answer(value: object, key: str, problems: _LineProblems) -> Message | None:
     if isinstance(value, str):
-        text = value
+        message = Message("assistant", value)
     else:
         messages = _messages(value, key, problems)
         if messages is None:
@@ -190,17 +189,29 @@ def _answer(value: object, key: str, problems: _LineProblems) -> str | None:
         if not messages:
             problems.add(EMPTY_OUTPUT, f"{key} has no message")
             return None
-        if messages[0].role != "assistant":
+        message = messages[0]
+        if message.role != "assistant":
             problems.add(
                 OUTPUT_NOT_ASSISTANT,
-                f"{key} is {with_article(messages[0].role)} message; an answer is an assistant message",
+                f"{key} is a message of role {message.role}; an answer is an assistant message",
             )
             return None
-        text = messages[0].content
-    if not text.strip():
+        if message.weight != 1:
+            problems.add(BAD_MESSAGE, f'{key} has "weight" {message.weight:g}: an answer is always scored whole')
+            return None
+    if not message.content.strip() and not message.tool_calls:
         problems.add(EMPTY_OUTPUT, f"{key} is empty: there is no answer to score")
         return None
-    return text
+    return message
+
+
+def _checked(prompt: tuple[Message, ...], answer: Message, tools: tuple, problems: _LineProblems) -> tuple | None:
+    """Prompt + answer judged as one supervised conversation (role order, tool results linked to their calls,
+    known functions); (prompt, answer) with the missing tool-call ids filled in, None when it has an error."""
+    line = Line(problems.number)
+    conversation = finish_conversation([*prompt, answer], tools, None, line)
+    problems.extend(p for p in line.errors if p not in problems)  # a prompt's problem is found with either answer
+    return None if conversation is None else (conversation.messages[:-1], conversation.messages[-1])
 
 
 def _pair(value: dict, shape: str, number: int, problems: _LineProblems) -> PreferencePair | None:
@@ -218,17 +229,23 @@ def _pair(value: dict, shape: str, number: int, problems: _LineProblems) -> Pref
         if not isinstance(prompt_value, dict) or "messages" not in prompt_value:
             problems.add(MISSING_KEY, 'input must be an object with "messages" (and optionally "tools")')
             return None
-        tools = prompt_value.get("tools") or []
-        if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
-            problems.add(BAD_TOOLS, "input.tools must be a list of tool definitions (objects)")
+        line = Line(number)
+        schemas = check_tools(prompt_value.get("tools"), prompt_value.get("functions"), line)
+        if schemas is None:
+            problems.extend(Problem(number, BAD_TOOLS, f"input: {p.message}") for p in line.errors)
             return None
-        tools = tuple(tools)
+        tools = schemas
         prompt_value = prompt_value["messages"]
     prompt = _prompt(prompt_value, problems)
     chosen = _answer(value[chosen_key], chosen_key, problems)
     rejected = _answer(value[rejected_key], rejected_key, problems)
     if prompt is None or chosen is None or rejected is None:
         return None
+    with_chosen = _checked(prompt, chosen, tools, problems)
+    with_rejected = _checked(prompt, rejected, tools, problems)
+    if with_chosen is None or with_rejected is None:
+        return None
+    (prompt, chosen), rejected = with_chosen, with_rejected[1]
     if chosen == rejected:
         problems.add(
             IDENTICAL_OUTPUTS, f"{chosen_key} and {rejected_key} are the same answer: there is nothing to prefer"
@@ -295,11 +312,29 @@ def _problems_text(parsed: PreferenceFile, limit: int = 10) -> str:
     return "\n".join(lines)
 
 
-def load_pairs(path: str) -> list[PreferencePair]:
+def load_pairs(path: str, skip_invalid: bool = False) -> tuple[list[PreferencePair], list[dict]]:
+    """The usable pairs and, with --skip-invalid, the lines left out (for OUT/skipped.jsonl); UserError otherwise."""
+    from finetune.data.skipped import skipped_lines
+
     parsed = read_preferences(path)
-    if not parsed.ok:
-        raise UserError(_problems_text(parsed))
-    return parsed.pairs
+    if parsed.ok:
+        return parsed.pairs, []
+    if parsed.format is None and parsed.errors and all(p.code == UNKNOWN_SHAPE for p in parsed.errors):
+        raise UserError(
+            f"{path} holds no preference pairs (no line has preferred_output/non_preferred_output or "
+            "chosen/rejected): --method dpo trains on pairs of answers (docs/formats.md); train on "
+            "conversations without --method dpo"
+        )
+    problems = _problems_text(parsed)
+    if not skip_invalid:
+        raise UserError(f"{problems}\nOr pass --skip-invalid to train on the valid pairs only.")
+    if any(p.line is None for p in parsed.errors):
+        raise UserError(f"{problems}\n--skip-invalid skips lines; it cannot skip a problem of the whole file.")
+    if not parsed.pairs:
+        raise UserError(
+            f"{problems}\n--skip-invalid: no line of the file is a valid pair, so there is nothing to train on."
+        )
+    return parsed.pairs, skipped_lines(parsed)
 
 
 # ----------------------------------------------------------------------------- split and tokenize
@@ -320,7 +355,11 @@ class PreparedPairs:
     val: list[TokenizedPair]
     summary: DataSummary
     end_of_turn_id: int | None = None
-    skipped: list[dict] = field(default_factory=list)  # as PreparedData's; --skip-invalid does not apply to pairs
+    skipped: list[dict] = field(default_factory=list)  # --skip-invalid: the lines left out, for OUT/skipped.jsonl
+
+
+def _prompts(pairs: list[PreferencePair]) -> int:
+    return len({p.prompt_conversation().key() for p in pairs})
 
 
 def _tokenize_pairs(pairs: list[PreferencePair], chat, config) -> tuple[list[TokenizedPair], list[int]]:
@@ -348,8 +387,8 @@ def _estimated(train: list[PreferencePair], val: list[PreferencePair], fraction:
     summary = DataSummary(
         examples=len(train),
         validation_examples=len(val),
-        conversations=len(train),
-        validation_conversations=len(val),
+        conversations=_prompts(train),
+        validation_conversations=_prompts(val),
         messages=sum(len(p.prompt) + 2 for p in train),
         tokens_in_file=sum(lengths),
         counted_with_tokenizer=False,
@@ -366,13 +405,16 @@ def prepare_pairs(config, tokenizer=None) -> PreparedPairs:
     from finetune.config import AUTO
     from finetune.data.tokenize import ChatTokenizer, check_masking
 
-    train = load_pairs(config.data)
-    prompts = len({p.prompt_conversation().key() for p in train})
+    train, skipped = load_pairs(config.data, config.skip_invalid)
+    prompts = _prompts(train)
+    shared = 0  # validation pairs whose prompt is also trained on: left out, or validation would see training
     if config.val_file:
-        val = load_pairs(config.val_file)
+        val, val_skipped = load_pairs(config.val_file, config.skip_invalid)
+        skipped += val_skipped
         fraction, reason = 0.0, f"your validation file {config.val_file}"
         seen = {p.prompt_conversation().key() for p in train}
-        val = [p for p in val if p.prompt_conversation().key() not in seen]
+        kept = [p for p in val if p.prompt_conversation().key() not in seen]
+        val, shared = kept, len(val) - len(kept)
     else:
         if config.val_fraction == AUTO:
             fraction, reason = auto_val_fraction(prompts)
@@ -382,7 +424,12 @@ def prepare_pairs(config, tokenizer=None) -> PreparedPairs:
             reason = "validation off (--val-fraction 0)" if fraction == 0 else f"your --val-fraction {fraction}"
         train, val = split_pairs(train, fraction, config.seed)
     if tokenizer is None:  # `finetune plan PREFS.jsonl` without --model: token numbers from the text
-        return _estimated(train, val, fraction, reason)
+        estimated = _estimated(train, val, fraction, reason)
+        estimated.summary = dataclasses.replace(
+            estimated.summary, skipped_lines=len(skipped), duplicates_removed=shared
+        )
+        estimated.skipped = skipped
+        return estimated
     chat = ChatTokenizer(tokenizer)
     train_pairs, dropped = _tokenize_pairs(train, chat, config)
     val_pairs, val_dropped = _tokenize_pairs(val, chat, config)
@@ -394,8 +441,8 @@ def prepare_pairs(config, tokenizer=None) -> PreparedPairs:
     summary = DataSummary(
         examples=len(train_pairs),
         validation_examples=len(val_pairs),
-        conversations=len(train),
-        validation_conversations=len(val),
+        conversations=_prompts(train),
+        validation_conversations=_prompts(val),
         messages=sum(len(p.prompt) + 2 for p in train),
         tokens_in_file=sum(lengths),
         target_tokens=sum(r.num_targets for r in records),
@@ -404,8 +451,10 @@ def prepare_pairs(config, tokenizer=None) -> PreparedPairs:
         p95_record_tokens=sorted(lengths)[min(len(lengths) - 1, int(0.95 * len(lengths)))],
         dropped_records=len(dropped) + len(val_dropped),
         dropped_lines=tuple(dropped + val_dropped),
+        duplicates_removed=shared,
+        skipped_lines=len(skipped),
         val_fraction=fraction,
         val_fraction_reason=reason,
     )
     summary = dataclasses.replace(summary, context_tokens=summary.tokens_in_file - summary.target_tokens)
-    return PreparedPairs(train_pairs, val_pairs, summary, chat.end_of_turn_id)
+    return PreparedPairs(train_pairs, val_pairs, summary, chat.end_of_turn_id, skipped)

@@ -45,6 +45,10 @@ def make_plan(config: RunConfig, examples: int | None = None, tokens: int | None
             config, load_tokenizer(config.model, config.trust_remote_code) if config.model else None
         )
     else:
+        from finetune.data.preference import is_preference_file
+
+        if is_preference_file(config.data):
+            raise UserError(f"{config.data} holds preference pairs (chosen/rejected): plan it with --method dpo")
         prepared = prepare_data(config)
     return build_plan(config, prepared.summary, model_facts)
 

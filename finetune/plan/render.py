@@ -69,14 +69,15 @@ def _data_lines(plan: Plan) -> list[str]:
     conversations = unknown if plan.data.conversations is None else f"{plan.data.conversations:,}"
     messages = unknown if plan.data.messages is None else f"{plan.data.messages:,}"
     val = "unknown" if plan.data.validation_examples is None else f"{plan.data.validation_examples:,}"
+    records, groups = ("pairs", "prompts") if plan.objective == "dpo" else ("records", "conversations")
     if plan.data.validation_conversations is not None:
-        val += f" records from {plan.data.validation_conversations:,} conversations"
+        val += f" {records} from {plan.data.validation_conversations:,} {groups}"
     lines = [
-        f"Training   {plan.data.examples:,} records (examples) from {conversations} conversations, {messages} messages",
+        f"Training   {plan.data.examples:,} {records} (examples) from {conversations} {groups}, {messages} messages",
         f"Validation {val}"
         + (f" ({plan.data.val_fraction:.0%} held out)" if plan.data.val_fraction else "")
         + (
-            f"; {plan.data.duplicates_removed} copies of training conversations removed"
+            f"; {plan.data.duplicates_removed} {'pairs whose prompt is trained on' if plan.objective == 'dpo' else 'copies of training conversations'} removed"
             if plan.data.duplicates_removed
             else ""
         ),

@@ -111,18 +111,33 @@ class DirectPreference:
 
 
 @torch.no_grad()
-def compute_reference(model, pairs: Sequence[TokenizedPair], device: torch.device, pad_id: int, batch_pairs: int = 8):
-    """Fill `pair.reference` with the starting model's log-probabilities (full tuning: no frozen copy kept)."""
+def compute_reference(
+    model, pairs: Sequence[TokenizedPair], device: torch.device, pad_id: int, bf16: bool = False, batch_pairs: int = 8
+) -> None:
+    """Fill `pair.reference` with the starting model's log-probabilities (full tuning: no frozen copy kept).
+
+    Under the precision the loop trains in (`bf16`: the same autocast), so that at step 0 the policy's
+    log-probabilities equal the reference's and every margin starts at zero, as with LoRA's adapter switched off.
+    Dropout is off here; the loop trains with the model's own dropout (zero in the models this tool targets).
+    """
     was_training = model.training
     model.eval()
     model.to(device)
     probe = DirectPreference(beta=1.0)
     for start in range(0, len(pairs), batch_pairs):
         group = list(pairs[start : start + batch_pairs])
-        logps = sequence_logps(model, probe.batch(group, None, pad_id).to(device))[0].double().cpu()
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            logps = sequence_logps(model, probe.batch(group, None, pad_id).to(device))[0].double().cpu()
         for i, pair in enumerate(group):
             pair.reference = (float(logps[2 * i]), float(logps[2 * i + 1]))
     model.train(was_training)
+
+
+PAIRS_NO_TEST_SPLIT = (
+    "--test-fraction holds out conversations for `finetune eval`, which scores supervised answers; it does not "
+    "apply to --method dpo. The validation split already holds out whole prompts and reports their reward "
+    "accuracy (val_reward_accuracy): use --val-fraction, or --val-file with pairs of prompts kept apart."
+)
 
 
 def objective_for(plan: Plan) -> DirectPreference:

@@ -102,7 +102,7 @@ from finetune.train.model import (
     trainable_parameters,
 )
 from finetune.train.objective import Objective, TokenNormalisedSFT
-from finetune.train.preference import compute_reference, objective_for
+from finetune.train.preference import PAIRS_NO_TEST_SPLIT, compute_reference, objective_for
 from finetune.train.schedule import lr_at
 
 log = logging.getLogger("finetune")
@@ -190,6 +190,8 @@ def _train(
         _check_out_dir(out, config.resume)
         _prepare_resume(out, config.resume)
     barrier(ctx)  # the damaged checkpoints are set aside before any rank looks for the newest one
+    if config.test_fraction and config.method == "dpo":
+        raise UserError(PAIRS_NO_TEST_SPLIT)
     if config.test_fraction:
         from finetune.eval.test_split import hold_out_test
 
@@ -238,7 +240,7 @@ def _train(
     torch.manual_seed(plan.seed)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     if getattr(objective, "precomputed_reference", False):  # full preference tuning: the starting model's log-probs
-        compute_reference(model, [*prepared.train, *prepared.val], ctx.device, pad_id)
+        compute_reference(model, [*prepared.train, *prepared.val], ctx.device, pad_id, use_bf16(plan.dtype, ctx.device))
     if config.resume and ctx.is_main and (note := _resume_note(out, plan.devices)):
         log.info("note: %s", note)
     log.info("training %d steps; outputs in %s", plan.total_steps, out)

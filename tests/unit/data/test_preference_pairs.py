@@ -10,6 +10,7 @@ from finetune.cli import main
 from finetune.config import RunConfig
 from finetune.data.preference import is_preference_file, prepare_pairs, read_preferences, split_pairs
 from finetune.data.tokenize import load_tokenizer
+from finetune.errors import UserError
 
 USER = {"role": "user", "content": "How do I reset my router?"}
 GOOD = {"role": "assistant", "content": "Hold the reset button for ten seconds."}
@@ -124,3 +125,94 @@ def test_input_tools_are_rendered_into_the_prompt_as_context(tmp_path, toy_model
     context = [t for t, label in zip(pair.chosen.input_ids, pair.chosen.labels, strict=True) if label == -100]
     assert "check_outage" in tokenizer.decode(context)
     assert "check_outage" not in tokenizer.decode([t for t in pair.chosen.labels if t != -100])
+
+
+TOOL = {"type": "function", "function": {"name": "check_outage", "parameters": {"type": "object", "properties": {}}}}
+CALL = {"id": "c1", "type": "function", "function": {"name": "check_outage", "arguments": "{}"}}
+
+
+@pytest.mark.parametrize(
+    ("line", "code"),
+    [
+        (openai(messages=({"role": "system", "content": "Be brief."},)), "prompt_does_not_end_for_a_reply"),
+        (openai(messages=(USER, {"role": "user", "content": "again"}, GOOD)), "prompt_does_not_end_for_a_reply"),
+        (openai(messages=(USER, USER)), "bad_role_order"),
+        (openai(chosen=({"role": "assistant", "content": "x", "weight": 0},)), "bad_message"),
+        (openai(chosen=({"role": "assistant", "tool_calls": [CALL]},), tools=[TOOL]), None),
+        (
+            openai(
+                chosen=({"role": "assistant", "tool_calls": [CALL]},),
+                tools=[{"type": "function", "function": {"name": "other"}}],
+            ),
+            "unknown_function",
+        ),
+        (openai(tools=[{"name": "no type"}]), "tools_not_list"),
+        (
+            {"prompt": [{"role": "developer", "content": "d"}], "chosen": "a", "rejected": "b"},
+            "prompt_does_not_end_for_a_reply",
+        ),
+    ],
+)
+def test_prompts_and_answers_are_judged_as_conversations(tmp_path, line, code):
+    parsed = read_preferences(_write(tmp_path, line))
+    assert [p.code for p in parsed.errors] == ([code] if code else [])
+
+
+def test_a_prompt_with_tool_calls_and_results_reads_and_renders(tmp_path, toy_model):
+    messages = (
+        USER,
+        {"role": "assistant", "content": None, "tool_calls": [CALL]},
+        {"role": "tool", "tool_call_id": "c1", "content": '{"outage": true}'},
+    )
+    lines = [
+        openai(messages=messages, tools=[TOOL]),
+        openai(chosen=({"role": "assistant", "tool_calls": [CALL]},), tools=[TOOL]),
+    ]
+    parsed = read_preferences(_write(tmp_path, *lines))
+    assert parsed.ok, parsed.errors
+    assert [m.role for m in parsed.pairs[0].prompt] == ["user", "assistant", "tool"]
+    assert parsed.pairs[1].chosen.tool_calls[0].name == "check_outage"
+    config = RunConfig(data=_write(tmp_path, *lines), model=str(toy_model), method="dpo", val_fraction=0)
+    tokenizer = load_tokenizer(str(toy_model))
+    first, second = prepare_pairs(config, tokenizer).train
+    scored = lambda r: tokenizer.decode([t for t in r.labels if t != -100])  # noqa: E731
+    context = tokenizer.decode(
+        [t for t, label in zip(first.chosen.input_ids, first.chosen.labels, strict=True) if label == -100]
+    )
+    assert '{"outage": true}' in context and scored(first.chosen).startswith(GOOD["content"])
+    assert "check_outage" in scored(second.chosen) and "check_outage" not in scored(second.rejected)
+
+
+def test_skip_invalid_keeps_the_valid_pairs_and_lists_the_others(tmp_path):
+    other = {"role": "assistant", "content": "Try turning it off and on."}
+    path = _write(tmp_path, openai(), openai(chosen=(GOOD,), rejected=(GOOD,)), openai(rejected=(other,)), "{oops")
+    config = RunConfig(data=path, method="dpo", val_fraction=0)
+    with pytest.raises(UserError, match="--skip-invalid"):
+        prepare_pairs(config)
+    prepared = prepare_pairs(RunConfig(data=path, method="dpo", val_fraction=0, skip_invalid=True))
+    assert prepared.summary.examples == 2 and prepared.summary.skipped_lines == 2
+    assert [(s["line"], s["codes"]) for s in prepared.skipped] == [
+        (2, ["identical_chosen_and_rejected"]),
+        (4, ["not_json"]),
+    ]
+    assert prepared.skipped[1]["text"] == "{oops"
+
+
+def test_a_conversation_file_given_to_dpo_is_named_as_such(tmp_path):
+    path = _write(tmp_path, {"messages": [USER, GOOD]}, {"messages": [USER, BAD]})
+    with pytest.raises(UserError, match="holds no preference pairs.*without --method dpo"):
+        prepare_pairs(RunConfig(data=path, method="dpo"))
+
+
+def test_validation_pairs_sharing_a_training_prompt_are_left_out(tmp_path):
+    other = {"role": "user", "content": "Where is my invoice?"}
+    train = _write(tmp_path, openai())
+    val = tmp_path / "val.jsonl"
+    val.write_text(
+        json.dumps(openai(rejected=({"role": "assistant", "content": "No."},)))
+        + "\n"
+        + json.dumps(openai(messages=(other,)))
+        + "\n"
+    )
+    prepared = prepare_pairs(RunConfig(data=train, val_file=str(val), method="dpo"))
+    assert prepared.summary.validation_examples == 1 and prepared.summary.duplicates_removed == 1

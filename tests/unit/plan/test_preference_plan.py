@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from finetune.cli import main
 from finetune.config import ConfigError, RunConfig
 from finetune.plan.plan import build_plan, what_if_summary
 
@@ -36,3 +39,29 @@ def test_dpo_on_full_weights():
 def test_bad_dpo_settings_name_their_flag(settings, flag):
     with pytest.raises(ConfigError, match=flag):
         RunConfig(method="dpo", **settings)
+
+
+def _prefs(tmp_path):
+    lines = [
+        {"prompt": f"question {i % 12}", "chosen": f"Hi there! answer {i}", "rejected": f"answer {i}"}
+        for i in range(24)
+    ]
+    path = tmp_path / "prefs.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return str(path)
+
+
+def test_finetune_plan_on_a_preference_file(tmp_path, capsys):
+    path = _prefs(tmp_path)
+    assert main(["plan", path, "--method", "dpo", "--val-fraction", "0.25"]) == 0
+    shown = capsys.readouterr().out
+    assert "preference tuning (DPO, beta 0.1)" in shown
+    assert "Training   18 pairs (examples) from 9 prompts" in shown and "Validation 6 pairs from 3 prompts" in shown
+    assert main(["plan", path, "--method", "dpo", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["objective"] == "dpo" and plan["beta"] == 0.1 and plan["epochs"] == 2
+
+
+def test_planning_pairs_without_method_dpo_says_so(tmp_path, capsys):
+    assert main(["plan", _prefs(tmp_path)]) != 0
+    assert "holds preference pairs (chosen/rejected): plan it with --method dpo" in capsys.readouterr().err
