@@ -170,6 +170,11 @@ class RunConfig:
             from finetune.train.fingerprint import parse_allowed  # light: hashlib and json, no torch
 
             parse_allowed(self.allow_changes)
+        if self.method != "dpo":
+            for name, default in (("beta", AUTO), ("sft_weight", 0.0), ("base_method", "lora")):
+                if getattr(self, name) != default:
+                    flag = "--" + name.replace("_", "-")
+                    raise ConfigError(f"{flag} is a preference-tuning setting: use it with --method dpo")
         if self.beta != AUTO and self.beta <= 0:
             raise ConfigError(f"--beta must be a positive number or 'auto', got {self.beta!r}")
         self._at_least("sft_weight", 0)

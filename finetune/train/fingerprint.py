@@ -45,6 +45,7 @@ SETTINGS: dict[str, Setting] = {
     "schedule": Setting("the schedule", True),
     "effective-batch": Setting("the effective batch", False, "the records of every step depend on it"),
     "seed": Setting("the seed", False, "the split and the order of the records depend on it"),
+    "objective": Setting("the objective (DPO's beta and SFT weight)", True),
 }
 
 
@@ -113,6 +114,7 @@ def run_fingerprint(config, plan) -> dict:
         "schedule": {"decay": plan.schedule, "warmup_steps": plan.warmup_steps},
         "effective-batch": plan.effective_batch,
         "seed": plan.seed,
+        "objective": {"type": plan.objective, "beta": plan.beta, "sft_weight": plan.sft_weight},
     }
 
 

@@ -69,7 +69,8 @@ def with_article(word: str) -> str:
     """The word with its article: "an array", "an assistant", "a string" ("null" takes none)."""
     if word == "null":
         return word
-    return f"{'an' if word[:1] in 'aeiou' else 'a'} {word}"
+    vowel_sound = word[:1] in "aeiou" and not word.startswith(("us", "uni"))  # "a user", "a unique", "an array"
+    return f"{'an' if vowel_sound else 'a'} {word}"
 
 
 def json_type(value: object) -> str:
