@@ -71,9 +71,10 @@ def _check_duplicate_ids(messages: list[Message], line: Line) -> None:
     for i, message in enumerate(messages, start=1):
         for call in message.tool_calls:
             if call.id in first:
+                earlier = "earlier in the same message" if first[call.id] == i else f"in message {first[call.id]}"
                 line.error(
                     DUPLICATE_TOOL_CALL_ID,
-                    f"message {i}: tool call id {quote(call.id)} is already used in message {first[call.id]}; "
+                    f"message {i}: tool call id {quote(call.id)} is already used {earlier}; "
                     "each call needs its own id, or its result cannot be told apart",
                 )
             else:

@@ -387,3 +387,64 @@ def test_convert_keeps_weights_and_parallel_flag(tmp_path):
     assert [m.get("weight") for m in written["messages"]] == [None, None, 0, None, None]
     assert written["parallel_tool_calls"] is False and written["tools"] == OPENAI_TOOLS["tools"]
     assert Path(out).read_text().count("\n") == 1
+
+
+# ----------------------------------------------------------------------------- detection from the first valid line
+
+
+def test_a_broken_first_line_does_not_decide_the_format():
+    damaged_alpaca = {"output": 3}  # a known format's key, but not a valid line
+    parsed = parse_bytes(jsonl(damaged_alpaca, SHAREGPT_TOOLS, SHAREGPT_DOC))
+    assert parsed.format == "sharegpt" and len(parsed.conversations) == 2
+    assert [(p.code, p.line) for p in parsed.errors] == [("mixed_formats", 1)]
+    assert "from line 2" in parsed.errors[0].message
+
+
+def test_with_no_valid_line_the_first_line_in_a_known_format_decides():
+    parsed = parse_bytes(jsonl({"output": 3}, {"messages": []}))
+    assert parsed.format == "alpaca"
+    assert [(p.code, p.line) for p in parsed.errors] == [
+        ("missing_content", 1),
+        ("content_not_string", 1),
+        ("mixed_formats", 2),
+    ]
+
+
+# ----------------------------------------------------------------------------- a .json file holding one array
+
+
+def test_a_json_array_file_is_read_item_by_item(tmp_path, capsys):
+    path = tmp_path / "alpaca_en_demo.json"
+    path.write_text(json.dumps([ALPACA_STANFORD, ALPACA_DOC, {"instruction": "q"}], indent=2))
+    parsed = read_file(path)
+    assert parsed.format == "alpaca" and len(parsed.conversations) == 2
+    assert [(p.code, p.line) for p in parsed.errors] == [("missing_content", 3)]  # item 3 has no output
+    out = tmp_path / "out.jsonl"
+    path.write_text(json.dumps([ALPACA_STANFORD, ALPACA_DOC], indent=4))
+    assert main(["convert", str(path), "--out", str(out)]) == 0
+    assert [c.key() for c in read_file(out).conversations] == [c.key() for c in read_file(path).conversations]
+
+
+def test_json_array_items_keep_every_check():
+    from finetune.data.read import json_array_as_jsonl
+
+    items = b'[\n  {"prompt": "a", "prompt": "b", "completion": "c"},\n  {"prompt": "x\\ny", "completion": "z"}\n]\n'
+    parsed = parse_bytes(json_array_as_jsonl(items))
+    assert [(p.code, p.line) for p in parsed.errors] == [("duplicate_key", 1)]
+    assert parsed.conversations[0].messages[0].content == "x\ny"  # an escaped newline stays in the text
+
+
+@pytest.mark.parametrize(
+    ("data", "codes"),
+    [
+        (b"[]\n", [("empty_file", None)]),
+        (b'[{"prompt": "a", "completion": "b"},]\n', [("not_json", 1)]),  # damaged: read as JSON Lines
+        (b'[\n{"prompt": "a", "completion": "b"}\n', [("not_json", 1)]),  # never closed
+        (b'[{"prompt": "a", "completion": "b"}]\n[1]\n', [("not_object", 1), ("not_object", 2)]),  # two arrays
+        (b'[{"prompt": "a", "completion": "b"}, 1]\n', [("not_object", 1)]),  # not only examples: JSON Lines
+    ],
+)
+def test_empty_and_damaged_arrays(data, codes, tmp_path):
+    path = tmp_path / "data.json"
+    path.write_bytes(data)
+    assert [(p.code, p.line) for p in read_file(path).errors] == codes
