@@ -163,7 +163,7 @@ def check_response_keys(item: dict, where: str, line: Line) -> None:
             line.error(
                 UNKNOWN_KEY,
                 f'{where}"refusal" holds text, which is not trained; put it in "content" if the model should learn '
-                'to answer this way, or remove the line',
+                "to answer this way, or remove the line",
             )
         else:
             line.error(
