@@ -28,6 +28,7 @@ from finetune.data.formats.lines import (
     DUPLICATE_KEY,
     EMPTY_FILE,
     LINE_TOO_LONG,
+    MISSING_MESSAGES,
     MIXED_FORMATS,
     NOT_JSON,
     NOT_OBJECT,
@@ -280,7 +281,16 @@ def _check_line(line: Line, file_format: str | None, detected_at: int | None) ->
             f"{detected_at}); use one format per file, or `finetune convert` each part to OpenAI chat first",
         )
         return
-    line.conversation = CHECKERS[file_format or "chat"](obj, line)
+    if file_format is None:  # no line of the file is in a format we read: say which formats those are
+        keys = ", ".join(quote(key, 20) for key in list(obj)[:5]) or "none"
+        line.error(
+            MISSING_MESSAGES,
+            f"the line is in none of the formats finetune reads (its keys: {keys}): OpenAI chat "
+            '{"messages": [...]}, ShareGPT {"conversations": [...]}, Alpaca {"instruction": ..., "output": ...} '
+            'or {"prompt": ..., "completion": ...}; see docs/formats.md',
+        )
+        return
+    line.conversation = CHECKERS[file_format](obj, line)
 
 
 def _warn_duplicates(lines: list[Line]) -> None:

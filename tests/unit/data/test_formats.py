@@ -448,3 +448,12 @@ def test_empty_and_damaged_arrays(data, codes, tmp_path):
     path = tmp_path / "data.json"
     path.write_bytes(data)
     assert [(p.code, p.line) for p in read_file(path).errors] == codes
+
+
+def test_a_file_in_no_known_format_is_told_which_formats_are_read():
+    parsed = parse_bytes(jsonl({"text": "document"}))  # LLaMA-Factory's pre-training format
+    assert parsed.format is None
+    (error,) = parsed.errors
+    assert (error.code, error.line) == ("missing_messages", 1)
+    for name in ('"text"', '"messages"', '"conversations"', '"instruction"', '"prompt"'):
+        assert name in error.message
