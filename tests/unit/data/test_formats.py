@@ -457,3 +457,20 @@ def test_a_file_in_no_known_format_is_told_which_formats_are_read():
     assert (error.code, error.line) == ("missing_messages", 1)
     for name in ('"text"', '"messages"', '"conversations"', '"instruction"', '"prompt"'):
         assert name in error.message
+
+
+def test_sharegpt_problems_are_told_in_its_own_turns_and_roles():
+    system_key = {
+        "conversations": [
+            {"from": "human", "value": "a"},
+            {"from": "human", "value": "b"},
+            {"from": "gpt", "value": "c"},
+        ],
+        "system": "s",  # a system prompt given as its own key is no turn: turn 2 is still turn 2
+    }
+    (error,) = parse_bytes(jsonl(system_key)).errors
+    assert error.code == "bad_role_order" and error.message.startswith("turn 2 is human after a human turn")
+    assert "expected gpt" in error.message
+    calls_then_gpt = {"conversations": SHAREGPT_TOOLS["conversations"][:2] + SHAREGPT_TOOLS["conversations"][3:]}
+    (error,) = parse_bytes(jsonl(calls_then_gpt)).errors
+    assert error.message.startswith("turn 3 is gpt after a function_call turn; expected observation")
