@@ -474,3 +474,14 @@ def test_sharegpt_problems_are_told_in_its_own_turns_and_roles():
     calls_then_gpt = {"conversations": SHAREGPT_TOOLS["conversations"][:2] + SHAREGPT_TOOLS["conversations"][3:]}
     (error,) = parse_bytes(jsonl(calls_then_gpt)).errors
     assert error.message.startswith("turn 3 is gpt after a function_call turn; expected observation")
+
+
+def test_convert_leaves_a_users_partial_file_alone(tmp_path):
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_bytes(jsonl(PROMPT_COMPLETION))
+    mine = tmp_path / "out.jsonl.partial"
+    mine.write_text("mine\n")
+    assert main(["convert", str(src), "--out", str(out)]) == 0
+    assert mine.read_text() == "mine\n" and read_file(out).ok
+    assert out.stat().st_mode & 0o777 == src.stat().st_mode & 0o777  # an ordinary new file, not a private one
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "out.jsonl", "out.jsonl.partial"]
