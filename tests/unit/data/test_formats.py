@@ -485,3 +485,22 @@ def test_convert_leaves_a_users_partial_file_alone(tmp_path):
     assert mine.read_text() == "mine\n" and read_file(out).ok
     assert out.stat().st_mode & 0o777 == src.stat().st_mode & 0o777  # an ordinary new file, not a private one
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "out.jsonl", "out.jsonl.partial"]
+
+
+def test_the_codes_table_is_exactly_the_codes_of_the_code():
+    import re
+
+    from finetune.data import validate
+    from finetune.data.formats import lines
+
+    doc = (Path(__file__).parents[3] / "docs" / "formats.md").read_text(encoding="utf-8")
+    table = doc.split("\n## Codes\n", 1)[1].split("\n## ", 1)[0]
+    documented = re.findall(r"^\| `([a-z_0-9]+)` \| (?:error|warning) \|", table, flags=re.M)
+    constants = {
+        value
+        for module in (lines, validate)
+        for name, value in vars(module).items()
+        if name.isupper() and isinstance(value, str) and re.fullmatch(r"[a-z][a-z_0-9]+", value)
+    }
+    assert len(documented) == len(set(documented))  # each code once
+    assert set(documented) == constants, (set(documented) - constants, constants - set(documented))
