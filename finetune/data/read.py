@@ -82,9 +82,10 @@ def json_array_as_jsonl(data: bytes) -> bytes:
     as JSON Lines: item N is line N. Anything else (a damaged array, an array of non-objects) is returned as it
     is, to be read as JSON Lines."""
     bom = UTF8_BOM if data.startswith(UTF8_BOM) else b""
-    body = data[len(bom) :]
-    if not body.lstrip().startswith(b"["):
+    first = _BYTE_SPACE.match(data, len(bom)).end()  # no copy of a file of gigabytes just to look at its start
+    if not data.startswith(b"[", first):
         return data
+    body = data[len(bom) :]
     try:
         items = _array_items(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
@@ -93,6 +94,7 @@ def json_array_as_jsonl(data: bytes) -> bytes:
     return bom + "".join(_LINE_BREAKS.sub(" ", item) + "\n" for item in items).encode("utf-8")
 
 
+_BYTE_SPACE = re.compile(rb"[ \t\r\n]*")
 _LINE_BREAKS = re.compile(r"[\r\n]+")
 _SPACE = re.compile(r"[ \t\r\n]*")
 
