@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 
 from finetune.data.read import problems_text, read_file
@@ -51,15 +52,26 @@ def run_convert(source: str, out: str, format: str | None = None) -> int:
         raise UserError(problems_text(parsed))
     if not parsed.conversations:
         raise UserError(f"{source}: no conversation to convert")
-    partial = target.with_name(target.name + ".partial")
+    partial = None
     try:
-        with partial.open("w", encoding="utf-8") as handle:
+        # a name of our own next to OUT (never a file of the user's, such as OUT.partial), renamed when complete
+        fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial")
+        partial = Path(name)
+        with open(fd, "w", encoding="utf-8") as handle:
             for conversation in parsed.conversations:
                 handle.write(json.dumps(conversation_to_openai(conversation), ensure_ascii=False) + "\n")
+        partial.chmod(0o666 & ~_umask())  # mkstemp makes it private; OUT gets the mode any new file gets
         os.replace(partial, target)
     except OSError as exc:
-        partial.unlink(missing_ok=True)
+        if partial is not None:
+            partial.unlink(missing_ok=True)
         raise UserError(f"{out}: cannot write it ({exc.strerror or exc})") from None
     print(f"format: {parsed.format}")
     print(f"wrote {len(parsed.conversations):,} conversation(s) as OpenAI chat JSONL to {out}")
     return 0
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -1,6 +1,6 @@
 """Read the user's data file and report every problem in it, with its line number and a stable code.
 
-    parsed = read_file("train.jsonl")          # also .jsonl.gz, and .parquet (with pyarrow installed)
+    parsed = read_file("train.jsonl")          # also .jsonl.gz, a .json array, and .parquet (with pyarrow)
     parsed = read_file("data.jsonl", format="sharegpt")   # force a format instead of detecting it
     parsed.format                   # "chat" | "prompt_completion" | "sharegpt" | "alpaca" | None
     parsed.conversations            # the lines that are usable, as Conversations
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import zlib
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from finetune.data.formats.lines import (
     DUPLICATE_KEY,
     EMPTY_FILE,
     LINE_TOO_LONG,
+    MISSING_MESSAGES,
     MIXED_FORMATS,
     NOT_JSON,
     NOT_OBJECT,
@@ -40,6 +42,7 @@ from finetune.errors import UserError
 
 UTF8_BOM = b"\xef\xbb\xbf"
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+BOM_MESSAGE = "the file starts with a byte-order mark (BOM); save it as UTF-8 without BOM"
 # One conversation of 4 MB is about a million tokens, far beyond any model's context; a longer line is refused
 # before it is parsed or tokenized (a 50 MB line once took 10 GB and two minutes in the tokenizer).
 MAX_LINE_BYTES = 4 * 1024 * 1024
@@ -51,7 +54,7 @@ MAX_LINE_BYTES = 4 * 1024 * 1024
 def read_file(path: str | Path, format: str | None = None) -> ParsedFile:
     """Read, decode, parse and validate every line of `path`; never raises for what the bytes hold.
 
-    `format` forces one of FORMATS; by default (None or "auto") the first line in a known format decides.
+    `format` forces one of FORMATS; by default (None or "auto") the file's first valid line decides.
     """
     return parse_bytes(load_bytes(path), str(path), format)
 
@@ -68,10 +71,59 @@ def load_bytes(path: str | Path) -> bytes:
     data = _read_bytes(path)
     if name.endswith(".gz"):
         try:
-            return gzip.decompress(data)
+            data = gzip.decompress(data)
         except (OSError, EOFError, zlib.error) as exc:
             raise UserError(f"{path}: not a readable gzip file ({exc}); decompress it or export it again") from None
-    return data
+    return json_array_as_jsonl(data)
+
+
+def json_array_as_jsonl(data: bytes) -> bytes:
+    """A file that is one JSON array of objects (a `.json` file as LLaMA-Factory and Stanford Alpaca ship them),
+    as JSON Lines: item N is line N. Anything else (a damaged array, an array of non-objects) is returned as it
+    is, to be read as JSON Lines."""
+    bom = UTF8_BOM if data.startswith(UTF8_BOM) else b""
+    first = _BYTE_SPACE.match(data, len(bom)).end()  # no copy of a file of gigabytes just to look at its start
+    if not data.startswith(b"[", first):
+        return data
+    body = data[len(bom) :]
+    try:
+        items = _array_items(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return data  # not one valid array: read as JSON Lines, whose errors name the lines
+    # JSON strings hold no raw line breaks, so the ones between tokens can go: each item fits on one line
+    return bom + "".join(_LINE_BREAKS.sub(" ", item) + "\n" for item in items).encode("utf-8")
+
+
+_BYTE_SPACE = re.compile(rb"[ \t\r\n]*")
+_LINE_BREAKS = re.compile(r"[\r\n]+")
+_SPACE = re.compile(r"[ \t\r\n]*")
+
+
+def _array_items(text: str) -> list[str]:
+    """The source text of each item of the JSON array `text` (ValueError unless it is exactly one array of
+    objects)."""
+    decoder = json.JSONDecoder()
+    at = _SPACE.match(text).end() + 1  # after "["
+    at = _SPACE.match(text, at).end()
+    items: list[str] = []
+    if text.startswith("]", at):
+        at += 1
+    else:
+        while True:
+            item, end = decoder.raw_decode(text, at)
+            if not isinstance(item, dict):
+                raise ValueError("an array of something else than examples")
+            items.append(text[at:end])
+            at = _SPACE.match(text, end).end()
+            if text.startswith("]", at):
+                at += 1
+                break
+            if not text.startswith(",", at):
+                raise ValueError("not an array")
+            at = _SPACE.match(text, at + 1).end()
+    if text[at:].strip(" \t\r\n"):
+        raise ValueError("more than one array")
+    return items
 
 
 def _read_bytes(path: Path, size: int = -1) -> bytes:
@@ -99,9 +151,7 @@ def parse_bytes(data: bytes, path: str = "", format: str | None = None) -> Parse
         )
         return parsed
     if data.startswith(UTF8_BOM):
-        parsed.errors.append(
-            Problem(1, BOM, "the file starts with a byte-order mark (BOM); save it as UTF-8 without BOM")
-        )
+        parsed.errors.append(Problem(1, BOM, BOM_MESSAGE))
         data = data[len(UTF8_BOM) :]
 
     raw_lines = split_lines(data)
@@ -199,12 +249,23 @@ def _json_reason(exc: ValueError) -> str:
 
 
 def _detect_format(lines: list[Line]) -> tuple[str | None, int | None]:
-    """The file's format is the format of its first line in a known format (and that line's number)."""
+    """The file's format is that of its first valid line (and that line's number).
+
+    A broken first line must not decide the format of a whole file of good lines; when no line is valid,
+    the first line in a known format decides, so that its problems are reported in its own terms.
+    """
+    first_known: tuple[str | None, int | None] = (None, None)
     for line in lines:
         kind = line_format(line.value)
-        if kind is not None:
+        if kind is None:
+            continue
+        if first_known[0] is None:
+            first_known = (kind, line.number)
+        trial = Line(line.number, line.value)
+        CHECKERS[kind](line.value, trial)
+        if not trial.errors:
             return kind, line.number
-    return None, None
+    return first_known
 
 
 # ----------------------------------------------------------------------------- one line: JSON object -> Conversation
@@ -222,7 +283,16 @@ def _check_line(line: Line, file_format: str | None, detected_at: int | None) ->
             f"{detected_at}); use one format per file, or `finetune convert` each part to OpenAI chat first",
         )
         return
-    line.conversation = CHECKERS[file_format or "chat"](obj, line)
+    if file_format is None:  # no line of the file is in a format we read: say which formats those are
+        keys = ", ".join(quote(key, 20) for key in list(obj)[:5]) or "none"
+        line.error(
+            MISSING_MESSAGES,
+            f"the line is in none of the formats finetune reads (its keys: {keys}): OpenAI chat "
+            '{"messages": [...]}, ShareGPT {"conversations": [...]}, Alpaca {"instruction": ..., "output": ...} '
+            'or {"prompt": ..., "completion": ...}; see docs/formats.md',
+        )
+        return
+    line.conversation = CHECKERS[file_format](obj, line)
 
 
 def _warn_duplicates(lines: list[Line]) -> None:

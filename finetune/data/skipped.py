@@ -4,8 +4,8 @@
     write_skipped(Path(out), skipped)        # OUT/skipped.jsonl, one line per skipped line
 
 Each skipped line is written with its file, line number, codes, messages and its original text, so
-nothing the user gave is dropped silently. Problems of the whole file (an empty file, a UTF-16 file)
-cannot be skipped around: they stop the run with or without the flag.
+nothing the user gave is dropped silently. Problems of the whole file (an empty file, a byte-order mark,
+a UTF-16 file) cannot be skipped around: they stop the run with or without the flag.
 """
 
 from __future__ import annotations
@@ -14,11 +14,14 @@ import json
 import os
 from pathlib import Path
 
+from finetune.data.formats.lines import BOM
 from finetune.data.read import load_bytes, problems_text, split_lines
 from finetune.data.types import Conversation, ParsedFile
 from finetune.errors import UserError
 
 SKIPPED_FILE = "skipped.jsonl"
+# Reported on line 1, but a problem of the file's encoding: no line can be left out to get around it.
+WHOLE_FILE_CODES = frozenset({BOM})
 
 
 def usable_conversations(parsed: ParsedFile, skip_invalid: bool) -> tuple[list[Conversation], list[dict]]:
@@ -28,7 +31,7 @@ def usable_conversations(parsed: ParsedFile, skip_invalid: bool) -> tuple[list[C
     problems = problems_text(parsed)
     if not skip_invalid:
         raise UserError(f"{problems}\nOr pass --skip-invalid to train on the valid lines only.")
-    if any(p.line is None for p in parsed.errors):
+    if any(p.line is None or p.code in WHOLE_FILE_CODES for p in parsed.errors):
         raise UserError(f"{problems}\n--skip-invalid skips lines; it cannot skip a problem of the whole file.")
     if not parsed.conversations:
         raise UserError(f"{problems}\n--skip-invalid: no line of the file is valid, so there is nothing to train on.")

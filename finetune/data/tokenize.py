@@ -151,8 +151,9 @@ class ChatTokenizer:
         missing = tool_needs(record.messages, record.tools) - self.tool_support
         if missing:
             raise ToolTemplateError(
-                f"line {record.line}: the model's chat template cannot render {describe_tool_features(missing)}; "
-                "use a model whose template supports tools (e.g. Qwen2.5, Llama 3.1 Instruct), or remove the tools"
+                f"line {record.line} [template_cannot_render_tools]: the model's chat template cannot render "
+                f"{describe_tool_features(missing)}; use a model whose template supports tools (e.g. Qwen2.5, "
+                "Llama 3.1 Instruct), or remove the tools (`finetune validate DATA --model M` lists every such line)"
             )
 
     def encode(self, text: str) -> list[int]:

@@ -95,3 +95,19 @@ def test_sharegpt_tool_data_trains_with_format_forced(toy_model, tmp_path):
     assert main(args) == 0
     plan = json.loads((out / "plan.json").read_text())
     assert plan["examples"] == 8 and plan["skipped_lines"] == 0 and not (out / "skipped.jsonl").exists()
+
+
+def test_a_llama_factory_json_array_trains_and_skips_its_bad_item(toy_model, tmp_path):
+    """LLaMA-Factory ships its data as one pretty-printed JSON array: item N is "line" N everywhere."""
+    items = [sharegpt_line(i, c) for i, c in enumerate(CITIES[:8])]
+    items.insert(2, {"conversations": [{"from": "human", "value": "hi"}, {"from": "human", "value": "again"}]})
+    path = tmp_path / "glaive_toolcall_demo.json"
+    path.write_text(json.dumps(items, indent=2))
+    out = tmp_path / "run"
+    assert main(["train", str(path), "--model", str(toy_model), "--out", str(out), "--skip-invalid", *SMALL]) == 0
+    (skipped,) = [json.loads(line) for line in (out / "skipped.jsonl").read_text().splitlines()]
+    assert (skipped["line"], skipped["codes"]) == (3, ["no_target"])  # "no gpt turn"
+    assert skipped["problems"][0]["message"].startswith("no gpt turn")
+    assert json.loads(skipped["text"]) == items[2]
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["examples"] == 8 and plan["skipped_lines"] == 1

@@ -5,8 +5,8 @@
     sharegpt           {"conversations": [{"from": ..., "value": ...}]}        (.sharegpt, as LLaMA-Factory reads it)
     alpaca             {"instruction": ..., "input": ..., "output": ...}       (.alpaca, as LLaMA-Factory reads it)
 
-A line's format is told by its keys (`line_format`); a file's format is that of its first line in a
-known format, unless the user forces one.
+A line's format is told by its keys (`line_format`); a file's format is that of its first valid line
+(or, when no line is valid, its first line in a known format), unless the user forces one.
 """
 
 from __future__ import annotations

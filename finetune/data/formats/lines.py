@@ -65,12 +65,16 @@ class Line:
         self.warnings.append(Problem(self.number, code, message))
 
 
+# Words spelt with a vowel but said with a consonant ("a user", "a unicode string").
+_SAID_WITH_A_CONSONANT = ("user", "uni", "use", "usu", "one")
+
+
 def with_article(word: str) -> str:
-    """The word with its article: "an array", "an assistant", "a string" ("null" takes none)."""
+    """The word with its article: "an array", "an assistant", "a string", "a user" ("null" takes none)."""
     if word == "null":
         return word
-    vowel_sound = word[:1] in "aeiou" and not word.startswith(("us", "uni"))  # "a user", "a unique", "an array"
-    return f"{'an' if vowel_sound else 'a'} {word}"
+    vowel = word[:1] in "aeiou" and not word.startswith(_SAID_WITH_A_CONSONANT)
+    return f"{'an' if vowel else 'a'} {word}"
 
 
 def json_type(value: object) -> str:

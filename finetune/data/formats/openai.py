@@ -33,6 +33,7 @@ from finetune.data.formats.lines import (
     MISSING_MESSAGES,
     MISSING_ROLE,
     NON_TEXT_CONTENT,
+    UNKNOWN_KEY,
     UNKNOWN_ROLE,
     Line,
     check_unknown_keys,
@@ -45,6 +46,8 @@ from finetune.data.types import ROLES, Conversation, Message, ToolCall
 
 TOP_KEYS = ("messages", "tools", "parallel_tool_calls", "functions")
 MESSAGE_KEYS = ("role", "content", "weight", "name", "tool_calls", "tool_call_id", "function_call")
+# Keys of a message as the chat completions API returns it: a log of API responses carries them, empty.
+RESPONSE_KEYS = ("refusal", "audio", "annotations")
 LEGACY_ROLES = {"function": "tool"}  # the legacy result of a `function_call`
 NON_TEXT_PARTS = ("image_url", "input_image", "image", "input_audio", "audio", "file", "input_file", "video")
 
@@ -130,7 +133,8 @@ def check_message(index: int, item: object, line: Line) -> Message | None:
             f'{where}is {with_article(json_type(item))}; a message is {{"role": ..., "content": ...}}',
         )
         return None
-    check_unknown_keys(item, MESSAGE_KEYS, where, line)
+    check_unknown_keys(item, MESSAGE_KEYS + RESPONSE_KEYS, where, line)
+    check_response_keys(item, where, line)
     role = check_role(item, where, line)
     makes_calls = bool(item.get("tool_calls") or item.get("function_call"))
     content = check_content(item, role, makes_calls, where, line)
@@ -144,6 +148,27 @@ def check_message(index: int, item: object, line: Line) -> Message | None:
     if role is None or content is None or weight is None or calls is None or call_id is False:
         return None
     return Message(role, content, weight, name, calls, call_id or None)
+
+
+def check_response_keys(item: dict, where: str, line: Line) -> None:
+    """`refusal`, `audio`, `annotations` are accepted empty (null, "", []): with something in them, they would
+    be dropped without being trained, so they are refused instead."""
+    for key in RESPONSE_KEYS:
+        value = item.get(key)
+        if value in (None, "", []):
+            continue
+        if key == "audio":
+            line.error(NON_TEXT_CONTENT, f'{where}"audio" holds audio: this model and this format take text only')
+        elif key == "refusal":
+            line.error(
+                UNKNOWN_KEY,
+                f'{where}"refusal" holds text, which is not trained; put it in "content" if the model should learn '
+                "to answer this way, or remove the line",
+            )
+        else:
+            line.error(
+                UNKNOWN_KEY, f'{where}"annotations" are not trained; remove them (the content is trained as it is)'
+            )
 
 
 def check_role(item: dict, where: str, line: Line) -> str | None:

@@ -13,8 +13,9 @@ original ShareGPT exports is allowed and ignored.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
-from finetune.data.formats.conversation import finish_conversation
+from finetune.data.formats.conversation import Naming, finish_conversation
 from finetune.data.formats.lines import (
     ARGUMENTS_NOT_JSON,
     BAD_TOOLS,
@@ -35,6 +36,14 @@ from finetune.data.formats.openai import parse_function, tool_schema
 from finetune.data.types import Conversation, Message, ToolCall
 
 KEYS = ("conversations", "system", "tools", "id")
+# Problems are told in the file's own words: turns numbered as in "conversations", roles by their "from".
+SHAREGPT_NAMING = Naming(
+    noun="turn",
+    roles={"user": "human", "assistant": "gpt", "tool": "observation", "calls": "function_call"},
+    rule="an optional system turn first, then human and gpt in turn; a function_call is followed by its "
+    "observation(s), then by gpt (as LLaMA-Factory reads it: human and observation at odd positions, gpt and "
+    "function_call at even ones)",
+)
 TURN_KEYS = ("from", "value")
 ROLES = {
     "human": "user",
@@ -68,7 +77,8 @@ def check_sharegpt(obj: dict, line: Line) -> Conversation | None:
         return None
     if system:
         messages.insert(0, Message("system", system))
-    return finish_conversation(messages, tools, None, line)
+    naming = replace(SHAREGPT_NAMING, offset=1 if system else 0)
+    return finish_conversation(messages, tools, None, line, naming)
 
 
 def _tools(value: object, line: Line) -> tuple[dict, ...] | None:

@@ -387,3 +387,120 @@ def test_convert_keeps_weights_and_parallel_flag(tmp_path):
     assert [m.get("weight") for m in written["messages"]] == [None, None, 0, None, None]
     assert written["parallel_tool_calls"] is False and written["tools"] == OPENAI_TOOLS["tools"]
     assert Path(out).read_text().count("\n") == 1
+
+
+# ----------------------------------------------------------------------------- detection from the first valid line
+
+
+def test_a_broken_first_line_does_not_decide_the_format():
+    damaged_alpaca = {"output": 3}  # a known format's key, but not a valid line
+    parsed = parse_bytes(jsonl(damaged_alpaca, SHAREGPT_TOOLS, SHAREGPT_DOC))
+    assert parsed.format == "sharegpt" and len(parsed.conversations) == 2
+    assert [(p.code, p.line) for p in parsed.errors] == [("mixed_formats", 1)]
+    assert "from line 2" in parsed.errors[0].message
+
+
+def test_with_no_valid_line_the_first_line_in_a_known_format_decides():
+    parsed = parse_bytes(jsonl({"output": 3}, {"messages": []}))
+    assert parsed.format == "alpaca"
+    assert [(p.code, p.line) for p in parsed.errors] == [
+        ("missing_content", 1),
+        ("content_not_string", 1),
+        ("mixed_formats", 2),
+    ]
+
+
+# ----------------------------------------------------------------------------- a .json file holding one array
+
+
+def test_a_json_array_file_is_read_item_by_item(tmp_path, capsys):
+    path = tmp_path / "alpaca_en_demo.json"
+    path.write_text(json.dumps([ALPACA_STANFORD, ALPACA_DOC, {"instruction": "q"}], indent=2))
+    parsed = read_file(path)
+    assert parsed.format == "alpaca" and len(parsed.conversations) == 2
+    assert [(p.code, p.line) for p in parsed.errors] == [("missing_content", 3)]  # item 3 has no output
+    out = tmp_path / "out.jsonl"
+    path.write_text(json.dumps([ALPACA_STANFORD, ALPACA_DOC], indent=4))
+    assert main(["convert", str(path), "--out", str(out)]) == 0
+    assert [c.key() for c in read_file(out).conversations] == [c.key() for c in read_file(path).conversations]
+
+
+def test_json_array_items_keep_every_check():
+    from finetune.data.read import json_array_as_jsonl
+
+    items = b'[\n  {"prompt": "a", "prompt": "b", "completion": "c"},\n  {"prompt": "x\\ny", "completion": "z"}\n]\n'
+    parsed = parse_bytes(json_array_as_jsonl(items))
+    assert [(p.code, p.line) for p in parsed.errors] == [("duplicate_key", 1)]
+    assert parsed.conversations[0].messages[0].content == "x\ny"  # an escaped newline stays in the text
+
+
+@pytest.mark.parametrize(
+    ("data", "codes"),
+    [
+        (b"[]\n", [("empty_file", None)]),
+        (b'[{"prompt": "a", "completion": "b"},]\n', [("not_json", 1)]),  # damaged: read as JSON Lines
+        (b'[\n{"prompt": "a", "completion": "b"}\n', [("not_json", 1)]),  # never closed
+        (b'[{"prompt": "a", "completion": "b"}]\n[1]\n', [("not_object", 1), ("not_object", 2)]),  # two arrays
+        (b'[{"prompt": "a", "completion": "b"}, 1]\n', [("not_object", 1)]),  # not only examples: JSON Lines
+    ],
+)
+def test_empty_and_damaged_arrays(data, codes, tmp_path):
+    path = tmp_path / "data.json"
+    path.write_bytes(data)
+    assert [(p.code, p.line) for p in read_file(path).errors] == codes
+
+
+def test_a_file_in_no_known_format_is_told_which_formats_are_read():
+    parsed = parse_bytes(jsonl({"text": "document"}))  # LLaMA-Factory's pre-training format
+    assert parsed.format is None
+    (error,) = parsed.errors
+    assert (error.code, error.line) == ("missing_messages", 1)
+    for name in ('"text"', '"messages"', '"conversations"', '"instruction"', '"prompt"'):
+        assert name in error.message
+
+
+def test_sharegpt_problems_are_told_in_its_own_turns_and_roles():
+    system_key = {
+        "conversations": [
+            {"from": "human", "value": "a"},
+            {"from": "human", "value": "b"},
+            {"from": "gpt", "value": "c"},
+        ],
+        "system": "s",  # a system prompt given as its own key is no turn: turn 2 is still turn 2
+    }
+    (error,) = parse_bytes(jsonl(system_key)).errors
+    assert error.code == "bad_role_order" and error.message.startswith("turn 2 is human after a human turn")
+    assert "expected gpt" in error.message
+    calls_then_gpt = {"conversations": SHAREGPT_TOOLS["conversations"][:2] + SHAREGPT_TOOLS["conversations"][3:]}
+    (error,) = parse_bytes(jsonl(calls_then_gpt)).errors
+    assert error.message.startswith("turn 3 is gpt after a function_call turn; expected observation")
+
+
+def test_convert_leaves_a_users_partial_file_alone(tmp_path):
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_bytes(jsonl(PROMPT_COMPLETION))
+    mine = tmp_path / "out.jsonl.partial"
+    mine.write_text("mine\n")
+    assert main(["convert", str(src), "--out", str(out)]) == 0
+    assert mine.read_text() == "mine\n" and read_file(out).ok
+    assert out.stat().st_mode & 0o777 == src.stat().st_mode & 0o777  # an ordinary new file, not a private one
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "out.jsonl", "out.jsonl.partial"]
+
+
+def test_the_codes_table_is_exactly_the_codes_of_the_code():
+    import re
+
+    from finetune.data import validate
+    from finetune.data.formats import lines
+
+    doc = (Path(__file__).parents[3] / "docs" / "formats.md").read_text(encoding="utf-8")
+    table = doc.split("\n## Codes\n", 1)[1].split("\n## ", 1)[0]
+    documented = re.findall(r"^\| `([a-z_0-9]+)` \| (?:error|warning) \|", table, flags=re.M)
+    constants = {
+        value
+        for module in (lines, validate)
+        for name, value in vars(module).items()
+        if name.isupper() and isinstance(value, str) and re.fullmatch(r"[a-z][a-z_0-9]+", value)
+    }
+    assert len(documented) == len(set(documented))  # each code once
+    assert set(documented) == constants, (set(documented) - constants, constants - set(documented))

@@ -203,3 +203,31 @@ def test_each_new_code_exits_1_in_the_cli(tmp_path, capsys):
         path.write_text(json.dumps(fired) + "\n")
         assert main(["validate", str(path), "--json"]) == 1
         assert [e["code"] for e in json.loads(capsys.readouterr().out)["errors"]] == [code]
+
+
+def test_messages_read_as_english():
+    (error,) = parse_bytes((json.dumps(chat(USER, result(), REPLY)) + "\n").encode()).errors
+    assert "after a user message" in error.message
+    (error,) = parse_bytes((json.dumps(chat(USER, calling(call(), call()), result(), REPLY)) + "\n").encode()).errors
+    assert "earlier in the same message" in error.message
+    (error,) = parse_bytes(
+        (json.dumps(chat(USER, calling(call()), result(), calling(call()), result(), REPLY)) + "\n").encode()
+    ).errors
+    assert "already used in message 2" in error.message
+
+
+# A message logged from the chat completions API carries these keys, empty.
+LOGGED_REPLY = REPLY | {"refusal": None, "audio": None, "annotations": [], "function_call": None, "tool_calls": None}
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "code"),
+    [
+        ("refusal", "I can't help with that.", "unknown_key"),
+        ("annotations", [{"type": "url_citation"}], "unknown_key"),
+        ("audio", {"id": "audio_1", "data": "UklG"}, "non_text_content"),
+    ],
+)
+def test_api_response_keys_are_accepted_empty_and_refused_full(key, value, code):
+    assert line_codes(chat(USER, LOGGED_REPLY)) == []
+    assert line_codes(chat(USER, LOGGED_REPLY | {key: value})) == [(code, 1)]

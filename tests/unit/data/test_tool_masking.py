@@ -169,7 +169,7 @@ def test_template_cannot_render_tools_fires_once_and_is_silent_with_a_tool_templ
     assert "2 lines" in errors[0]["message"] and "tool calls" in errors[0]["message"]
     assert main(["validate", str(path), "--model", str(toy_model), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["errors"] == []
-    with pytest.raises(UserError, match="cannot render tool calls"):
+    with pytest.raises(UserError, match=r"line 1 \[template_cannot_render_tools\]: .* cannot render tool calls"):
         prepare_conversations([conversation()], [], RunConfig(val_fraction=0), tokenizer)
 
 
