@@ -24,15 +24,19 @@ MAX_EFFECTIVE_BATCH = 32
 MIN_EFFECTIVE_BATCH = 4
 TARGET_STEPS = 100  # Auto shrinks the batch (never raises epochs) until the run has this many steps
 
-# ---- learning rate: by method, scaled with sqrt(effective batch) and sqrt(1 / model width)
+# ---- learning rate: by method, scaled with sqrt(effective batch) and 1 / model width (muP's rule for Adam)
 LORA_LR, FULL_LR = 2e-4, 2e-5  # at the reference batch and width; LoRA takes ~10x the full fine-tuning rate
 REFERENCE_BATCH = 16
 REFERENCE_WIDTH = 4096  # hidden size of Llama-3.1-8B / Mistral-7B, where those rates are common practice
 BATCH_FACTOR_RANGE = (0.25, 4.0)
-WIDTH_FACTOR_RANGE = (0.5, 4.0)
+WIDTH_FACTOR_RANGE = (0.5, 32.0)
 
 # ---- LoRA rank from the training tokens of one epoch
 RANK_BY_TOKENS = ((2_000_000, 8), (20_000_000, 16), (100_000_000, 32))  # (tokens below, rank); 64 above
+MAX_AUTO_RANK = 64
+# A small model's adapter has few weights per rank: the rank doubles until the adapter holds this many weights
+# per token of an epoch (what rank 8 holds on an 8B model at 2M tokens, where the table starts to raise it).
+ADAPTER_WEIGHTS_PER_TOKEN = 10
 TOKENS_PER_RECORD_GUESS = 500  # used when the token count is unknown (what-if without --tokens)
 
 # ---- warmup and evaluation
@@ -142,7 +146,7 @@ def _clamp(x: float, bounds: tuple[float, float]) -> float:
 
 def auto_lr(method: str, effective: int, hidden_size: int | None = None) -> Choice[float]:
     """Peak learning rate: 2e-4 (LoRA) or 2e-5 (full) at effective batch 16 and width 4096, times
-    sqrt(effective / 16) and sqrt(4096 / hidden size) (both clamped)."""
+    sqrt(effective / 16) and 4096 / hidden size (both clamped)."""
     base = LORA_LR if method == "lora" else FULL_LR
     batch_factor = _clamp(math.sqrt(effective / REFERENCE_BATCH), BATCH_FACTOR_RANGE)
     lr = base * batch_factor
@@ -152,9 +156,12 @@ def auto_lr(method: str, effective: int, hidden_size: int | None = None) -> Choi
         f"x sqrt({effective}/{REFERENCE_BATCH}) for the effective batch"
     )
     if hidden_size:
-        width_factor = _clamp(math.sqrt(REFERENCE_WIDTH / hidden_size), WIDTH_FACTOR_RANGE)
+        width_factor = _clamp(REFERENCE_WIDTH / hidden_size, WIDTH_FACTOR_RANGE)
         lr *= width_factor
-        reason += f" x {width_factor:.2f} for the model width {hidden_size} (narrower models take larger steps)"
+        reason += (
+            f" x {width_factor:.2f} for the model width {hidden_size} "
+            f"({REFERENCE_WIDTH}/{hidden_size}: narrower models take larger steps, as muP scales Adam's rate)"
+        )
     else:
         reason += " (model width unknown: no width scaling)"
     return Choice(_round_lr(lr), reason)
@@ -167,14 +174,29 @@ def estimated_tokens(records: int, tokens: int | None) -> tuple[int, bool]:
     return records * TOKENS_PER_RECORD_GUESS, True
 
 
-def auto_lora_rank(records: int, tokens: int | None) -> Choice[int]:
-    """LoRA rank grows with the training tokens: 8 below 2M, 16 below 20M, 32 below 100M, else 64."""
+def auto_lora_rank(records: int, tokens: int | None, weights_per_rank: int | None = None) -> Choice[int]:
+    """LoRA rank grows with the training tokens: 8 below 2M, 16 below 20M, 32 below 100M, else 64; and doubles
+    (up to 64) while the adapter holds fewer than 10 weights per token of an epoch (small models)."""
     count, guessed = estimated_tokens(records, tokens)
-    rank = _first(RANK_BY_TOKENS, count, 64)
+    rank = _first(RANK_BY_TOKENS, count, MAX_AUTO_RANK)
     what = (
         f"about {count:,} tokens (guessed at {TOKENS_PER_RECORD_GUESS} per record)" if guessed else f"{count:,} tokens"
     )
-    return Choice(rank, f"{what} per epoch: rank {rank} has room for what this much data can teach")
+    by_tokens = rank
+    if weights_per_rank:
+        while rank < MAX_AUTO_RANK and rank * weights_per_rank < ADAPTER_WEIGHTS_PER_TOKEN * count:
+            rank *= 2
+    if rank == by_tokens:
+        return Choice(rank, f"{what} per epoch: rank {rank} has room for what this much data can teach")
+    return Choice(
+        rank,
+        f"{what} per epoch, and this model's adapter holds {weights_per_rank:,} weights per rank: rank {rank} "
+        + (
+            f"(not {by_tokens}) gives it at least {ADAPTER_WEIGHTS_PER_TOKEN} weights per token"
+            if rank * weights_per_rank >= ADAPTER_WEIGHTS_PER_TOKEN * count
+            else f"(not {by_tokens}), the most Auto picks, comes closest to {ADAPTER_WEIGHTS_PER_TOKEN} weights per token"
+        ),
+    )
 
 
 def auto_lora_alpha(rank: int) -> Choice[float]:

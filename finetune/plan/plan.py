@@ -224,7 +224,8 @@ def build_plan(
     epochs = _resolve(config.epochs, epochs_choice, "epochs", auto)
     rank = alpha = None
     if method == "lora":
-        rank = _resolve(config.lora_rank, auto_lora_rank(n, data.tokens_in_file), "lora_rank", auto)
+        rank_choice = auto_lora_rank(n, data.tokens_in_file, model_facts.lora_params(1) if model_facts else None)
+        rank = _resolve(config.lora_rank, rank_choice, "lora_rank", auto)
         alpha = float(_resolve(config.lora_alpha, auto_lora_alpha(rank), "lora_alpha", auto))
 
     # ---- batch: Auto's effective batch, split over accumulation x devices, cut to fit the device's memory

@@ -111,6 +111,13 @@ def test_reference_rates():
     assert auto.auto_lr("lora", 64, 4096).value == 4e-4  # sqrt(64 / 16) = 2
 
 
+def test_narrow_models_scale_the_rate_with_one_over_width():
+    assert auto.auto_lr("lora", 16, 1024).value == 8e-4  # 4096 / 1024 = 4
+    assert auto.auto_lr("lora", 8, 128).value == 4.5e-3  # the toy base: x 32 (the cap), x sqrt(8 / 16)
+    assert auto.auto_lr("lora", 16, 64).value == auto.auto_lr("lora", 16, 128).value  # capped at 32
+    assert auto.auto_lr("lora", 16, 16384).value == 1e-4  # wider than 4096: at most halved
+
+
 def test_lr_follows_the_users_batch():
     plan = make(800, batch_size=32)
     assert plan.learning_rate == auto.auto_lr("lora", 32).value
@@ -125,6 +132,20 @@ def test_rank_grows_with_tokens(n, a, b):
     small, large = sorted((a, b))
     r_small, r_large = auto.auto_lora_rank(n, small).value, auto.auto_lora_rank(n, large).value
     assert r_small <= r_large and {r_small, r_large} <= {8, 16, 32, 64}
+
+
+@given(n=records, a=tokens, per_rank=st.integers(1_000, 5_000_000))
+def test_rank_never_falls_below_the_token_table_and_stays_at_most_64(n, a, per_rank):
+    by_tokens = auto.auto_lora_rank(n, a).value
+    assert by_tokens <= auto.auto_lora_rank(n, a, per_rank).value <= 64
+
+
+def test_a_small_model_gets_a_rank_with_ten_weights_per_token():
+    choice = auto.auto_lora_rank(330, 51_374, 9_248)  # the toy base on the bundled examples
+    assert choice.value == 64 and "not 8" in choice.reason and 64 * 9_248 >= 10 * 51_374
+    assert auto.auto_lora_rank(330, 51_374, 2_600_000).value == 8  # an 8B model: the table's rank
+    assert auto.auto_lora_rank(10_000, 5_000_000, 2_600_000).value == 32  # 16 holds 42M < 50M weights
+    assert "the most Auto picks" in auto.auto_lora_rank(330, 10_000_000, 9_248).reason
 
 
 def test_rank_without_tokens_is_guessed_and_says_so():
