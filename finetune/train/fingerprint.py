@@ -173,6 +173,10 @@ def _show(value: object) -> str:
             return f"{value['decay']} with {value['warmup_steps']} warmup steps"
         if "name" in value:
             return str(value["name"])
+        if "type" in value:  # the objective
+            if value["type"] != "dpo":
+                return str(value["type"])
+            return f"dpo with beta {value['beta']:g} and SFT weight {value['sft_weight']:g}"
     if isinstance(value, float):
         return f"{value:g}"
     return str(value)

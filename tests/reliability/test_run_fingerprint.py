@@ -23,6 +23,9 @@ class _Plan:  # the Plan fields the fingerprint reads (Auto's choices resolved)
     warmup_steps: int = 1
     effective_batch: int = 4
     seed: int = 0
+    objective: str = "sft"
+    beta: float | None = None
+    sft_weight: float | None = None
     data: object = None
 
 

@@ -4,6 +4,7 @@ it passes the limit, without reading the rest, and leaves nothing behind."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 
 import pytest
 from starlette.requests import Request
@@ -34,11 +35,17 @@ def _request(chunks: list[bytes]) -> tuple[Request, list[int]]:
     return Request(scope, receive), received
 
 
+def _run(coroutine):
+    """asyncio.run in a thread of its own: another test (Playwright's sync API) may leave a loop running here."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
 def test_an_upload_past_the_limit_is_refused_while_streaming(tmp_path):
     chunks = [HEAD] + [b"x" * 1000] * 100 + [TAIL]  # 100 kB against a 5 kB limit
     request, received = _request(chunks)
     with pytest.raises(APIError) as raised:
-        asyncio.run(receive_upload(request, tmp_path, 5000))
+        _run(receive_upload(request, tmp_path, 5000))
     assert raised.value.status == 413 and raised.value.code == "file_too_large"
     assert len(received) <= 8  # stopped a chunk past the limit, the rest never read
     assert list(tmp_path.iterdir()) == []
@@ -46,7 +53,7 @@ def test_an_upload_past_the_limit_is_refused_while_streaming(tmp_path):
 
 def test_an_upload_within_the_limit_is_kept_under_a_name_of_our_own(tmp_path):
     request, _ = _request([HEAD, b"y" * 3000, b"z" * 1000, TAIL])
-    upload = asyncio.run(receive_upload(request, tmp_path, 5000))
+    upload = _run(receive_upload(request, tmp_path, 5000))
     assert upload.size == 4000 and upload.fields == {"purpose": "fine-tune"}
     assert upload.filename == "../../etc/passwd"  # shown only
     assert upload.temp.parent == tmp_path and upload.temp.name.startswith("upload-")
