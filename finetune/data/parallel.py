@@ -196,6 +196,8 @@ _OUT_DIR: str | None = None
 def _init_worker(model: str | None, trust_remote_code: bool, settings: TokenizeSettings, out_dir: str) -> None:
     global _CHAT, _SETTINGS, _OUT_DIR
     _SETTINGS, _OUT_DIR = settings, out_dir
+    if multiprocessing.parent_process() is not None:  # a pool worker: the pool uses the cores already, so
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"  # no Rust threads per batch on top (read per call)
     if _CHAT is None and model is not None:  # spawn: no inherited tokenizer
         from finetune.data.tokenize import ChatTokenizer, load_tokenizer
 
