@@ -4,7 +4,7 @@
     results = tokenize_chunks(chunks, chat, settings, out_dir, workers)
 
 Each chunk is parsed and validated by read.py (`parse_bytes`), turned into records (records.py) and
-tokenized record by record (`ChatTokenizer.tokenize`), exactly as the one-process path does; only the
+tokenized record by record (`ChatTokenizer.tokenize_arrays`), exactly as the one-process path does; only the
 bookkeeping is different. A worker writes its chunk's token ids and weights to two raw files in
 `out_dir` and sends back small per-record and per-conversation arrays, so neither the workers nor the
 main process ever hold the whole file's tokens as Python objects.
@@ -132,7 +132,7 @@ def conversation_digests(conversation: Conversation, seed: int) -> tuple[bytes, 
 
 
 def tokenize_conversations(conversations: list[Conversation], chat, settings: TokenizeSettings, index: int = 0):
-    """Records of `conversations`, tokenized one by one with `chat.tokenize` (the per-record function)."""
+    """Records of `conversations`, tokenized one by one with `chat.tokenize_arrays` (`chat.tokenize` as arrays)."""
     result = ChunkResult(index)
     n = len(conversations)
     result.conv_digest = np.zeros((n, 32), np.uint8)
@@ -147,17 +147,16 @@ def tokenize_conversations(conversations: list[Conversation], chat, settings: To
         result.conv_digest[local] = np.frombuffer(identity, np.uint8)
         result.conv_rank[local] = np.frombuffer(rank, np.uint8)
         for record in build_records(conversation, local, settings.record_policy):
-            outcome = chat.tokenize(record, settings.max_seq_len, settings.truncation)
-            tokenized = outcome.record
-            if tokenized is None:
+            outcome = chat.tokenize_arrays(record, settings.max_seq_len, settings.truncation)
+            if outcome.input_ids is None:
                 result.dropped.append((local, record.line, outcome.dropped or "", outcome.cut_tokens))
                 continue
-            record_ids = np.array(tokenized.input_ids, dtype=np.int32)
-            record_weights = np.array(tokenized.weights, dtype=np.float32)
-            targets = record_weights > 0  # exactly where tokenize writes a label (see arrays.py)
+            record_ids = outcome.input_ids
+            record_weights = outcome.weights.astype(np.float32)
+            targets = record_weights > 0  # where arrays.py rebuilds a label from the stored weights
             first_is_target = bool(len(targets) and targets[0])
             learns_end = bool((record_ids[targets] == eot).any())
-            row = (local, tokenized.line, len(record_ids), int(targets.sum()), tokenized.truncated_tokens)
+            row = (local, record.line, len(record_ids), int(targets.sum()), outcome.cut_tokens)
             rows.append((*row, first_is_target, learns_end))
             ids.append(record_ids)
             weights.append(record_weights)
@@ -197,6 +196,8 @@ _OUT_DIR: str | None = None
 def _init_worker(model: str | None, trust_remote_code: bool, settings: TokenizeSettings, out_dir: str) -> None:
     global _CHAT, _SETTINGS, _OUT_DIR
     _SETTINGS, _OUT_DIR = settings, out_dir
+    if multiprocessing.parent_process() is not None:  # a pool worker: the pool uses the cores already, so
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"  # no Rust threads per batch on top (read per call)
     if _CHAT is None and model is not None:  # spawn: no inherited tokenizer
         from finetune.data.tokenize import ChatTokenizer, load_tokenizer
 

@@ -15,14 +15,22 @@ as `tool` messages. An assistant turn that makes calls is scored from the first 
 template writes for it (its content, or the call block when it has no content) to its end-of-turn:
 that start is where the turn's rendering stops agreeing with the same turn rendered as plain text
 (two probes with different first letters, so no shared character can hide it).
+
+The data path calls `tokenize_arrays` (int32 ids and weights in numpy arrays, no list per token); its pieces
+are encoded by SegmentEncoder, which encodes the text between added tokens once per process: the system
+prompt that every conversation of an export repeats is looked up, not tokenized 100,000 times. `tokenize`
+is the same, as a TokenizedRecord of lists.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from functools import cached_property
+
+import numpy as np
 
 from finetune.data.formats.openai import parse_arguments
 from finetune.data.types import IGNORE_INDEX, Message, Record, TokenizedRecord, ToolCall, Truncation
@@ -98,6 +106,105 @@ def load_tokenizer(model: str, trust_remote_code: bool = False):
     return tokenizer
 
 
+@dataclass(frozen=True)
+class EncodedOutcome:
+    """`TokenizeOutcome` as arrays: what the data path keeps (no Python list per token)."""
+
+    input_ids: np.ndarray | None  # int32 [tokens] after truncation; None when the record was dropped
+    weights: np.ndarray | None  # float64 [tokens] (the messages' weights exactly; 0 on context tokens)
+    dropped: str | None
+    total_tokens: int
+    cut_tokens: int
+
+
+# Pre-tokenizers that treat every stretch of text between two added tokens alike, wherever it stands in the
+# text. Metaspace with prepend_scheme "first" does not (only the text's first stretch gets the prefix), and
+# an unknown one might not: for those, texts are encoded whole.
+_POSITION_FREE = {
+    "ByteLevel",
+    "Split",
+    "Digits",
+    "Whitespace",
+    "WhitespaceSplit",
+    "Punctuation",
+    "BertPreTokenizer",
+    "CharDelimiterSplit",
+    "UnicodeScripts",
+}
+_SEGMENT_CACHE_CHARS = 4 << 20  # per process; cleared when full (the common segments come straight back)
+
+
+def _position_free(pre_tokenizer: dict | None) -> bool:
+    if pre_tokenizer is None:
+        return True
+    kind = pre_tokenizer.get("type")
+    if kind == "Sequence":
+        return all(_position_free(p) for p in pre_tokenizer.get("pretokenizers", ()))
+    if kind == "Metaspace":
+        return pre_tokenizer.get("prepend_scheme", "always") in ("always", "never")
+    return kind in _POSITION_FREE
+
+
+class SegmentEncoder:
+    """`encode` of many texts, token for token, with the text between added tokens encoded once per process.
+
+    The Rust tokenizer first cuts a text at its added tokens (leftmost-longest) and then normalizes,
+    pre-tokenizes and encodes each stretch between them on its own; so the ids of a text are the ids of its
+    stretches and added tokens, one after the other. A data file repeats many stretches (the system prompt of
+    every exported conversation, role headers, canned replies): those are looked up, not encoded again.
+    Built only where that holds (`for_backend`), and checked on probe texts before use.
+    """
+
+    def __init__(self, backend, added_tokens: list[str]) -> None:
+        self.backend = backend
+        alternatives = "|".join(re.escape(t) for t in sorted(added_tokens, key=len, reverse=True))
+        self._split = re.compile(f"({alternatives})").split
+        self._cache: dict[str, np.ndarray] = {}
+        self._cached_chars = 0
+
+    @classmethod
+    def for_backend(cls, backend) -> SegmentEncoder | None:
+        """An encoder for this Rust tokenizer (in the state `encode` leaves it in), or None where cutting a text
+        at its added tokens could change its ids."""
+        if getattr(backend, "encode_special_tokens", True) or backend.truncation or backend.padding:
+            return None
+        added = list(backend.get_added_tokens_decoder().values())
+        if not added or any(t.lstrip or t.rstrip or t.single_word for t in added):
+            return None  # stripping or word-bound tokens reach across the cut
+        pre_tokenizer = backend.pre_tokenizer
+        if pre_tokenizer is not None and not _position_free(json.loads(pre_tokenizer.__getstate__())):
+            return None
+        cut_at = [t.content for t in added if not t.normalized]  # normalized ones are found within a stretch
+        if not cut_at:
+            return None
+        encoder = cls(backend, cut_at)
+        return encoder if encoder._agrees_on_probes([t.content for t in added]) else None
+
+    def _agrees_on_probes(self, added: list[str]) -> bool:
+        joined = "".join(f" Hello{t}  wörld\n\t{t}{t}x 12 " for t in added[:32])
+        texts = ["", " ", "Hi there", joined, f"{added[0]}start", f"end {added[-1]}", " " + joined.strip()]
+        whole = [e.ids for e in self.backend.encode_batch_fast(texts, add_special_tokens=False)]
+        cut = [ids.tolist() for ids in self.encode(texts)]
+        self._cache.clear()
+        self._cached_chars = 0
+        return whole == cut
+
+    def encode(self, texts: list[str]) -> list[np.ndarray]:
+        stretches = [[s for s in self._split(text) if s] for text in texts]
+        known = {s: self._cache.get(s) for parts in stretches for s in parts}
+        missing = [s for s, ids in known.items() if ids is None]
+        if missing:
+            encoded = self.backend.encode_batch_fast(missing, add_special_tokens=False)
+            size = sum(map(len, missing))
+            if self._cached_chars + size > _SEGMENT_CACHE_CHARS:
+                self._cache.clear()
+                self._cached_chars = 0
+            self._cached_chars += size
+            for stretch, encoding in zip(missing, encoded, strict=True):
+                known[stretch] = self._cache[stretch] = np.array(encoding.ids, dtype=np.int32)
+        return [np.concatenate([known[s] for s in parts]) if parts else np.zeros(0, np.int32) for parts in stretches]
+
+
 class ChatTokenizer:
     """Tokenizes records with a tokenizer's chat template and marks exactly the target tokens."""
 
@@ -165,6 +272,16 @@ class ChatTokenizer:
         if self._backend is None:
             return [self.encode(text) for text in texts]
         return [encoding.ids for encoding in self._backend.encode_batch_fast(texts, add_special_tokens=False)]
+
+    def encode_arrays(self, texts: list[str]) -> list[np.ndarray]:
+        """`encode` of each text as int32 arrays: through the SegmentEncoder where it applies."""
+        if self._segments is not None:
+            return self._segments.encode(texts)
+        return [np.array(ids, dtype=np.int32) for ids in self.encode_many(texts)]
+
+    @cached_property
+    def _segments(self) -> SegmentEncoder | None:
+        return None if self._backend is None else SegmentEncoder.for_backend(self._backend)
 
     @cached_property
     def _backend(self):
@@ -271,28 +388,40 @@ class ChatTokenizer:
             )
         return start, end
 
-    def tokenize(self, record: Record, max_seq_len: int, truncation: Truncation | str) -> TokenizeOutcome:
-        input_ids: list[int] = []
-        labels: list[int] = []
-        weights: list[float] = []
+    def tokenize_arrays(self, record: Record, max_seq_len: int, truncation: Truncation | str) -> EncodedOutcome:
+        """The record's token ids and weights as arrays (what `tokenize` returns, without per-token lists)."""
         pieces = self._pieces(record)
-        for (_, weight), ids in zip(pieces, self.encode_many([text for text, _ in pieces]), strict=True):
-            input_ids += ids
-            labels += ids if weight > 0 else [IGNORE_INDEX] * len(ids)
-            weights += [weight] * len(ids)
+        encoded = self.encode_arrays([text for text, _ in pieces])
+        input_ids = np.concatenate(encoded) if encoded else np.zeros(0, np.int32)
+        piece_weights = np.array([weight for _, weight in pieces], dtype=np.float64)
+        weights = np.repeat(piece_weights, [len(ids) for ids in encoded])
 
         total = len(input_ids)
         cut = max(0, total - max_seq_len)
         if cut:
-            first_target = next(i for i, label in enumerate(labels) if label != IGNORE_INDEX)
+            first_target = int(np.flatnonzero(weights > 0)[0])  # a target token is one with a weight above 0
             if Truncation(truncation) is Truncation.DROP:
-                return TokenizeOutcome(None, "too_long", total, cut)
+                return EncodedOutcome(None, None, "too_long", total, cut)
             # the first token is never predicted (nothing precedes it): it must stay context after the cut
             if cut >= first_target:
-                return TokenizeOutcome(None, "target_would_be_cut", total, cut)
-            input_ids, labels, weights = input_ids[cut:], labels[cut:], weights[cut:]
-        tokenized = TokenizedRecord(input_ids, labels, weights, record.conversation, record.line, cut)
-        return TokenizeOutcome(tokenized, None, total, cut)
+                return EncodedOutcome(None, None, "target_would_be_cut", total, cut)
+            input_ids, weights = input_ids[cut:], weights[cut:]
+        return EncodedOutcome(input_ids, weights, None, total, cut)
+
+    def tokenize(self, record: Record, max_seq_len: int, truncation: Truncation | str) -> TokenizeOutcome:
+        outcome = self.tokenize_arrays(record, max_seq_len, truncation)
+        if outcome.input_ids is None:
+            return TokenizeOutcome(None, outcome.dropped, outcome.total_tokens, outcome.cut_tokens)
+        labels = np.where(outcome.weights > 0, outcome.input_ids, IGNORE_INDEX)
+        tokenized = TokenizedRecord(
+            outcome.input_ids.tolist(),
+            labels.tolist(),
+            outcome.weights.tolist(),
+            record.conversation,
+            record.line,
+            outcome.cut_tokens,
+        )
+        return TokenizeOutcome(tokenized, None, outcome.total_tokens, outcome.cut_tokens)
 
 
 def check_masking(records: list[TokenizedRecord], end_of_turn_id: int, source: str) -> None:
