@@ -77,6 +77,15 @@ def test_a_new_lr_is_refused_naming_it_and_allowed_with_allow_changes(data, toy_
     assert change.to_dict() == {"setting": "lr", "before": 2e-4, "now": 1e-3}
 
 
+def test_a_new_dpo_beta_is_refused_and_allowed_as_the_objective(data, toy_model):
+    saved = _fingerprint(data, toy_model, _Plan(objective="dpo", beta=0.1, sft_weight=0.0))
+    now = _fingerprint(data, toy_model, _Plan(objective="dpo", beta=0.3, sft_weight=0.0))
+    with pytest.raises(UserError, match=r"beta 0.1 and SFT weight 0 then, dpo with beta 0.3"):
+        check_resume(saved, now, None, "step-000002")
+    (change,) = check_resume(saved, now, "objective", "step-000002")
+    assert change.key == "objective"
+
+
 def test_another_lora_rank_is_refused_and_cannot_be_allowed(data, toy_model):
     saved = _fingerprint(data, toy_model)
     now = _fingerprint(data, toy_model, _Plan(lora_rank=16))
