@@ -168,7 +168,9 @@ def train(
     try:
         with rank_failures(ctx, passthrough=(TrainingInterrupted,)):  # every rank stops alike: no rank to name
             try:
-                return _train(config, on_plan, on_step, objective, ctx)
+                result = _train(config, on_plan, on_step, objective, ctx)
+                barrier(ctx)  # every rank leaves together: none tears down its process group while rank 0 still writes
+                return result
             except OSError as exc:
                 if (full := disk_full_error(exc, Path(config.out))) is not None:
                     raise full from None
