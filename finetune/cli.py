@@ -232,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--pretrain",
         action="store_true",
-        help="pretrain it on a generated neutral chat corpus (about 7 CPU-minutes): a base that already answers",
+        help="pretrain it on a generated neutral chat corpus (about 30 s on 2 quiet cores): a base that already answers",
     )
     p.set_defaults(func=cmd_toy_model)
 
