@@ -371,6 +371,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader left (`finetune validate --json | head`): nothing is wrong with the data, and no traceback;
+        # point stdout at /dev/null so the interpreter's final flush does not raise again (Python's documented recipe)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":
