@@ -24,6 +24,7 @@ from pathlib import Path
 from finetune.data.formats.conversation import finish_conversation
 from finetune.data.formats.lines import Line, json_type
 from finetune.data.formats.openai import check_message, check_tools
+from finetune.data.read import problems_text
 from finetune.data.split import auto_val_fraction, split_conversations
 from finetune.data.types import Conversation, DataSummary, Message, Problem, Record, TokenizedRecord
 from finetune.errors import UserError
@@ -301,17 +302,6 @@ def read_preferences(path: str | Path) -> PreferenceFile:
     return result
 
 
-def _problems_text(parsed: PreferenceFile, limit: int = 10) -> str:
-    lines = [f"{parsed.path} is not usable ({len(parsed.errors)} error(s)):"]
-    for problem in parsed.errors[:limit]:
-        where = f"{parsed.path}:{problem.line}" if problem.line else parsed.path
-        lines.append(f"  {where} [{problem.code}] {problem.message}")
-    if len(parsed.errors) > limit:
-        lines.append(f"  ... and {len(parsed.errors) - limit} more")
-    lines.append(f"Run `finetune validate {parsed.path}` for the full report.")
-    return "\n".join(lines)
-
-
 def load_pairs(path: str, skip_invalid: bool = False) -> tuple[list[PreferencePair], list[dict]]:
     """The usable pairs and, with --skip-invalid, the lines left out (for OUT/skipped.jsonl); UserError otherwise."""
     from finetune.data.skipped import skipped_lines
@@ -325,7 +315,7 @@ def load_pairs(path: str, skip_invalid: bool = False) -> tuple[list[PreferencePa
             "chosen/rejected): --method dpo trains on pairs of answers (docs/formats.md); train on "
             "conversations without --method dpo"
         )
-    problems = _problems_text(parsed)
+    problems = problems_text(parsed)  # the same report as a chat file's (path and errors)
     if not skip_invalid:
         raise UserError(f"{problems}\nOr pass --skip-invalid to train on the valid pairs only.")
     if any(p.line is None for p in parsed.errors):

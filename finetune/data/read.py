@@ -308,7 +308,7 @@ def _warn_duplicates(lines: list[Line]) -> None:
 
 
 def problems_text(parsed: ParsedFile, limit: int = 10) -> str:
-    """The errors of an unusable file, for a UserError: the first `limit`, and how to see them all."""
+    """The errors of an unusable file (chat or preference pairs: anything with .path and .errors), for a UserError: the first `limit`, and how to see them all."""
     lines = [f"{parsed.path} is not usable ({len(parsed.errors)} error(s)):"]
     for problem in parsed.errors[:limit]:
         where = f"{parsed.path}:{problem.line}" if problem.line else parsed.path
