@@ -12,8 +12,10 @@ toy model once, and runs each stage as its own process, the way a user runs it:
                   time from the process start to the end of the first step, per step (median of the
                   step intervals), and from the end of the last step to the end of the run (export, report)
 
-Memory is the peak, sampled every 0.1 s, of the proportional set size (PSS) summed over the process and its
+Memory is the peak, sampled every 0.5 s, of the proportional set size (PSS) summed over the process and its
 children (the tokenizing workers): memory pages shared by forked workers are counted once, not per worker.
+Reading PSS walks the page tables (~7-17 ms per process of ~0.5-1 GB): sampled every 0.1 s it took ~0.3 of
+a core from the stage it measures on a 2-core machine, so the interval is 0.5 s.
 The machine's load average is printed with each row: timings on a shared machine are only as good as it is
 quiet. CPU seconds (user + system, the process and every worker it waited for) are printed too: on a busy
 machine they are the steadier measure, and CPU seconds / cores is the wall time a quiet machine would give
@@ -35,6 +37,7 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
+SAMPLE_INTERVAL_S = 0.5
 
 
 # ----------------------------------------------------------------------------- measuring one process tree
@@ -74,7 +77,7 @@ def measure(command: list[str], env: dict | None = None) -> dict:
         while child.poll() is None:
             pss, rss = _tree_memory(process)
             peak["pss"], peak["rss"] = max(peak["pss"], pss), max(peak["rss"], rss)
-            time.sleep(0.1)
+            time.sleep(SAMPLE_INTERVAL_S)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
