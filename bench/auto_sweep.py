@@ -50,27 +50,48 @@ class Point:
     values: dict = field(default_factory=dict)
 
 
+ADAPTER_ONLY = {"lora_train_head": False}  # LoRA as the peers (and most users) train it: the output layer frozen
 # Published defaults for LoRA SFT (docs/auto.md cites each): learning rate, epochs, effective batch, rank, alpha.
 PEER_DEFAULTS = (
-    Point("TRL defaults", "peer", {"lr": 2e-5, "epochs": 3, "batch_size": 8, "lora_rank": 8, "lora_alpha": 8.0}),
-    Point("Unsloth defaults", "peer", {"lr": 2e-4, "epochs": 1, "batch_size": 8, "lora_rank": 16, "lora_alpha": 16.0}),
     Point(
-        "LLaMA-Factory defaults", "peer", {"lr": 1e-4, "epochs": 3, "batch_size": 8, "lora_rank": 8, "lora_alpha": 16.0}
+        "TRL defaults",
+        "peer",
+        {"lr": 2e-5, "epochs": 3, "batch_size": 8, "lora_rank": 8, "lora_alpha": 8.0, **ADAPTER_ONLY},
+    ),
+    Point(
+        "Unsloth defaults",
+        "peer",
+        {"lr": 2e-4, "epochs": 1, "batch_size": 8, "lora_rank": 16, "lora_alpha": 16.0, **ADAPTER_ONLY},
+    ),
+    Point(
+        "LLaMA-Factory defaults",
+        "peer",
+        {"lr": 1e-4, "epochs": 3, "batch_size": 8, "lora_rank": 8, "lora_alpha": 16.0, **ADAPTER_ONLY},
     ),
 )
 
 
 def sweep_grid(kind: str) -> list[Point]:
-    """The points a user would try: LoRA at three rates x three (epochs, batch) shapes, full at three rates."""
+    """The points a user would try: LoRA (the adapter only, as LoRA usually trains) at three rates x three
+    (epochs, batch) shapes, LoRA with the output layer trained too at three rates, full at three rates. LoRA
+    points keep Auto's rank."""
     if kind == "smoke":
         return [
-            Point("lora lr 1e-3 e1 b8", "sweep", {"lr": 1e-3, "epochs": 1, "batch_size": 8}),
+            Point("lora lr 1e-3 e1 b8", "sweep", {"lr": 1e-3, "epochs": 1, "batch_size": 8, **ADAPTER_ONLY}),
             Point("full lr 3e-4 e1 b8", "sweep", {"method": "full", "lr": 3e-4, "epochs": 1, "batch_size": 8}),
         ]
     points = [
-        Point(f"lora lr {lr:g} e{epochs} b{batch}", "sweep", {"lr": lr, "epochs": epochs, "batch_size": batch})
+        Point(
+            f"lora lr {lr:g} e{epochs} b{batch}",
+            "sweep",
+            {"lr": lr, "epochs": epochs, "batch_size": batch, **ADAPTER_ONLY},
+        )
         for lr in (3e-4, 1e-3, 3e-3)
         for epochs, batch in ((2, 4), (3, 8), (4, 16))
+    ]
+    points += [
+        Point(f"lora+head lr {lr:g} e3 b8", "sweep", {"lr": lr, "epochs": 3, "batch_size": 8, "lora_train_head": True})
+        for lr in (1e-3, 3e-3, 1e-2)
     ]
     points += [
         Point(f"full lr {lr:g} e3 b8", "sweep", {"method": "full", "lr": lr, "epochs": 3, "batch_size": 8})
@@ -98,10 +119,13 @@ def split_examples(
 
 def house_style(model_dir: Path, weights: str, prompts, markers: list[str]) -> float:
     from finetune.data.tokenize import load_tokenizer
+    from finetune.demo import MAX_NEW_TOKENS
     from finetune.eval.command import load_tuned
     from finetune.eval.generate import generate_answers, style_rate
 
-    answers = generate_answers(load_tuned(str(model_dir), weights), load_tokenizer(str(model_dir)), prompts, 100)
+    answers = generate_answers(
+        load_tuned(str(model_dir), weights), load_tokenizer(str(model_dir)), prompts, MAX_NEW_TOKENS
+    )
     return style_rate(answers, markers)
 
 
@@ -129,6 +153,7 @@ def run_point(point: Point, base: Path, data: Path, val: Path, work: Path, promp
         "epochs": plan.get("epochs"),
         "effective_batch": plan.get("effective_batch"),
         "lora_rank": plan.get("lora_rank") if plan.get("method") == "lora" else None,
+        "head": bool(plan.get("lora_train_head")) or plan.get("method") == "full",
         "steps": plan.get("total_steps"),
         "best_val_loss": report["best_val_loss"],
         "house_style": house_style(base, str(result.final_weights), prompts, markers),
@@ -169,14 +194,15 @@ def markdown(results: dict) -> str:
             f"Auto: best val loss {s['auto_val_loss']:.4f}, house style {s['auto_house_style']:.0%}; sweep best "
             f"{s['sweep_best_val_loss']:.4f} ({s['sweep_best']}); ratio **{s['ratio']:.3f}**.",
             "",
-            "| point | method | lr | epochs | batch | rank | steps | best val loss | × best | house style | s |",
-            "|---|---|---|---|---|---|---|---|---|---|---|",
+            "| point | method | lr | epochs | batch | rank | output layer | steps | best val loss | × best | house style | s |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in sorted(block["rows"], key=lambda r: r["best_val_loss"]):
             name = f"**{r['name']}**" if r["kind"] != "sweep" else r["name"]
             lines.append(
                 f"| {name} | {r['method']} | {_num(r['lr'])} | {r['epochs']} | {r['effective_batch']} | "
-                f"{_num(r['lora_rank'])} | {r['steps']} | {r['best_val_loss']:.4f} | "
+                f"{_num(r['lora_rank'])} | {'trained' if r.get('head') else 'frozen'} | {r['steps']} | "
+                f"{r['best_val_loss']:.4f} | "
                 f"{r['best_val_loss'] / s['sweep_best_val_loss']:.3f} | {r['house_style']:.0%} | {r['train_seconds']:.0f} |"
             )
         lines.append("")

@@ -90,6 +90,8 @@ class RunConfig:
     """LoRA alpha; auto = 2 x rank."""
     lora_dropout: float = 0.0
     """Dropout on the LoRA path."""
+    lora_train_head: bool | str = AUTO
+    """With LoRA: also train the output layer (LM head) in full; auto when it is no bigger than the adapter."""
     trust_remote_code: bool = False
     """Run code shipped with the model folder (off unless you trust it)."""
 

@@ -43,6 +43,7 @@ NOT_DATA_SETTINGS = frozenset(
         "lora_rank",
         "lora_alpha",
         "lora_dropout",
+        "lora_train_head",
         "epochs",
         "batch_size",
         "grad_accum",

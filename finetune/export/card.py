@@ -24,6 +24,7 @@ HYPERPARAMETERS = (
     ("warmup_steps", "warmup steps"),
     ("lora_rank", "LoRA rank"),
     ("lora_alpha", "LoRA alpha"),
+    ("lora_train_head", "LoRA trains the output layer"),
     ("max_seq_len", "max sequence length"),
     ("val_fraction", "validation fraction"),
 )

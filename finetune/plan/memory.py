@@ -144,6 +144,7 @@ def estimate_memory(
     device: DeviceSpec | None = None,
     device_assumed: bool = True,
     compute_dtype: str = "bf16",
+    lora_train_head: bool = False,
 ) -> MemoryEstimate:
     """Peak memory per device for one configuration."""
     device = device or DEVICES[DEFAULT_DEVICE]
@@ -155,7 +156,7 @@ def estimate_memory(
     params = model.total_params
     if method == "lora":
         rank = lora_rank or 8
-        trainable = model.lora_params(rank)
+        trainable = model.lora_params(rank) + (model.head_params if lora_train_head else 0)
         weights = params * dtype_bytes + trainable * FP32  # frozen base in compute precision, adapter in fp32
     else:
         rank = None

@@ -69,6 +69,11 @@ class ModelFacts:
         h, i = self.hidden_size, self.intermediate_size
         return [(h, self.q_dim), (h, self.kv_dim), (h, self.kv_dim), (self.q_dim, h), (h, i), (h, i), (i, h)]
 
+    @property
+    def head_params(self) -> int:
+        """Weights of the output layer (LM head): vocabulary x hidden size."""
+        return self.vocab_size * self.hidden_size
+
     def lora_params(self, rank: int) -> int:
         """Trainable parameters of a rank-r LoRA on every linear layer of the blocks (not the output layer)."""
         return self.num_layers * sum(rank * (n_in + n_out) for n_in, n_out in self.linear_shapes())

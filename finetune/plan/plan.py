@@ -27,6 +27,7 @@ from finetune.plan.auto import (
     auto_eval_every,
     auto_lora_alpha,
     auto_lora_rank,
+    auto_lora_train_head,
     auto_lr,
     auto_save_every,
     auto_warmup_steps,
@@ -140,6 +141,8 @@ class Plan:
     """LoRA scale numerator (alpha / rank scales the adapter); None for full fine-tuning."""
     lora_dropout: float
     """Dropout on the LoRA path."""
+    lora_train_head: bool | None
+    """LoRA also trains the output layer (LM head) in full; None for full fine-tuning."""
     eval_every: int
     """Validation every N optimizer steps (and at each epoch end)."""
     save_every: int
@@ -222,11 +225,22 @@ def build_plan(
     # ---- epochs and LoRA rank: from the data alone
     epochs_choice = auto_dpo_epochs(n) if dpo else auto_epochs(n, data.tokens_in_file)
     epochs = _resolve(config.epochs, epochs_choice, "epochs", auto)
-    rank = alpha = None
+    rank = alpha = train_head = None
     if method == "lora":
         rank_choice = auto_lora_rank(n, data.tokens_in_file, model_facts.lora_params(1) if model_facts else None)
         rank = _resolve(config.lora_rank, rank_choice, "lora_rank", auto)
         alpha = float(_resolve(config.lora_alpha, auto_lora_alpha(rank), "lora_alpha", auto))
+        head_choice = auto_lora_train_head(
+            model_facts.head_params if model_facts else None,
+            model_facts.total_params if model_facts else None,
+            model_facts.tie_word_embeddings if model_facts else None,
+            preference=dpo,
+        )
+        train_head = bool(_resolve(config.lora_train_head, head_choice, "lora_train_head", auto))
+        if train_head and model_facts is not None and model_facts.tie_word_embeddings:
+            raise UserError(
+                "--lora-train-head on: this model's output layer is tied to its input embeddings; use --lora-train-head off"
+            )
 
     # ---- batch: Auto's effective batch, split over accumulation x devices, cut to fit the device's memory
     ckpt_possible = config.gradient_checkpointing is not False
@@ -235,7 +249,7 @@ def build_plan(
     def micro_batch_fits(batch: int) -> bool:
         best = estimate_memory(
             model_facts, method, batch * rows_per_example, seq_len, ckpt_possible, rank, devices,
-            "full" if shard_possible else "none", device, device_assumed, dtype,
+            "full" if shard_possible else "none", device, device_assumed, dtype, bool(train_head),
         )  # fmt: skip
         return best.fits_device is not False
 
@@ -291,7 +305,7 @@ def build_plan(
     def memory(ckpt: bool, shard: str) -> MemoryEstimate:
         return estimate_memory(
             model_facts, method, batch * rows_per_example, seq_len, ckpt, rank, devices, shard, device,
-            device_assumed, dtype,
+            device_assumed, dtype, bool(train_head),
         )  # fmt: skip
 
     if config.shard == AUTO:
@@ -356,6 +370,7 @@ def build_plan(
         lora_rank=rank,
         lora_alpha=alpha,
         lora_dropout=config.lora_dropout,
+        lora_train_head=train_head,
         eval_every=eval_every,
         save_every=save_every,
         keep_checkpoints=config.keep_checkpoints,

@@ -23,6 +23,7 @@ SETTINGS = (
     ("learning_rate", "Learning rate"),
     ("lora_rank", "LoRA rank"),
     ("lora_alpha", "LoRA alpha"),
+    ("lora_train_head", "LoRA trains the output layer"),
     ("eval_every", "Evaluate every"),
     ("save_every", "Save every"),
     ("gradient_checkpointing", "Gradient checkpointing"),

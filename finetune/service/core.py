@@ -161,6 +161,7 @@ def resolved_hyperparameters(plan: dict, lr_multiplier: float | None) -> dict:
         "learning_rate": plan["learning_rate"],
         "method": plan["method"],
         "lora_rank": plan["lora_rank"],
+        "lora_train_head": plan.get("lora_train_head"),
         "total_steps": plan["total_steps"],
     }
     if plan.get("objective") == "dpo":

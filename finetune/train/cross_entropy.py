@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from finetune.data.types import IGNORE_INDEX
 from finetune.train.attention import uses_varlen_attention
 from finetune.train.batching import Batch
-from finetune.train.model import causal_lm
+from finetune.train.model import causal_lm, output_layer_weight
 
 LOGITS_BUDGET_BYTES = 256 * 2**20  # per LM-head chunk: logits and log-probabilities, fp32 (~1000 rows at 32k vocab)
 
@@ -35,7 +35,10 @@ def default_chunk(vocab_size: int) -> int:
 
 def supports_chunked_head(model) -> bool:
     """The fused path reproduces `logits = lm_head(hidden)`; models that post-process logits use the plain path."""
-    config = causal_lm(model).config
+    lm = causal_lm(model)
+    if hasattr(lm.get_output_embeddings(), "lora_A"):  # a LoRA on the head itself: only its forward applies it
+        return False
+    config = lm.config
     return not getattr(config, "final_logit_softcapping", None) and getattr(config, "logit_scale", None) in (None, 1)
 
 
@@ -104,9 +107,9 @@ def nll_sum(model, batch: Batch, chunk: int | None = None) -> torch.Tensor:
     out = lm.get_decoder()(**inputs, use_cache=False)
     scored = targets != IGNORE_INDEX
     hidden = out.last_hidden_state[scored]
-    head = lm.get_output_embeddings()
-    chunk = chunk or default_chunk(head.weight.shape[0])
-    return _chunked_nll_sum(hidden, head.weight, targets[scored], weights[scored], chunk)
+    weight = output_layer_weight(lm.get_output_embeddings())
+    chunk = chunk or default_chunk(weight.shape[0])
+    return _chunked_nll_sum(hidden, weight, targets[scored], weights[scored], chunk)
 
 
 def reference_nll_sum(model, batch: Batch) -> torch.Tensor:

@@ -41,6 +41,9 @@ SETTINGS: dict[str, Setting] = {
     "method": Setting("the method", False, "the checkpoint holds weights of the other method"),
     "lora-rank": Setting("the LoRA rank", False, "the checkpoint's adapter has another shape"),
     "lora-alpha": Setting("the LoRA alpha", True),
+    "lora-train-head": Setting(
+        "whether LoRA trains the output layer", False, "the checkpoint's adapter holds other weights"
+    ),
     "lr": Setting("the learning rate", True),
     "schedule": Setting("the schedule", True),
     "effective-batch": Setting("the effective batch", False, "the records of every step depend on it"),
@@ -110,6 +113,7 @@ def run_fingerprint(config, plan) -> dict:
         "method": plan.method,
         "lora-rank": plan.lora_rank,
         "lora-alpha": plan.lora_alpha,
+        "lora-train-head": plan.lora_train_head,
         "lr": plan.learning_rate,
         "schedule": {"decay": plan.schedule, "warmup_steps": plan.warmup_steps},
         "effective-batch": plan.effective_batch,

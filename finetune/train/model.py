@@ -37,15 +37,37 @@ def load_model(
         raise UserError(f"cannot load the model {name!r}: {exc}") from None
 
 
-def add_lora(model, rank: int, alpha: float, dropout: float, seed: int):
-    """Wrap with a LoRA adapter on every linear layer of the blocks; the base weights are frozen."""
+def add_lora(model, rank: int, alpha: float, dropout: float, seed: int, train_head: bool = False):
+    """Wrap with a LoRA adapter on every linear layer of the blocks; the base weights are frozen. With
+    `train_head`, the output layer is trained in full beside it (saved with the adapter, merged on export)."""
     from peft import LoraConfig, get_peft_model
 
     torch.manual_seed(seed)  # LoRA A matrices are initialised randomly: make them reproducible
     config = LoraConfig(
-        r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules="all-linear", task_type="CAUSAL_LM"
+        r=rank,
+        lora_alpha=alpha,
+        lora_dropout=dropout,
+        target_modules="all-linear",
+        modules_to_save=[output_layer_name(model)] if train_head else None,
+        task_type="CAUSAL_LM",
     )
     return get_peft_model(model, config)
+
+
+def output_layer_name(model) -> str:
+    """The module name of the model's output layer (LM head), e.g. "lm_head"."""
+    head = model.get_output_embeddings()
+    if getattr(model.config, "tie_word_embeddings", False) or head is None:
+        raise UserError("this model's output layer is tied to its input embeddings: use --lora-train-head off")
+    return next(name for name, module in model.named_modules() if module is head).rsplit(".", 1)[-1]
+
+
+def output_layer_weight(head) -> torch.Tensor:
+    """The weight `head(hidden)` multiplies by. A head PEFT trains beside an adapter (modules_to_save) answers
+    `.weight` with its trained copy even while the adapter is switched off; then the original is the one used."""
+    if getattr(head, "disable_adapters", False) and hasattr(head, "original_module"):
+        return head.original_module.weight
+    return head.weight
 
 
 def causal_lm(model):

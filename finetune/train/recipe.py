@@ -236,7 +236,9 @@ def _train(
     if plan.packing:
         use_varlen_attention(model)  # packed records run as one row, attention record by record: no filler, no mask
     if plan.method == "lora":
-        model = add_lora(model, plan.lora_rank, plan.lora_alpha, plan.lora_dropout, plan.seed)
+        model = add_lora(
+            model, plan.lora_rank, plan.lora_alpha, plan.lora_dropout, plan.seed, bool(plan.lora_train_head)
+        )
     if plan.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     torch.manual_seed(plan.seed)

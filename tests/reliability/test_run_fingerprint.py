@@ -18,6 +18,7 @@ class _Plan:  # the Plan fields the fingerprint reads (Auto's choices resolved)
     method: str = "lora"
     lora_rank: int | None = 8
     lora_alpha: float | None = 16.0
+    lora_train_head: bool | None = False
     learning_rate: float = 2e-4
     schedule: str = "cosine"
     warmup_steps: int = 1

@@ -14,6 +14,18 @@ records = st.integers(1, 2_000_000)
 tokens = st.integers(0, 10**9)
 
 
+@pytest.fixture
+def toy_base_facts():
+    """The pretrained toy base's shape (finetune.toy.BASE_SIZE), untied, without building it."""
+    from finetune.plan.model_facts import from_config
+
+    return from_config(
+        {"model_type": "llama", "hidden_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "intermediate_size": 344, "vocab_size": 2048, "tie_word_embeddings": False},
+        "toy-base", "test",
+    )  # fmt: skip
+
+
 def make(examples: int, tokens: int | None = None, model_facts=None, **settings):
     config = RunConfig(**settings)
     return build_plan(config, what_if_summary(config, examples, tokens), model_facts)
@@ -151,6 +163,35 @@ def test_a_small_model_gets_a_rank_with_ten_weights_per_token():
 def test_rank_without_tokens_is_guessed_and_says_so():
     choice = auto.auto_lora_rank(100_000, None)
     assert choice.value == 32 and "guessed" in choice.reason
+
+
+# ----------------------------------------------------------------------------- LoRA: the output layer
+
+
+def test_a_small_models_output_layer_is_trained_beside_the_adapter():
+    from finetune.plan.model_facts import load_model_facts
+
+    choice = auto.auto_lora_train_head(262_144, 1_250_432, tied=False)  # the toy base: 21%
+    assert choice.value is True and "21%" in choice.reason
+    for name in ("meta-llama/Llama-3.1-8B", "Qwen/Qwen2.5-7B", "mistralai/Mistral-7B-v0.3"):  # 2-7%: adapter only
+        facts = load_model_facts(name)
+        decided = auto.auto_lora_train_head(facts.head_params, facts.total_params, facts.tie_word_embeddings)
+        assert decided.value is False and "adapter only" in decided.reason
+    tied = load_model_facts("Qwen/Qwen2.5-0.5B")  # its output layer is its embedding
+    assert auto.auto_lora_train_head(tied.head_params, tied.total_params, tied.tie_word_embeddings).value is False
+    assert auto.auto_lora_train_head(262_144, 1_250_432, False, preference=True).value is False
+    assert auto.auto_lora_train_head(None, None, None).value is False
+
+
+def test_the_plan_says_whether_lora_trains_the_output_layer(toy_base_facts):
+    lora = make(330, 51_374, toy_base_facts)
+    assert lora.lora_train_head is True and "lora_train_head" in lora.auto
+    assert make(330, 51_374, toy_base_facts, lora_train_head=False).lora_train_head is False
+    full = make(330, 51_374, toy_base_facts, method="full")
+    assert full.lora_train_head is None
+    with_head = lora.memory.trainable_parameters
+    without = make(330, 51_374, toy_base_facts, lora_train_head=False).memory.trainable_parameters
+    assert with_head - without == toy_base_facts.head_params
 
 
 def test_lora_alpha_is_twice_the_rank():

@@ -69,3 +69,23 @@ def test_masked_tokens_have_no_influence(toy_model, records):
     context = (batch.targets == -100).unsqueeze(-1).expand_as(logits)
     assert torch.count_nonzero(logits.grad[context]) == 0
     assert torch.count_nonzero(logits.grad[~context]) > 0
+
+
+def test_a_head_trained_beside_the_adapter_is_the_one_the_fused_path_uses(toy_model, records):
+    """LoRA with the output layer trained (modules_to_save): the fused path equals the plain one, with the
+    adapter on (the trained copy) and off (the original head: a DPO reference must not see the trained one)."""
+    from finetune.train.model import add_lora
+
+    model = add_lora(load_model(str(toy_model)), rank=4, alpha=8.0, dropout=0.0, seed=0, train_head=True)
+    with torch.no_grad():
+        trained = model.get_base_model().get_output_embeddings().weight  # the copy the optimizer moves
+        trained.add_(0.1 * torch.randn(trained.shape, generator=torch.Generator().manual_seed(0)))
+    batch = pad_batch(records[:8], pad_id=0)
+    on = reference_nll_sum(model, batch)
+    assert torch.allclose(nll_sum(model, batch, chunk=7), on, rtol=1e-5)
+    with model.disable_adapter():
+        off = reference_nll_sum(model, batch)
+        assert torch.allclose(nll_sum(model, batch, chunk=7), off, rtol=1e-5)
+    assert not torch.allclose(on, off, rtol=1e-3)
+    reference = load_model(str(toy_model))  # the base model: what "adapter off" must equal
+    assert torch.allclose(off, reference_nll_sum(reference, batch), rtol=1e-5)
