@@ -85,7 +85,7 @@ def run_demo(out: str = "runs/demo", base: str | None = None) -> int:
         console.print(f"base model: {model_dir}")
     else:
         console.print(
-            "pretrained toy base: reused from the cache, or built there on the first run (about 30 s on 2 quiet cores)"
+            "pretrained toy base: reused from the cache, or built there on the first run (about 65 s on 2 quiet cores)"
         )
         model_dir, built = pretrained_base(log=console.print)
         console.print(f"{'built' if built else 'reused'} the pretrained toy base in {model_dir}")

@@ -2,7 +2,7 @@
 
     finetune toy-model DIR [--data FILE]      random weights (the tests' plumbing model)
     finetune toy-model DIR --pretrain         a base that already speaks: pretrained on a generated,
-                                              neutral general-purpose chat corpus (418 CPU-seconds measured)
+                                              neutral general-purpose chat corpus (~65 s on 2 quiet cores)
 
 The folder is written with `save_pretrained` and loads back through `AutoModelForCausalLM` /
 `AutoTokenizer` exactly like a model from a hub: the demo and the tests use nothing else.
@@ -151,7 +151,7 @@ class Pretraining:
 
     conversations: int = 3000  # generated chat conversations; a different corpus_seed gives other ones
     corpus_seed: int = 7
-    epochs: int = 2
+    epochs: int = 4
     row_tokens: int = 256  # conversations are concatenated and cut into rows of this many tokens (GPT-style)
     rows_per_step: int = 4
     lr: float = 2e-3  # a small model from scratch takes a pretraining-size rate, not a fine-tuning one
@@ -162,7 +162,8 @@ class Pretraining:
 
 
 # The pretrained base: the smallest of three sizes timed (128x4 is 1.8x cheaper per token than 256x4) that learns
-# the neutral corpus to fluent, neutral (not always on-topic) answers in 2 epochs (302 steps of 1,024 tokens, final loss ~0.8-1.2).
+# the neutral corpus to fluent, neutral answers in 4 epochs (604 steps of 1,024 tokens, final loss ~0.5). With 2 epochs (~30 s)
+# it answered 2 of 10 held-out support prompts on topic, with 4 (~65 s) 5 of 10; fine-tuned, 98% house style either way.
 BASE_SIZE = ToySize(hidden=128, layers=4, heads=4, kv_heads=2, intermediate=344, vocab=2048)
 BASE_PRETRAINING = Pretraining()
 GENERAL_CORPUS = Path(__file__).resolve().parent.parent / "examples" / "generate_general.py"

@@ -259,20 +259,6 @@ def build_plan(
     effective = arithmetic.effective_batch(batch, accum, devices)
     auto_effective = arithmetic.effective_batch(batch_choice.value, accum, devices)
 
-    # ---- learning rate for the effective batch actually used
-    hidden = model_facts.hidden_size if model_facts else None
-    lr_rule = (lambda *a: auto_dpo_lr(auto_lr(*a))) if dpo else auto_lr
-    lr_choice = lr_rule(method, effective, hidden)
-    if config.lr == AUTO:
-        learning_rate = lr_choice.value
-        auto["learning_rate"] = lr_choice.reason + (
-            f" (your batch size {batch}: Auto's own batch would give {lr_rule(method, auto_effective, hidden).value:g})"
-            if effective != auto_effective
-            else ""
-        )
-    else:
-        learning_rate = float(config.lr)
-
     # ---- steps
     per_epoch = arithmetic.steps_per_epoch(n, effective, config.last_batch)
     if per_epoch == 0:
@@ -283,6 +269,20 @@ def build_plan(
         )
     planned = arithmetic.total_steps(per_epoch, epochs)
     total = min(planned, config.max_steps) if config.max_steps else planned
+
+    # ---- learning rate for the effective batch and the run length actually used
+    hidden = model_facts.hidden_size if model_facts else None
+    lr_rule = (lambda *a: auto_dpo_lr(auto_lr(*a))) if dpo else auto_lr
+    lr_choice = lr_rule(method, effective, hidden, planned)
+    if config.lr == AUTO:
+        learning_rate = lr_choice.value
+        auto["learning_rate"] = lr_choice.reason
+        if effective != auto_effective:
+            own_steps = arithmetic.total_steps(arithmetic.steps_per_epoch(n, auto_effective, config.last_batch), epochs)
+            own = lr_rule(method, auto_effective, hidden, own_steps).value
+            auto["learning_rate"] += f" (your batch size {batch}: Auto's own batch would give {own:g})"
+    else:
+        learning_rate = float(config.lr)
 
     # ---- warmup: a ratio of the run unless given in steps
     if config.warmup_steps is not None:

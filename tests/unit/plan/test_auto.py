@@ -132,8 +132,17 @@ def test_narrow_models_scale_the_rate_with_one_over_width():
 
 def test_lr_follows_the_users_batch():
     plan = make(800, batch_size=32)
-    assert plan.learning_rate == auto.auto_lr("lora", 32).value
+    assert plan.learning_rate == auto.auto_lr("lora", 32, None, plan.total_steps).value
     assert plan.learning_rate > make(800).learning_rate
+
+
+def test_a_run_shorter_than_100_steps_takes_larger_steps_at_most_twice():
+    assert auto.auto_lr("lora", 4, 128, 40).value == 5.1e-3  # the toy base on 40 records: 3.2e-3 x sqrt(100/40)
+    assert auto.auto_lr("lora", 4, 128, 100).value == auto.auto_lr("lora", 4, 128).value == 3.2e-3
+    assert auto.auto_lr("lora", 16, None, 4).value == 2 * auto.auto_lr("lora", 16).value  # capped at x 2
+    choice = make(40, model_facts=None)  # 40 records: batch 4 x 4 epochs = 40 steps, under Auto's 100
+    assert choice.total_steps == 40 and "short run (40 steps" in choice.auto["learning_rate"]
+    assert "short run" not in make(800).auto["learning_rate"]  # 800 records: 100 steps at batch 8
 
 
 # ----------------------------------------------------------------------------- LoRA rank, warmup, evaluation
