@@ -344,6 +344,10 @@ def _add_service_parsers(sub) -> None:
     p = sub.add_parser("worker", help="run a worker alone (another process or machine, same database)")
     store_flags(p)
     lease_flags(p)
+    p.add_argument(
+        "--devices", type=int, default=None, metavar="N",
+        help="take only jobs that train on at most N devices (default: this machine's GPUs; any on a CPU-only one)",
+    )  # fmt: skip
     p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("keys", help="create, list and revoke API keys")

@@ -22,6 +22,8 @@ def settings_from(args) -> ServiceSettings:
     for name in ("lease_seconds", "heartbeat_seconds", "max_upload_bytes", "price_per_million_tokens", "max_models"):
         if getattr(args, name, None) is not None:
             values[name] = getattr(args, name)
+    if getattr(args, "devices", None) is not None:
+        values["worker_devices"] = args.devices
     values["models"] = parse_models(getattr(args, "model", None))
     return ServiceSettings(**values)
 
@@ -98,7 +100,8 @@ def run_worker_command(args) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    print(f"worker {worker.name} ready (data in {settings.data_dir})", flush=True)
+    takes = f"jobs on up to {worker.max_devices} device(s)" if worker.max_devices else "jobs on any number of devices"
+    print(f"worker {worker.name} ready (data in {settings.data_dir}; takes {takes})", flush=True)
     worker.run_forever()
     store.close()
     return 0

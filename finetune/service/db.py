@@ -31,6 +31,7 @@ from sqlalchemy import (
     UniqueConstraint,
     create_engine,
     event,
+    inspect,
     text,
 )
 
@@ -93,6 +94,7 @@ jobs = Table(
     Column("events_step", Integer, nullable=False, default=0),  # metrics rows up to here are events already
     Column("death_step", Integer),  # the step the trainer last died at
     Column("deaths_at_step", Integer, nullable=False, default=0),
+    Column("devices", Integer, nullable=False, default=1, server_default="1"),  # what the job trains on (v2)
 )
 
 events = Table(
@@ -127,7 +129,13 @@ def _v1(conn: Connection) -> None:
     metadata.create_all(conn)
 
 
-MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [(1, _v1)]
+def _v2(conn: Connection) -> None:
+    """jobs.devices: the devices a job trains on, so that a worker only takes the jobs its machine can run."""
+    if "devices" not in {column["name"] for column in inspect(conn).get_columns("jobs")}:  # v1 made before it
+        conn.execute(text("ALTER TABLE jobs ADD COLUMN devices INTEGER NOT NULL DEFAULT 1"))
+
+
+MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [(1, _v1), (2, _v2)]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 

@@ -24,15 +24,19 @@ class ServiceSettings:
     heartbeat_seconds: float = 2.0
     max_deaths_at_step: int = 3
     max_models: int = 4
+    worker_devices: int | None = None
+    """A worker takes only jobs that train on at most this many devices; None = this machine's GPUs (any on a CPU)."""
     """Models (a base, or an adapter on it) that chat completions keep in memory; the least recently used goes."""
     """A job whose trainer dies this many times at the same step fails instead of resuming again."""
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
-        if self.max_models < 1:
-            from finetune.errors import UserError
+        from finetune.errors import UserError
 
+        if self.max_models < 1:
             raise UserError(f"--max-models must be at least 1, got {self.max_models}")
+        if self.worker_devices is not None and self.worker_devices < 1:
+            raise UserError(f"--devices must be at least 1, got {self.worker_devices}")
 
     @property
     def database_url(self) -> str:

@@ -11,7 +11,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, and_, delete, func, insert, or_, select, update
+from sqlalchemy import Engine, and_, delete, func, insert, or_, select, true, update
 
 from finetune.service import keys as keyring
 from finetune.service.db import api_keys, checkpoints, events, files, jobs, make_engine, migrate, transaction
@@ -180,6 +180,7 @@ class Store:
         row = dict(values, id=job_id, tenant=tenant, status="validating_files", created_at=now(), attempts=0)
         row.setdefault("events_step", 0)
         row.setdefault("deaths_at_step", 0)
+        row.setdefault("devices", int((row.get("run_settings") or {}).get("devices", 1)))
         with self._write() as conn:
             conn.execute(insert(jobs).values(**row))
             self._event(conn, job_id, f"Created fine-tuning job: {job_id}")
@@ -273,18 +274,20 @@ class Store:
 
     # ------------------------------------------------------------------ workers
 
-    def claim(self, worker: str, lease_seconds: float) -> Claim | None:
-        """Take the oldest job waiting (or one whose worker's lease ran out). PostgreSQL: FOR UPDATE SKIP LOCKED,
-        so workers never wait on each other's candidate; SQLite: the whole claim holds the write lock."""
+    def claim(self, worker: str, lease_seconds: float, max_devices: int | None = None) -> Claim | None:
+        """Take the oldest job waiting (or one whose worker's lease ran out) that needs at most `max_devices`
+        devices (None: any). PostgreSQL: FOR UPDATE SKIP LOCKED, so workers never wait on each other's candidate;
+        SQLite: the whole claim holds the write lock. A job no worker can run stays queued."""
         t = time.time()
         free = or_(jobs.c.claim_token.is_(None), jobs.c.lease_expires_at < t)
         waiting = and_(jobs.c.status.in_(CLAIMABLE), free)
         orphaned = and_(jobs.c.status == "running", jobs.c.lease_expires_at < t)
+        fits = jobs.c.devices <= max_devices if max_devices is not None else true()
         with self._write() as conn:
             job = _one(
                 conn.execute(
                     select(jobs)
-                    .where(or_(waiting, orphaned))
+                    .where(or_(waiting, orphaned), fits)
                     .order_by(jobs.c.row)
                     .limit(1)
                     .with_for_update(skip_locked=True)

@@ -48,6 +48,13 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(sig))  # PR_SET_PDEATHSIG
 
 
+def local_gpus() -> int | None:
+    """The GPUs this machine gives a job; None on a CPU-only machine, where a job's processes share the CPU (gloo)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else None
+
+
 class Worker:
     def __init__(self, settings: ServiceSettings, store: Store, name: str | None = None, poll_seconds: float = 1.0):
         self.settings = settings
@@ -55,6 +62,7 @@ class Worker:
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.poll_seconds = poll_seconds
         self.stopping = threading.Event()
+        self.max_devices = settings.worker_devices or local_gpus()
 
     # ------------------------------------------------------------------ the loop
 
@@ -69,7 +77,7 @@ class Worker:
                 self.stopping.wait(self.poll_seconds)
 
     def run_once(self) -> bool:
-        claim = self.store.claim(self.name, self.settings.lease_seconds)
+        claim = self.store.claim(self.name, self.settings.lease_seconds, self.max_devices)
         if claim is None:
             return False
         keeper = LeaseKeeper(self.store, claim.job["id"], claim.token, self.settings)

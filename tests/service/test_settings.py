@@ -1,4 +1,5 @@
-"""`finetune serve` flags reach the service: --max-models sizes the chat-completions engine."""
+"""`finetune serve` and `worker` flags reach the service: --max-models sizes the chat-completions engine, a
+worker's --devices bounds the jobs it takes."""
 
 from __future__ import annotations
 
@@ -21,3 +22,18 @@ def test_max_models_defaults_to_four_and_refuses_zero(tmp_path):
     assert settings_from(args).max_models == 4
     with pytest.raises(UserError, match="--max-models must be at least 1"):
         settings_from(build_parser().parse_args(["serve", "--data-dir", str(tmp_path), "--max-models", "0"]))
+
+
+def test_worker_devices_reach_the_worker(tmp_path):
+    from finetune.service.store import Store
+    from finetune.service.worker import Worker
+
+    store = Store(f"sqlite:///{tmp_path / 'w.db'}")
+    store.migrate()
+    args = build_parser().parse_args(["worker", "--data-dir", str(tmp_path), "--devices", "2"])
+    assert Worker(settings_from(args), store).max_devices == 2
+    default = settings_from(build_parser().parse_args(["worker", "--data-dir", str(tmp_path)]))
+    assert Worker(default, store).max_devices is None  # this CPU-only machine: no limit (gloo processes)
+    with pytest.raises(UserError, match="--devices must be at least 1"):
+        settings_from(build_parser().parse_args(["worker", "--data-dir", str(tmp_path), "--devices", "0"]))
+    store.close()

@@ -79,6 +79,37 @@ def test_claim_lease_and_zombie_writes(store):
     assert store.heartbeat(job["id"], second.token, 30) == "running"
 
 
+def test_a_worker_takes_only_jobs_that_fit_its_devices(store):
+    big = _job(store, run_settings={"devices": 4})  # the oldest: first in line for a worker that can run it
+    small = _job(store, run_settings={"lr": 1e-4})
+    assert (big["devices"], small["devices"]) == (4, 1)
+    assert store.claim("one-gpu", 30, max_devices=1).job["id"] == small["id"]
+    assert store.claim("two-gpus", 30, max_devices=2) is None  # the 4-device job waits, it does not fail
+    assert store.claim("eight-gpus", 30, max_devices=8).job["id"] == big["id"]
+    third = _job(store, run_settings={"devices": 2})
+    assert store.claim("cpu", 30, max_devices=None).job["id"] == third["id"]  # no limit: CPU processes
+
+
+def test_a_version_1_database_gains_the_devices_column(tmp_path):
+    from sqlalchemy import text
+
+    from finetune.service.store import Store
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    old = Store(url)
+    old.migrate()
+    job = _job(old)
+    with old.engine.begin() as conn:  # as a database made before version 2 looks
+        conn.execute(text("ALTER TABLE jobs DROP COLUMN devices"))
+        conn.execute(text("UPDATE schema_version SET version = 1"))
+    old.close()
+    store = Store(url)
+    assert store.migrate() == 1
+    assert store.get_job("a", job["id"])["devices"] == 1
+    assert store.claim("w", 30, max_devices=1).job["id"] == job["id"]
+    store.close()
+
+
 def test_cancel_wins_over_a_late_completion(store):
     job = _job(store)
     claim = store.claim("w1", 30)
