@@ -77,10 +77,20 @@ def read_conversations(
 ) -> tuple[list[Conversation], list[dict]]:
     """Read and validate a file; any error stops here with every problem listed, unless skip_invalid
     (then the invalid lines are returned, for OUT/skipped.jsonl)."""
+    conversations, skipped, _ = read_conversations_and_format(path, format, skip_invalid)
+    return conversations, skipped
+
+
+def read_conversations_and_format(
+    path: str, format: str | None = None, skip_invalid: bool = False
+) -> tuple[list[Conversation], list[dict], str | None]:
+    """`read_conversations`, and the file's data format (detected, or the one forced)."""
     from finetune.data.read import read_file
     from finetune.data.skipped import usable_conversations
 
-    return usable_conversations(read_file(path, format), skip_invalid)
+    parsed = read_file(path, format)
+    conversations, skipped = usable_conversations(parsed, skip_invalid)
+    return conversations, skipped, parsed.format
 
 
 def _chunkable(path: str) -> bool:
@@ -214,7 +224,9 @@ def _combine(
     _write_npy(folder / "weights.npy", all_results, "weights", np.float32)
     np.savez(folder / "records.npz", **{name: np.concatenate(values) for name, values in parts.items()})
     dropped.sort(key=lambda row: row[0])  # training side first, file order within each side
+    data_format = next((r.format for r in train_results if r.format is not None), None)
     meta.update(train_records_built=built_train, dropped=dropped, end_of_turn_id=end_of_turn_id, skipped=[])
+    meta["data_format"] = data_format
     return meta
 
 
@@ -291,6 +303,7 @@ def _prepared(data: TokenizedData, config: RunConfig) -> PreparedData:
         duplicates_removed=meta["duplicates_removed"],
         val_fraction=fraction,
         val_fraction_reason=reason,
+        data_format=meta.get("data_format"),  # entries cached before it was recorded have none
     )
     return PreparedData(train, val, summary, eot, skipped=_named_skipped(meta["skipped"], config))
 
@@ -345,8 +358,10 @@ def _tokenize_file(
             for name in (result.ids_file, result.weights_file):
                 if name is not None:
                     Path(name).unlink(missing_ok=True)
-    conversations, skipped = read_conversations(path, config.format, config.skip_invalid)
-    return [tokenize_conversations(conversations, chat, _settings(config))], skipped
+    conversations, skipped, data_format = read_conversations_and_format(path, config.format, config.skip_invalid)
+    result = tokenize_conversations(conversations, chat, _settings(config))
+    result.format = data_format
+    return [result], skipped
 
 
 def _scan(path: str) -> tuple[str, list | None]:
@@ -370,14 +385,14 @@ def prepare_data(config: RunConfig, tokenizer=None, workers: int | None = None) 
     if tokenizer is None and config.model:
         tokenizer = load_tokenizer(config.model, config.trust_remote_code)
     if tokenizer is None:
-        train, skipped = read_conversations(config.data, config.format, config.skip_invalid)
+        train, skipped, data_format = read_conversations_and_format(config.data, config.format, config.skip_invalid)
         val = None
         if config.val_file:
             val, val_skipped = read_conversations(config.val_file, config.format, config.skip_invalid)
             skipped += val_skipped
         prepared = _estimate(train, val, config)
         prepared.skipped = skipped
-        prepared.summary = replace(prepared.summary, skipped_lines=len(skipped))
+        prepared.summary = replace(prepared.summary, skipped_lines=len(skipped), data_format=data_format)
         return prepared
 
     data_digest, chunks = _scan(config.data)

@@ -179,6 +179,8 @@ class DataSummary:
     """Invalid lines of the data left out with --skip-invalid (each listed in OUT/skipped.jsonl)."""
     context_tokens: int | None = None
     """Tokens of the training records read but never scored (prompts, tool schemas and results): billed, not learned."""
+    data_format: str | None = None
+    """The training file's format ("chat", "sharegpt", "alpaca", "prompt_completion"): detected, or --format."""
     val_fraction: float | None = None
     """Share of conversations held out for validation (0 with a validation file or validation off)."""
     val_fraction_reason: str | None = None

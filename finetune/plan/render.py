@@ -7,6 +7,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from finetune.data.formats import FORMAT_NAMES
 from finetune.plan.memory import gib
 from finetune.plan.plan import Plan
 
@@ -74,7 +75,12 @@ def _data_lines(plan: Plan) -> list[str]:
     if plan.data.validation_conversations is not None:
         val += f" {records} from {plan.data.validation_conversations:,} {groups}"
     lines = [
-        f"Training   {plan.data.examples:,} {records} (examples) from {conversations} {groups}, {messages} messages",
+        f"Training   {plan.data.examples:,} {records} (examples) from {conversations} {groups}, {messages} messages"
+        + (
+            f"; format {FORMAT_NAMES.get(plan.data.data_format, plan.data.data_format)}"
+            if plan.data.data_format
+            else ""
+        ),
         f"Validation {val}"
         + (f" ({plan.data.val_fraction:.0%} held out)" if plan.data.val_fraction else "")
         + (

@@ -212,3 +212,32 @@ def test_a_parquet_file_gives_the_records_of_the_jsonl_file(tmp_path, tokenizer)
     from_parquet = prepare_data(RunConfig(data=str(tmp_path / "train.parquet"), cache_dir=store), tokenizer)
     _same(from_parquet, from_plain)
     assert prepare_data(RunConfig(data=str(tmp_path / "train.parquet"), cache_dir=store), tokenizer).from_cache
+
+
+def test_the_summary_names_the_files_format_on_every_path(tmp_path, tokenizer, small_chunks):
+    """Chunks on a pool, the whole file in one process (gzip), the token cache, and no tokenizer (estimates)."""
+    import io
+
+    from rich.console import Console
+
+    from finetune.plan.plan import build_plan
+    from finetune.plan.render import render_plan
+
+    share = _write(tmp_path / "share.jsonl", [_sharegpt(i) for i in range(50)])
+    packed = tmp_path / "share.jsonl.gz"
+    packed.write_bytes(gzip.compress(Path(share).read_bytes()))
+    store = str(tmp_path / "cache")
+    chunked = prepare_data(RunConfig(data=share, cache_dir=store), tokenizer, workers=2)
+    cached = prepare_data(RunConfig(data=share, cache_dir=store), tokenizer, workers=2)
+    whole = prepare_data(RunConfig(data=str(packed), cache_dir=store), tokenizer)
+    estimated = prepare_data(RunConfig(data=share), None)
+    assert cached.from_cache and not chunked.from_cache
+    for prepared in (chunked, cached, whole, estimated):
+        assert prepared.summary.data_format == "sharegpt"
+    plain = prepare_data(RunConfig(data=_write(tmp_path / "chat.jsonl", [_chat(i) for i in range(20)])), tokenizer)
+    assert plain.summary.data_format == "chat"
+    plan = build_plan(RunConfig(data=share, gpu="cpu"), chunked.summary)
+    assert plan.to_dict()["data_format"] == "sharegpt"
+    shown = io.StringIO()
+    render_plan(plan, Console(file=shown, width=200))
+    assert "messages; format ShareGPT (conversations)" in shown.getvalue()
