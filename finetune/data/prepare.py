@@ -346,7 +346,21 @@ def _tokenize_file(
     path: str, chunks, chat: ChatTokenizer, config: RunConfig, folder: Path, workers: int
 ) -> tuple[list[ChunkResult], list[dict]]:
     """The chunks of one file tokenized, and the lines --skip-invalid left out. A file with any problem
-    (or that is not plain JSONL) is read whole the classic way, which names every problem with its line."""
+    (or that is not plain JSONL) is read whole the classic way, which names every problem with its line.
+    A record the tokenizer cannot take ("line N: ...") is reported as FILE:N."""
+    try:
+        return _tokenize_file_in_chunks(path, chunks, chat, config, folder, workers)
+    except UserError as exc:
+        message = str(exc)
+        if message.startswith("line "):
+            number, _, rest = message[len("line ") :].partition(": ")
+            raise UserError(f"{path}:{number}: {rest}") from None
+        raise
+
+
+def _tokenize_file_in_chunks(
+    path: str, chunks, chat: ChatTokenizer, config: RunConfig, folder: Path, workers: int
+) -> tuple[list[ChunkResult], list[dict]]:
     if chunks is not None:
         results = tokenize_chunks(
             chunks, chat, _settings(config), str(folder), workers, config.model, config.trust_remote_code

@@ -156,6 +156,23 @@ def test_a_problem_in_a_later_chunk_is_reported_with_its_line(tmp_path, tokenize
         prepare_data(RunConfig(data=path, cache=False), tokenizer, workers=2)
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_record_the_template_refuses_is_named_by_file_and_line(tmp_path, toy_model, small_chunks, workers):
+    """Templates raise on what they refuse (Gemma's on a system message); this one on one message's text."""
+    refusing = load_tokenizer(str(toy_model))
+    refusing.chat_template = (
+        "{%- for m in messages %}{%- if m['content'] == 'Refuse me.' %}{{ raise_exception('not this one') }}"
+        "{%- endif %}{%- endfor %}" + refusing.chat_template
+    )
+    path = _write_data(tmp_path)
+    lines = Path(path).read_text(encoding="utf-8").split("\n")
+    refused = {"messages": [{"role": "user", "content": "Refuse me."}, {"role": "assistant", "content": "ok"}]}
+    lines[70] = json.dumps(refused)
+    Path(path).write_text("\n".join(lines), encoding="utf-8")
+    with pytest.raises(UserError, match=rf"^{path}:71: the chat template refuses this conversation: not this one"):
+        prepare_data(RunConfig(data=path, cache=False), refusing, workers=workers)
+
+
 def test_empty_and_missing_files_say_so(tmp_path, tokenizer):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n\n")
