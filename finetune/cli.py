@@ -191,7 +191,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
 def cmd_convert(args: argparse.Namespace) -> int:
     from finetune.data.convert import run_convert
 
-    return run_convert(args.input, args.out, args.format)
+    return run_convert(args.input, args.out, None if args.format == "auto" else args.format)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -278,7 +278,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("convert", help="write any data format finetune reads as OpenAI chat JSONL")
     p.add_argument("input", metavar="IN", help="data file: OpenAI chat, ShareGPT, Alpaca or prompt/completion")
     p.add_argument("--out", required=True, metavar="OUT.jsonl", help="file to write (must not exist yet)")
-    p.add_argument("--format", choices=FORMATS, default=None, help="read IN as this format (default: detect)")
+    p.add_argument(
+        "--format", choices=("auto", *FORMATS), default="auto", help="read IN as this format (default auto: detect)"
+    )
     p.set_defaults(func=cmd_convert)
 
     p = sub.add_parser("export", help="write a run's model for use elsewhere: merged, full or adapter, with a card")

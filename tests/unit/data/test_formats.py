@@ -366,6 +366,14 @@ def test_convert_writes_openai_chat_that_reads_back_the_same(source, tmp_path, c
                 assert isinstance(call["function"]["arguments"], str) and call["id"] and call["type"] == "function"
 
 
+def test_convert_takes_format_auto_like_the_other_commands(tmp_path, capsys):
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(jsonl(ALPACA_DOC, ALPACA_DOC))
+    assert main(["convert", str(src), "--out", str(tmp_path / "auto.jsonl"), "--format", "auto"]) == 0
+    assert main(["convert", str(src), "--out", str(tmp_path / "forced.jsonl"), "--format", "alpaca"]) == 0
+    assert (tmp_path / "auto.jsonl").read_bytes() == (tmp_path / "forced.jsonl").read_bytes()
+
+
 def test_convert_never_overwrites_and_refuses_invalid_files(tmp_path, capsys):
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     src.write_bytes(jsonl(ALPACA_DOC))
