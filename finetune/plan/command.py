@@ -14,7 +14,7 @@ import json
 import sys
 
 from finetune.config import RunConfig
-from finetune.errors import UserError
+from finetune.errors import DataError, UserError
 from finetune.plan.model_facts import load_model_facts
 from finetune.plan.plan import Plan, build_plan, what_if_summary
 
@@ -37,19 +37,26 @@ def make_plan(config: RunConfig, examples: int | None = None, tokens: int | None
         from finetune.model_source import resolve_model  # fail at once when a hub id cannot be reached
 
         config = dataclasses.replace(config, model=resolve_model(config.model))
-    if config.method == "dpo":
-        from finetune.data.preference import prepare_pairs
+    tokenizer = None
+    if config.model:
         from finetune.data.tokenize import load_tokenizer
 
-        prepared = prepare_pairs(
-            config, load_tokenizer(config.model, config.trust_remote_code) if config.model else None
-        )
-    else:
-        from finetune.data.preference import is_preference_file
+        tokenizer = load_tokenizer(config.model, config.trust_remote_code)  # a model's problem, not the data's
+    try:
+        if config.method == "dpo":
+            from finetune.data.preference import prepare_pairs
 
-        if is_preference_file(config.data):
-            raise UserError(f"{config.data} holds preference pairs (chosen/rejected): plan it with --method dpo")
-        prepared = prepare_data(config)
+            prepared = prepare_pairs(config, tokenizer)
+        else:
+            from finetune.data.preference import is_preference_file
+
+            if is_preference_file(config.data):
+                raise UserError(f"{config.data} holds preference pairs (chosen/rejected): plan it with --method dpo")
+            prepared = prepare_data(config, tokenizer)
+    except DataError:
+        raise
+    except UserError as exc:
+        raise DataError(str(exc)) from None
     return build_plan(config, prepared.summary, model_facts)
 
 

@@ -134,7 +134,7 @@ def test_train_json_prints_the_report_on_stdout_and_the_rest_on_stderr(toy_model
     lines = result.stderr.splitlines()
     assert any(line.startswith("step 2/2") for line in lines)  # progress, as plain lines in a pipe
     training = next(line for line in lines if line.startswith("Training "))
-    assert training.endswith("messages")  # the data line whole
+    assert training.endswith("messages; format OpenAI chat (messages)")  # the data line whole
     assert max(len(line) for line in lines) > 100  # advice sentences stay one line: not wrapped at 80 columns
 
 

@@ -49,6 +49,42 @@ def test_a_job_runs_to_succeeded(tmp_path, toy_model, tiny_data, monkeypatch):
     assert sum("successfully completed" in m for m in messages) == 1
 
 
+def test_a_file_that_cannot_train_fails_as_the_files_problem_not_the_settings(
+    tmp_path, toy_model, tiny_data, monkeypatch
+):
+    """What validation lets through but the data path refuses (here: a stand-in for a template that refuses one
+    conversation) fails as invalid_training_file, named as uploaded; a setting that cannot work as
+    invalid_hyperparameters."""
+    from finetune.data import prepare
+    from finetune.errors import UserError
+
+    _fake(monkeypatch)
+    settings = settings_for(tmp_path / "d", toy_model, heartbeat_seconds=0.1)
+    settings.make_dirs()
+    store = Store(settings.database_url)
+    store.migrate()
+    refused = _add_job(store, settings, tiny_data)
+    real_prepare = prepare.prepare_data
+
+    def refusing(config, *args, **kwargs):
+        if refused in config.out:
+            raise UserError(f"{config.data}:3: the chat template refuses this conversation: no")
+        return real_prepare(config, *args, **kwargs)
+
+    monkeypatch.setattr(prepare, "prepare_data", refusing)
+    bad_setting = _add_job(store, settings, tiny_data, run_settings={"grad_accum": 64, "last_batch": "drop"})
+    worker = Worker(settings, store)
+    assert worker.run_once() and worker.run_once()
+    error = store.get_job("a", refused)["error"]
+    assert error == {
+        "code": "invalid_training_file",
+        "message": "tiny.jsonl:3: the chat template refuses this conversation: no",
+        "param": "training_file",
+    }
+    error = store.get_job("a", bad_setting)["error"]
+    assert error["code"] == "invalid_hyperparameters" and "no step would be taken" in error["message"]
+
+
 def test_three_deaths_at_the_same_step_fail_the_job(tmp_path, toy_model, tiny_data, monkeypatch):
     _fake(monkeypatch, "die")
     settings = settings_for(tmp_path / "d", toy_model, heartbeat_seconds=0.1)
