@@ -196,6 +196,14 @@ def test_plan_route_and_job_paging(client, jobs):
     with pytest.raises(openai.BadRequestError) as raised:
         client.post("/fine_tuning/plan", body=body | {"model": "/etc/passwd"}, cast_to=object)
     assert raised.value.code == "model_not_available" and raised.value.param == "model"
+    no_step = {"type": "supervised", "supervised": {"hyperparameters": {"grad_accum": 4096, "last_batch": "drop"}}}
+    with pytest.raises(openai.BadRequestError) as raised:  # settings that cannot work: not the file's fault
+        client.post("/fine_tuning/plan", body=body | {"method": no_step}, cast_to=object)
+    assert raised.value.code == "invalid_hyperparameters" and "no step would be taken" in raised.value.message
+    too_long = {"type": "supervised", "supervised": {"hyperparameters": {"max_seq_len": 8, "truncation": "drop"}}}
+    with pytest.raises(openai.BadRequestError) as raised:  # every record over the context: the file's problem
+        client.post("/fine_tuning/plan", body=body | {"method": too_long}, cast_to=object)
+    assert raised.value.code == "invalid_training_file" and raised.value.param == "training_file"
     with pytest.raises(openai.BadRequestError) as raised:
         bad = {"type": "supervised", "supervised": {"hyperparameters": {"n_epochs": 0}}}
         client.fine_tuning.jobs.create(model="toy", training_file=jobs["file"].id, method=bad)

@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
-from finetune.errors import UserError
+from finetune.errors import DataError, UserError
 from finetune.service import core
 from finetune.service.auth import current_tenant
 from finetune.service.deps import check_limit, settings_of, store_of
@@ -212,8 +212,7 @@ async def plan(request: Request, tenant: str = Depends(current_tenant)) -> dict:
     location = _model_location(request, body.get("model"))
     training = _owned_file(request, tenant, body.get("training_file"), "training_file")
     validation = body.get("validation_file")
-    if validation is not None:
-        _owned_file(request, tenant, validation, "validation_file")
+    validation_row = _owned_file(request, tenant, validation, "validation_file") if validation is not None else None
     run_settings, multiplier = _settings(*_hyperparameters(body))
     files_dir = settings_of(request).files_dir
     data = files_dir / training["id"]
@@ -223,9 +222,13 @@ async def plan(request: Request, tenant: str = Depends(current_tenant)) -> dict:
     )
     try:
         _, plan_dict = await run_in_threadpool(core.plan_for, config, multiplier)
-    except UserError as exc:
+    except UserError as exc:  # the data's problem (DataError), or settings that cannot work together
         message = core.scrub(str(exc), data, training["filename"])
-        raise APIError(400, message, "invalid_training_file", "training_file") from None
+        param = "training_file" if isinstance(exc, DataError) else "hyperparameters"
+        if validation_row is not None and str(files_dir / validation) in str(exc):
+            param = "validation_file"
+            message = core.scrub(message, files_dir / validation, validation_row["filename"])
+        raise APIError(400, message, f"invalid_{param}", param) from None
     return {"object": "fine_tuning.plan", "model": body["model"], "training_file": training["id"], **plan_dict}
 
 
