@@ -264,6 +264,30 @@ def test_jobs_list_and_compare_two_runs(alice, service, screenshots):
     _shoot(page, screenshots, "compare")
 
 
+def test_a_preference_job_plans_with_dpo_and_its_beta(alice, service, tmp_path):
+    """The new-job page also starts preference tuning: a pairs file plans as DPO, with Auto's beta and its reason."""
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join((EXAMPLES / "prefs.jsonl").read_text().splitlines(keepends=True)[:40]))
+    page = alice
+    page.get_by_role("navigation").get_by_role("link", name="New job").click()
+    page.set_input_files("#upload", str(pairs))
+    page.get_by_role("button", name="Upload").click()
+    page.get_by_text("Uploaded pairs.jsonl").wait_for()
+    expect(page.locator("#plan [role=alert]")).to_contain_text("--method dpo", timeout=60_000)  # supervised: refused
+    page.get_by_label("Method").select_option("dpo")
+    plan = page.locator("[data-testid=plan]")
+    beta = plan.locator("tr", has_text="Beta (DPO)")
+    expect(beta).to_contain_text("0.1", timeout=60_000)
+    assert "Auto" in beta.inner_text()
+    python = page.locator("pre[aria-label='Python code']").text_content()
+    assert '"type": "dpo"' in python and '"dpo": {' in python
+    page.get_by_label("Beta").fill("0.2")
+    expect(beta).to_contain_text("your setting")
+    expect(page.locator("pre[aria-label='curl command']")).to_contain_text('"beta": 0.2')
+    page.get_by_label("Method").select_option("lora")  # back to supervised: beta is not sent
+    expect(page.locator("pre[aria-label='curl command']")).not_to_contain_text("beta")
+
+
 def test_phone_width_has_no_sideways_scroll(browser, service, screenshots):
     context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)
     page = context.new_page()

@@ -14,24 +14,29 @@ const HYPER = [
   ["batch_size", "Batch size", "records per step", "int"],
   ["learning_rate_multiplier", "Learning rate multiplier", "× the Auto learning rate", "float"],
   ["lora_rank", "LoRA rank", "adapter size", "int"],
+  ["beta", "Beta", "preference tuning only: how far from the starting model", "float"],
 ];
+const PREFERENCE_ONLY = new Set(["beta"]);
 
 function autoInput(id, kind) {
   return h("input", { id, type: "text", inputmode: kind === "int" ? "numeric" : "decimal", placeholder: "auto", autocomplete: "off" });
 }
 
+// Method choices: supervised LoRA / full, or preference tuning (DPO) of a LoRA adapter / every weight.
 export function jobBody(v) {
+  const dpo = (v.method || "").startsWith("dpo");
   const hyper = {};
   for (const [key, , , kind] of HYPER) {
     const raw = (v[key] || "").trim();
-    if (raw && raw !== "auto") hyper[key] = kind === "int" ? Number.parseInt(raw, 10) : Number(raw);
+    if (raw && raw !== "auto" && (dpo || !PREFERENCE_ONLY.has(key))) hyper[key] = kind === "int" ? Number.parseInt(raw, 10) : Number(raw);
   }
-  if (v.method && v.method !== "lora") hyper.method = v.method;
+  const weights = dpo ? v.method.replace(/^dpo-?/, "") || "lora" : v.method;
+  if (weights && weights !== "lora") hyper.method = weights;
   const body = { model: v.model, training_file: v.training_file };
   if (v.validation_file) body.validation_file = v.validation_file;
   if (v.suffix) body.suffix = v.suffix;
   if (v.seed !== "" && v.seed !== undefined) body.seed = Number.parseInt(v.seed, 10);
-  body.method = { type: "supervised", supervised: { hyperparameters: hyper } };
+  body.method = dpo ? { type: "dpo", dpo: { hyperparameters: hyper } } : { type: "supervised", supervised: { hyperparameters: hyper } };
   return body;
 }
 
@@ -51,12 +56,13 @@ export function asPython(body) {
 
 const PLAN_ROWS = [
   ["epochs", "Epochs"], ["batch_size", "Batch size"], ["grad_accum", "Gradient accumulation"], ["effective_batch", "Effective batch"],
-  ["learning_rate", "Learning rate"], ["lora_rank", "LoRA rank"], ["lora_alpha", "LoRA alpha"], ["warmup_steps", "Warmup steps"],
+  ["learning_rate", "Learning rate"], ["beta", "Beta (DPO)"], ["lora_rank", "LoRA rank"], ["lora_alpha", "LoRA alpha"],
+  ["lora_train_head", "LoRA trains the output layer"], ["warmup_steps", "Warmup steps"],
   ["val_fraction", "Validation share"], ["eval_every", "Evaluate every"], ["save_every", "Checkpoint every"],
   ["gradient_checkpointing", "Gradient checkpointing"], ["shard", "Sharding"], ["schedule", "Schedule"], ["max_seq_len", "Max sequence length"],
 ];
 
-const FROM_FORM = { epochs: "n_epochs", batch_size: "batch_size", learning_rate: "learning_rate_multiplier", lora_rank: "lora_rank" };
+const FROM_FORM = { epochs: "n_epochs", batch_size: "batch_size", learning_rate: "learning_rate_multiplier", lora_rank: "lora_rank", beta: "beta" };
 const DERIVED = { effective_batch: "batch × accumulation × devices", lora_alpha: "2 × rank" };
 
 function why(key, plan, given) {
@@ -101,7 +107,9 @@ export async function render(main, [presetFile], signal) {
     validation_file: h("select", { id: "nj-val" }, h("option", { value: "" }, "none: hold out part of the training file"), files.map((f) => h("option", { value: f.id }, `${f.filename} (${f.id})`))),
     suffix: h("input", { id: "nj-suffix", type: "text", maxlength: 64, placeholder: "e.g. support-v1", autocomplete: "off" }),
     seed: h("input", { id: "nj-seed", type: "text", inputmode: "numeric", placeholder: "random", autocomplete: "off" }),
-    method: h("select", { id: "nj-method" }, h("option", { value: "lora" }, "LoRA adapter"), h("option", { value: "full" }, "full fine-tuning")),
+    method: h("select", { id: "nj-method" },
+      h("option", { value: "lora" }, "LoRA adapter"), h("option", { value: "full" }, "full fine-tuning"),
+      h("option", { value: "dpo" }, "preference tuning (DPO), LoRA adapter"), h("option", { value: "dpo-full" }, "preference tuning (DPO), full")),
   };
   for (const [key, , , kind] of HYPER) el[key] = autoInput(`nj-${key}`, kind);
   if (presetFile) el.training_file.value = presetFile;
@@ -129,7 +137,7 @@ export async function render(main, [presetFile], signal) {
       const plan = await api("/v1/fine_tuning/plan", { method: "POST", body });
       if (mine !== seq || signal.aborted) return;
       lastPlan = plan;
-      planBox.replaceChildren(planView(plan, body.method.supervised.hyperparameters));
+      planBox.replaceChildren(planView(plan, body.method[body.method.type].hyperparameters));
       startBtn.disabled = false;
     } catch (e) {
       if (mine !== seq) return;
