@@ -58,7 +58,10 @@ def output_layer_name(model) -> str:
     """The module name of the model's output layer (LM head), e.g. "lm_head"."""
     head = model.get_output_embeddings()
     if getattr(model.config, "tie_word_embeddings", False) or head is None:
-        raise UserError("this model's output layer is tied to its input embeddings: use --lora-train-head off")
+        raise UserError(
+            "this model's output layer cannot be trained beside the adapter (it is tied to the input embeddings, "
+            "or there is none): use --lora-train-head off"
+        )
     return next(name for name, module in model.named_modules() if module is head).rsplit(".", 1)[-1]
 
 

@@ -203,6 +203,17 @@ def test_the_plan_says_whether_lora_trains_the_output_layer(toy_base_facts):
     assert with_head - without == toy_base_facts.head_params
 
 
+def test_training_a_tied_output_layer_is_refused_at_plan_time(toy_base_facts):
+    import dataclasses
+
+    from finetune.errors import UserError
+
+    tied = dataclasses.replace(toy_base_facts, tie_word_embeddings=True)
+    assert make(330, 51_374, tied).lora_train_head is False  # Auto: the adapter only
+    with pytest.raises(UserError, match="tied to its input embeddings; use --lora-train-head off"):
+        make(330, 51_374, tied, lora_train_head=True)
+
+
 def test_lora_alpha_is_twice_the_rank():
     assert auto.auto_lora_alpha(16).value == 32
 
