@@ -41,7 +41,7 @@ from finetune.data.split import auto_val_fraction, remove_overlap, split_convers
 from finetune.data.stats import estimate_record_tokens
 from finetune.data.tokenize import ChatTokenizer, load_tokenizer
 from finetune.data.types import Conversation, DataSummary, Record, TokenizedRecord
-from finetune.errors import UserError
+from finetune.errors import RecordError, UserError
 
 TRAIN, VAL, LEFT_OUT = 0, 1, -1  # the side of a record: validation-file duplicates of training are left out
 _RECORD_ARRAYS = ("starts", "lengths", "num_targets", "conversation", "line", "truncated")
@@ -347,15 +347,11 @@ def _tokenize_file(
 ) -> tuple[list[ChunkResult], list[dict]]:
     """The chunks of one file tokenized, and the lines --skip-invalid left out. A file with any problem
     (or that is not plain JSONL) is read whole the classic way, which names every problem with its line.
-    A record the tokenizer cannot take ("line N: ...") is reported as FILE:N."""
+    A record the tokenizer cannot take (RecordError) is reported as FILE:LINE."""
     try:
         return _tokenize_file_in_chunks(path, chunks, chat, config, folder, workers)
-    except UserError as exc:
-        message = str(exc)
-        if message.startswith("line "):
-            number, _, rest = message[len("line ") :].partition(": ")
-            raise UserError(f"{path}:{number}: {rest}") from None
-        raise
+    except RecordError as exc:
+        raise UserError(f"{path}:{exc.line}: {exc.reason}") from None
 
 
 def _tokenize_file_in_chunks(

@@ -34,7 +34,7 @@ import numpy as np
 
 from finetune.data.formats.openai import parse_arguments
 from finetune.data.types import IGNORE_INDEX, Message, Record, TokenizedRecord, ToolCall, Truncation
-from finetune.errors import UserError
+from finetune.errors import RecordError, UserError
 
 _SENTINEL = "FINETUNE-SENTINEL-7f3a"
 _PROBES = ("A" + _SENTINEL, "Z" + _SENTINEL)  # differ in their first character
@@ -328,7 +328,7 @@ class ChatTokenizer:
         try:
             text = self.render(record.messages, record.tools)
         except Exception as exc:  # templates raise what they refuse (e.g. "only single tool-calls are supported")
-            raise UserError(f"line {record.line}: the chat template refuses this conversation: {exc}") from None
+            raise RecordError(record.line, f"the chat template refuses this conversation: {exc}") from None
         eot = self.end_of_turn_text
         pieces: list[tuple[str, float]] = []
         cursor = 0  # start of the text not yet assigned to a piece
@@ -363,9 +363,10 @@ class ChatTokenizer:
         if start < 0:
             if message.role != "assistant":
                 return -1, -1
-            raise UserError(
-                f"line {record.line}: the chat template does not reproduce assistant message {i + 1} "
-                f"followed by {eot!r}, so its tokens cannot be located"
+            raise RecordError(
+                record.line,
+                f"the chat template does not reproduce assistant message {i + 1} "
+                f"followed by {eot!r}, so its tokens cannot be located",
             )
         return start, start + len(content)
 
@@ -382,9 +383,10 @@ class ChatTokenizer:
         end = text.find(self.end_of_turn_text, start)
         turn = text[start:end] if end >= 0 else ""
         if start < search_from or not all(call.name in turn for call in message.tool_calls):
-            raise UserError(
-                f"line {record.line}: the chat template does not render the tool calls of assistant message {i + 1} "
-                f"inside its turn, followed by {self.end_of_turn_text!r}, so its tokens cannot be located"
+            raise RecordError(
+                record.line,
+                f"the chat template does not render the tool calls of assistant message {i + 1} "
+                f"inside its turn, followed by {self.end_of_turn_text!r}, so its tokens cannot be located",
             )
         return start, end
 

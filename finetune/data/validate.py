@@ -29,7 +29,7 @@ from finetune.data.stats import (
     summarize,
 )
 from finetune.data.types import IGNORE_INDEX, ParsedFile, Problem, Record, RecordPolicy
-from finetune.errors import UserError
+from finetune.errors import RecordError, UserError
 
 # Codes found with the model's tokenizer (the reader's codes live in finetune.data.read).
 TOO_LONG = "too_long"  # warning
@@ -152,9 +152,8 @@ def _count_exact(records: list[Record], chat, max_seq_len: int, result: Validati
     for record in records:
         try:
             counts.append(count_record_tokens(record, chat, max_seq_len))
-        except UserError as exc:  # the template does not reproduce a reply verbatim
-            message = str(exc).removeprefix(f"line {record.line}: ")
-            result.errors.append(Problem(record.line, TEMPLATE_MISMATCH, message))
+        except RecordError as exc:  # the template refuses the record, or does not reproduce a reply verbatim
+            result.errors.append(Problem(exc.line, TEMPLATE_MISMATCH, exc.reason))
     return counts
 
 
