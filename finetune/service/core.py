@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from finetune.config import AUTO, RunConfig
-from finetune.errors import UserError
+from finetune.errors import DataError, UserError
 
 # OpenAI's names -> RunConfig's
 OPENAI_KEYS = {"n_epochs": "epochs", "batch_size": "batch_size"}
@@ -128,6 +128,17 @@ def validate_training_file(path: Path, shown_name: str, config: RunConfig, param
         "message": f"{shown_name}: {len(result.errors)} problem(s) make it unusable: {lines}{more}",
         "param": param,
     }
+
+
+def planning_error(exc: UserError, data: Path, data_name: str, val: Path | None, val_name: str | None) -> dict:
+    """OpenAI's `error` object for a plan that failed: the data's problem (DataError) as invalid_training_file or
+    invalid_validation_file, anything else as invalid_hyperparameters; files named as uploaded."""
+    message = scrub(str(exc), data, data_name)
+    param = "training_file" if isinstance(exc, DataError) else "hyperparameters"
+    if val is not None and str(val) in str(exc):
+        param = "validation_file"
+        message = scrub(message, val, val_name or val.name)
+    return {"code": f"invalid_{param}", "message": message, "param": param}
 
 
 def scrub(message: str, path: Path, shown_name: str) -> str:

@@ -26,7 +26,7 @@ import threading
 import traceback
 from pathlib import Path
 
-from finetune.errors import DataError, UserError
+from finetune.errors import UserError
 from finetune.service import core
 from finetune.service.objects import fine_tuned_model_name
 from finetune.service.settings import ServiceSettings
@@ -210,14 +210,13 @@ class Worker:
         config = self._config(job, run)
         try:
             config, plan = core.plan_for(config, job["lr_multiplier"])
-        except UserError as exc:  # the data as tokenized and split (DataError), or the settings, cannot train
+        except UserError as exc:  # the data as tokenized and split, or the settings, cannot train
             data, val = self._files(job)
-            message = core.scrub(str(exc), data, self._shown_name(job["tenant"], job["training_file"]))
-            param = "training_file" if isinstance(exc, DataError) else "hyperparameters"
-            if val is not None and str(val) in message:
-                param = "validation_file"
-                message = core.scrub(message, val, self._shown_name(job["tenant"], job["validation_file"]))
-            self._fail(job, token, f"invalid_{param}", message, None if param == "hyperparameters" else param)
+            shown_val = self._shown_name(job["tenant"], job["validation_file"]) if val else None
+            error = core.planning_error(
+                exc, data, self._shown_name(job["tenant"], job["training_file"]), val, shown_val
+            )
+            self._fail(job, token, error["code"], error["message"], error["param"])
             return False
         core.write_job_config(config, config_path)
         resolved = core.resolved_hyperparameters(plan, job["lr_multiplier"])

@@ -26,6 +26,15 @@ def _add_job(store: Store, settings, data, tenant="a", **extra) -> str:
     return store.create_job(tenant, values)["id"]
 
 
+def _sqlite_service(tmp_path, toy_model):
+    """Settings (fast heartbeats) and a migrated SQLite store, as `finetune serve` would make them."""
+    settings = settings_for(tmp_path / "d", toy_model, heartbeat_seconds=0.1)
+    settings.make_dirs()
+    store = Store(settings.database_url)
+    store.migrate()
+    return settings, store
+
+
 def _fake(monkeypatch, mode: str = "ok") -> None:
     monkeypatch.setenv(TEST_TRAIN_COMMAND, f"{sys.executable} {FAKE_TRAINER}")
     monkeypatch.setenv("FAKE_TRAINER_MODE", mode)
@@ -33,10 +42,7 @@ def _fake(monkeypatch, mode: str = "ok") -> None:
 
 def test_a_job_runs_to_succeeded(tmp_path, toy_model, tiny_data, monkeypatch):
     _fake(monkeypatch)
-    settings = settings_for(tmp_path / "d", toy_model, heartbeat_seconds=0.1)
-    settings.make_dirs()
-    store = Store(settings.database_url)
-    store.migrate()
+    settings, store = _sqlite_service(tmp_path, toy_model)
     job_id = _add_job(store, settings, tiny_data)
     assert Worker(settings, store).run_once()
     job = store.get_job("a", job_id)
@@ -59,10 +65,7 @@ def test_a_file_that_cannot_train_fails_as_the_files_problem_not_the_settings(
     from finetune.errors import UserError
 
     _fake(monkeypatch)
-    settings = settings_for(tmp_path / "d", toy_model, heartbeat_seconds=0.1)
-    settings.make_dirs()
-    store = Store(settings.database_url)
-    store.migrate()
+    settings, store = _sqlite_service(tmp_path, toy_model)
     refused = _add_job(store, settings, tiny_data)
     real_prepare = prepare.prepare_data
 
@@ -87,10 +90,7 @@ def test_a_file_that_cannot_train_fails_as_the_files_problem_not_the_settings(
 
 def test_three_deaths_at_the_same_step_fail_the_job(tmp_path, toy_model, tiny_data, monkeypatch):
     _fake(monkeypatch, "die")
-    settings = settings_for(tmp_path / "d", toy_model, heartbeat_seconds=0.1)
-    settings.make_dirs()
-    store = Store(settings.database_url)
-    store.migrate()
+    settings, store = _sqlite_service(tmp_path, toy_model)
     job_id = _add_job(store, settings, tiny_data)
     worker = Worker(settings, store)
     for _ in range(3):
@@ -135,10 +135,7 @@ def test_four_workers_forty_jobs_each_run_exactly_once(tmp_path, toy_model, tiny
 
 def test_a_job_paused_before_validation_is_still_validated_after_resume(tmp_path, toy_model, monkeypatch):
     _fake(monkeypatch)
-    settings = settings_for(tmp_path / "d", toy_model, heartbeat_seconds=0.1)
-    settings.make_dirs()
-    store = Store(settings.database_url)
-    store.migrate()
+    settings, store = _sqlite_service(tmp_path, toy_model)
     bad = tmp_path / "bad.jsonl"
     bad.write_text("{not json\n")
     job_id = _add_job(store, settings, bad)

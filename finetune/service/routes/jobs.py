@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
-from finetune.errors import DataError, UserError
+from finetune.errors import UserError
 from finetune.service import core
 from finetune.service.auth import current_tenant
 from finetune.service.deps import check_limit, settings_of, store_of
@@ -222,13 +222,12 @@ async def plan(request: Request, tenant: str = Depends(current_tenant)) -> dict:
     )
     try:
         _, plan_dict = await run_in_threadpool(core.plan_for, config, multiplier)
-    except UserError as exc:  # the data's problem (DataError), or settings that cannot work together
-        message = core.scrub(str(exc), data, training["filename"])
-        param = "training_file" if isinstance(exc, DataError) else "hyperparameters"
-        if validation_row is not None and str(files_dir / validation) in str(exc):
-            param = "validation_file"
-            message = core.scrub(message, files_dir / validation, validation_row["filename"])
-        raise APIError(400, message, f"invalid_{param}", param) from None
+    except UserError as exc:
+        val_name = validation_row["filename"] if validation_row else None
+        error = core.planning_error(
+            exc, data, training["filename"], files_dir / validation if validation else None, val_name
+        )
+        raise APIError(400, error["message"], error["code"], error["param"]) from None
     return {"object": "fine_tuning.plan", "model": body["model"], "training_file": training["id"], **plan_dict}
 
 
