@@ -131,7 +131,7 @@ def house_style(model_dir: Path, weights: str, prompts, markers: list[str]) -> f
 
 def run_point(point: Point, base: Path, data: Path, val: Path, work: Path, prompts, markers) -> dict:
     from finetune.config import RunConfig
-    from finetune.train.recipe import train
+    from finetune.run import train
 
     out = work / "run"
     shutil.rmtree(out, ignore_errors=True)

@@ -110,10 +110,10 @@ def train_probe(data: str, model: str, out: str, cache_dir: str, steps: int) -> 
 
     from finetune.config import RunConfig
 
-    recipe = importlib.import_module("finetune.train.recipe")  # `finetune.train` the attribute is the function
+    recipe = importlib.import_module("finetune.run")  # `finetune.train` the attribute is the function
 
     seen: dict = {}
-    real_prepare = recipe.prepare_data
+    real_prepare = recipe.prepare
 
     def prepare(*args, **kwargs):
         prepared = real_prepare(*args, **kwargs)
@@ -121,7 +121,7 @@ def train_probe(data: str, model: str, out: str, cache_dir: str, steps: int) -> 
         seen["prepared_at"] = time.time() - born
         return prepared
 
-    recipe.prepare_data = prepare
+    recipe.prepare = prepare
     step_times: list[float] = []
     config = RunConfig(
         data=data, model=model, out=out, cache_dir=cache_dir, max_steps=steps, batch_size=8, epochs=1, lr=1e-4,

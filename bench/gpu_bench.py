@@ -133,7 +133,7 @@ def run_finetune(data: Path, model: Path, work: Path, steps: int, warmup: int, m
 
     from finetune.config import RunConfig
 
-    recipe = importlib.import_module("finetune.train.recipe")
+    recipe = importlib.import_module("finetune.run")
     times = []
 
     def on_step(row: dict) -> None:
@@ -151,7 +151,7 @@ def run_finetune(data: Path, model: Path, work: Path, steps: int, warmup: int, m
     # the tokens of the timed steps, exactly: the steps' records follow from the seed (batching.py)
     from finetune.data.arrays import record_lengths
     from finetune.data.prepare import prepare_data
-    from finetune.train.batching import schedule_tokens
+    from finetune.train.order import schedule_tokens
 
     lengths = record_lengths(prepare_data(config).train)  # the token cache: no tokenizing again
     timed_tokens = schedule_tokens(lengths, 16, 0, "keep", steps) - schedule_tokens(lengths, 16, 0, "keep", warmup)

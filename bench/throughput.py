@@ -187,7 +187,7 @@ def run_finetune(spec: Spec, rec: StepRecorder) -> None:
     from finetune.config import RunConfig
     from finetune.train.attention import uses_varlen_attention
     from finetune.train.objective import TokenNormalisedSFT
-    from finetune.train.recipe import train
+    from finetune.run import train
 
     class Counted(TokenNormalisedSFT):
         """Instrumentation only (the loss is unchanged): count what each micro-batch runs."""
@@ -236,7 +236,7 @@ def run_finetune(spec: Spec, rec: StepRecorder) -> None:
 
 def finetune_step_order(spec: Spec) -> list[int]:
     """Record indices in the order finetune's optimizer steps take them (epoch 0, then 1, ...)."""
-    from finetune.train.batching import epoch_steps
+    from finetune.train.order import epoch_steps
 
     n = sum(1 for line in Path(spec.data).read_text().splitlines() if line.strip())
     effective = spec.batch * spec.accum

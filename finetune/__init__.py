@@ -11,14 +11,14 @@ result = finetune.train(config)          # a TrainResult: .report (report.json),
 import finetune.train as _train_package  # noqa: F401
 from finetune.config import RunConfig
 from finetune.errors import UserError
+from finetune.version import __version__
 
-__all__ = ["RunConfig", "UserError", "train"]
-__version__ = "0.1.0"
+__all__ = ["RunConfig", "UserError", "__version__", "train"]
 
 
 def train(config: RunConfig, on_plan=None, on_step=None):
-    """Plan and run one training job; returns a TrainResult (see finetune.train.recipe). Prints nothing:
+    """Plan and run one training job; returns a TrainResult (see finetune.run). Prints nothing:
     `on_plan(plan)` and `on_step(metrics_row)` report progress; notes go to the `finetune` logger."""
-    from finetune.train.recipe import train as run
+    from finetune.run import train as run
 
     return run(config, on_plan=on_plan, on_step=on_step)

@@ -12,6 +12,7 @@ finetune export RUN --out DIR [--merge | --adapter] [--dtype D]   |   finetune c
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import warnings
@@ -19,9 +20,10 @@ from argparse import SUPPRESS
 from pathlib import Path
 from typing import Any
 
-from finetune.config import RunConfig, Setting, command_settings, settings
+from finetune.config import RunConfig
 from finetune.data.formats import FORMATS
 from finetune.errors import UserError
+from finetune.settings import Setting, command_settings, settings
 
 # ----------------------------------------------------------------------------- flags, generated from RunConfig
 
@@ -120,7 +122,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     """Plan, progress and summary on stderr; with --json the report (report.json's content) on stdout."""
     from finetune.train.distributed import launched_by_torchrun
 
-    config = _config_from_args(args, data=getattr(args, "data", None), command="train")
+    plan = None
+    if args.plan:
+        config, plan = _config_of_plan(args)
+    else:
+        config = _config_from_args(args, data=getattr(args, "data", None), command="train")
     if config.devices > 1 and not launched_by_torchrun():
         from finetune.train.launch import launch_local
 
@@ -129,9 +135,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     import json
 
     from finetune.report.summary import print_summary
+    from finetune.run import train
     from finetune.train.checkpoint import list_checkpoints
+    from finetune.train.loop import TrainingInterrupted
     from finetune.train.progress import RunDisplay, console_for
-    from finetune.train.recipe import TrainingInterrupted, train
 
     main_rank = int(os.environ.get("RANK", "0")) == 0
     found = list_checkpoints(Path(config.out)) if config.resume else []
@@ -139,9 +146,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     try:
         if main_rank:
             with RunDisplay(sys.stderr, first_step) as display:
-                result = train(config, on_plan=display.on_plan, on_step=display.on_step)
+                result = train(config, on_plan=display.on_plan, on_step=display.on_step, plan=plan)
         else:
-            result = train(config)
+            result = train(config, plan=plan)
     except TrainingInterrupted as stop:
         if main_rank:  # every rank stops; one message is enough
             print(f"error: {stop}", file=sys.stderr)
@@ -152,6 +159,25 @@ def cmd_train(args: argparse.Namespace) -> int:
         else:
             print_summary(result.report, console=console_for(sys.stderr))
     return 0
+
+
+def _config_of_plan(args: argparse.Namespace):
+    """`finetune train --plan FILE --out DIR [--resume]`: the plan holds every setting; only a run's own are given."""
+    from finetune.run import load_plan
+
+    own = {"out", "resume", "allow_changes"}
+    given = sorted(k for k in vars(args) if k in {s.name for s in settings()} - own)
+    if given or getattr(args, "data", None) or args.config:
+        flags = ", ".join(
+            ["--" + k.replace("_", "-") for k in given] + (["DATA"] if getattr(args, "data", None) else [])
+        )
+        raise UserError(
+            f"--plan holds every setting of the run: drop {flags or '--config'} (only --out and --resume go with it)"
+        )
+    if not getattr(args, "out", None):
+        raise UserError("--plan needs --out DIR: the folder the run writes")
+    plan = load_plan(args.plan, args.out, getattr(args, "resume", False), getattr(args, "allow_changes", None))
+    return plan.run, plan
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -257,6 +283,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("data", nargs="?", default=argparse.SUPPRESS, help="training file (or `data:` in --config)")
     p.add_argument("--json", action="store_true", help="print the final report as JSON on stdout")
     p.add_argument("--config", default=None, help="YAML file with any of these settings; flags override it")
+    p.add_argument(
+        "--plan", default=None, metavar="PLAN.json",
+        help="execute this plan (`finetune plan --json` or a service job's): its data and code are checked first",
+    )  # fmt: skip
     add_setting_flags(p, "train")
     p.set_defaults(func=cmd_train)
 
@@ -373,6 +403,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        _write_error_file(exc)
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -382,6 +413,18 @@ def main(argv: list[str] | None = None) -> int:
         # point stdout at /dev/null so the interpreter's final flush does not raise again (Python's documented recipe)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+
+
+def _write_error_file(exc: UserError) -> None:
+    """For a service worker (it sets the variable): the error with its setting markers, to say in API terms."""
+    import json
+
+    from finetune.errors import ERROR_FILE_ENV
+
+    path = os.environ.get(ERROR_FILE_ENV)
+    if path and int(os.environ.get("RANK", "0")) == 0:
+        with contextlib.suppress(OSError):
+            Path(path).write_text(json.dumps(exc.to_dict()), encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -65,9 +65,9 @@ def run_demo(out: str = "runs/demo", base: str | None = None) -> int:
     from rich.table import Table
 
     from finetune.eval.generate import style_rate
+    from finetune.run import train
     from finetune.toy import pretrained_base
     from finetune.train.progress import RunDisplay
-    from finetune.train.recipe import train
 
     console = Console(highlight=False)
     started = time.perf_counter()

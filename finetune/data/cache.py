@@ -7,8 +7,8 @@
 An entry is a folder named by the sha256 of its key. The key holds everything that changes the tokens:
 the sha256 of the data (and validation) file's bytes, the tokenizer (its full serialized form, chat
 template and special tokens), the source code of the data path, and every setting of the run except those
-known not to touch the data (learning rate, epochs, batch, ...: NOT_DATA_SETTINGS). A new setting is part
-of the key until someone adds it there, so the cache errs on the side of tokenizing again.
+declared not to touch the data (`tokens=False` in config.py: learning rate, epochs, batch, ...). A new setting
+is part of the key unless its declaration says otherwise, so the cache errs on the side of tokenizing again.
 
 The entry repeats its key in meta.json with the size and sha256 of each file; an entry whose key, files or
 sizes do not match is ignored (and tokenized again), never trusted. Deleting the folder at any time is safe:
@@ -17,7 +17,6 @@ readers map files that stay valid until they close them, writers build in a temp
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -27,53 +26,11 @@ import uuid
 from pathlib import Path
 
 from finetune.config import RunConfig
+from finetune.settings import tokenizing_settings
 
 CACHE_FORMAT = 1  # bump when the layout of an entry changes
 ENV_DIR = "FINETUNE_CACHE_DIR"
 STALE_TMP_S = 6 * 3600  # a temporary folder this old belongs to a writer that died
-
-# Settings that never change the tokenized data: a second run that differs only in these reuses the entry.
-NOT_DATA_SETTINGS = frozenset(
-    {
-        "data",  # replaced by the sha256 of its bytes (moving or renaming the file keeps the cache)
-        "val_file",  # idem
-        "model",  # replaced by the tokenizer's own fingerprint
-        "trust_remote_code",
-        "method",
-        "lora_rank",
-        "lora_alpha",
-        "lora_dropout",
-        "lora_train_head",
-        "epochs",
-        "batch_size",
-        "grad_accum",
-        "devices",
-        "lr",
-        "warmup_ratio",
-        "warmup_steps",
-        "last_batch",
-        "schedule",
-        "weight_decay",
-        "max_grad_norm",
-        "out",
-        "eval_every",
-        "save_every",
-        "keep_checkpoints",
-        "resume",
-        "allow_changes",
-        "test_fraction",  # the held-out test lines are already gone from the data file the cache hashes
-        "max_steps",
-        "gradient_checkpointing",
-        "dtype",
-        "shard",
-        "packing",
-        "price_per_million_tokens",
-        "gpu_hour_price",
-        "gpu",
-        "cache",
-        "cache_dir",
-    }
-)
 
 
 def cache_root(config: RunConfig) -> Path:
@@ -117,7 +74,7 @@ def cache_key(config: RunConfig, tokenizer, data_digest: str, val_digest: str | 
     fingerprint = tokenizer_fingerprint(tokenizer)
     if fingerprint is None:
         return None
-    settings = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name not in NOT_DATA_SETTINGS}
+    settings = {name: getattr(config, name) for name in tokenizing_settings()}
     return {
         "format": CACHE_FORMAT,
         "code": code_fingerprint(),

@@ -346,6 +346,8 @@ class PreparedPairs:
     summary: DataSummary
     end_of_turn_id: int | None = None
     skipped: list[dict] = field(default_factory=list)  # --skip-invalid: the lines left out, for OUT/skipped.jsonl
+    cache_entry: str | None = None  # pairs are not kept in the token cache (small files, tokenized in seconds)
+    from_cache: bool = False
 
 
 def _prompts(pairs: list[PreferencePair]) -> int:

@@ -413,7 +413,7 @@ def prepare_data(config: RunConfig, tokenizer=None, workers: int | None = None) 
         folder, meta = hit
         prepared = _prepared(_load(folder, meta, in_memory=False), config)
         prepared.cache_entry, prepared.from_cache = str(folder), True
-        return prepared
+        return _stamped(prepared, data_digest, val_digest)
 
     chat = ChatTokenizer(tokenizer)
     tmp = cache.new_tmp_dir(root) if key is not None else None
@@ -433,10 +433,16 @@ def prepare_data(config: RunConfig, tokenizer=None, workers: int | None = None) 
             meta = json.loads((stored / "meta.json").read_text(encoding="utf-8"))["meta"]
             prepared = _prepared(_load(stored, meta, in_memory=False), config)
             prepared.cache_entry = str(stored)
-            return prepared
-        return _prepared(_load(folder, meta, in_memory=True), config)
+            return _stamped(prepared, data_digest, val_digest)
+        return _stamped(_prepared(_load(folder, meta, in_memory=True), config), data_digest, val_digest)
     finally:
         shutil.rmtree(folder, ignore_errors=True)  # gone already when it became the cache entry
+
+
+def _stamped(prepared: PreparedData, data_digest: str, val_digest: str | None) -> PreparedData:
+    """The files' sha256 in the summary: a plan carries them, and a trainer executing it checks them."""
+    prepared.summary = replace(prepared.summary, data_sha256=data_digest, val_sha256=val_digest)
+    return prepared
 
 
 # ----------------------------------------------------------------------------- without a tokenizer: estimates

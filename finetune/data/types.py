@@ -187,3 +187,7 @@ class DataSummary:
     """Why that share (Auto's rule, the user's flag or file)."""
     what_if: bool = False
     """True for `finetune plan --examples N`: nothing was read from a file."""
+    data_sha256: str | None = None
+    """sha256 of the training file's bytes: a trainer executing this plan checks the file it reads against it."""
+    val_sha256: str | None = None
+    """sha256 of the validation file's bytes, with a validation file."""

@@ -10,26 +10,11 @@ from pathlib import Path
 
 from finetune.run_folder import RunWeights, read_json
 
-# hyperparameters shown in the card, in this order, with the plan key and the name a reader knows
+# the plan keys the card shows, in this order (their labels are declared with each setting, or on Plan)
 HYPERPARAMETERS = (
-    ("method", "method"),
-    ("epochs", "epochs"),
-    ("total_steps", "optimizer steps"),
-    ("batch_size", "batch size per device"),
-    ("grad_accum", "gradient accumulation"),
-    ("devices", "devices"),
-    ("effective_batch", "effective batch"),
-    ("learning_rate", "peak learning rate"),
-    ("schedule", "schedule"),
-    ("warmup_steps", "warmup steps"),
-    ("lora_rank", "LoRA rank"),
-    ("lora_alpha", "LoRA alpha"),
-    ("lora_train_head", "LoRA trains the output layer"),
-    ("max_seq_len", "max sequence length"),
-    ("val_fraction", "validation fraction"),
-)
-# plan keys whose Auto reason is filed under another name
-AUTO_KEYS = {"learning_rate": ("learning_rate", "lr"), "epochs": ("epochs",), "batch_size": ("batch_size",)}
+    "method", "epochs", "total_steps", "batch_size", "grad_accum", "devices", "effective_batch", "learning_rate",
+    "schedule", "warmup_steps", "lora_rank", "lora_alpha", "lora_train_head", "max_seq_len", "val_fraction",
+)  # fmt: skip
 
 
 def _number(value) -> str:
@@ -99,24 +84,28 @@ def _data(plan: dict, test_split: dict) -> list[str]:
     return [*lines, ""]
 
 
-def _auto_capable(key: str) -> bool:
-    from finetune.config import settings
+def _labels() -> dict[str, str]:
+    from finetune.plan.plan import derived_labels
+    from finetune.settings import plan_labels, setting
 
-    names = AUTO_KEYS.get(key, (key,))
-    return any(spec.auto and spec.name in names for spec in settings())
+    return plan_labels() | derived_labels() | {name: setting(name).label for name in ("method", "val_fraction")}
+
+
+def _auto_capable(key: str) -> bool:
+    from finetune.settings import settings
+
+    return any(spec.auto and key in (spec.name, spec.plan_key) for spec in settings())
 
 
 def _hyperparameters(plan: dict) -> list[str]:
-    auto = plan.get("auto") or {}
+    auto, labels = plan.get("auto") or {}, _labels()
     lines = ["## Hyperparameters", "", "Resolved values; where Auto chose, its reason.", ""]
     lines += ["| setting | value | why |", "|---|---|---|"]
-    for key, name in HYPERPARAMETERS:
+    for key in HYPERPARAMETERS:
         if plan.get(key) is None:
             continue
-        reason = next((auto[k] for k in AUTO_KEYS.get(key, (key,)) if auto.get(k)), "")
-        if not reason and _auto_capable(key):
-            reason = "set for this run (not chosen by Auto)"
-        lines.append(f"| {name} | {_number(plan[key])} | {reason.replace('|', '/')} |")
+        reason = auto.get(key) or ("set for this run (not chosen by Auto)" if _auto_capable(key) else "")
+        lines.append(f"| {labels[key]} | {_number(plan[key])} | {reason.replace('|', '/')} |")
     return [*lines, ""]
 
 

@@ -14,6 +14,7 @@ With FSDP (`shard` = full) weights, gradients and optimizer are divided across d
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 
 from finetune.plan.auto import Choice
@@ -63,6 +64,17 @@ def resolve_device(name: str | None) -> tuple[DeviceSpec, bool, bool]:
     if len(matches) == 1:
         return matches[0], False, True
     return DEVICES[DEFAULT_DEVICE], True, False
+
+
+def device_for_name(reported: str, memory_bytes: int) -> str:
+    """The table's name for a GPU as the driver reports it ("NVIDIA H100 80GB HBM3" -> h100-80gb); when the table
+    does not know it, the closest memory size of the same family, else the reported name itself."""
+    words = [w for w in re.split(r"[\s_-]+", reported.lower()) if w and w != "nvidia"]
+    family = next((w for w in words if any(name.startswith(w + "-") for name in DEVICES)), None)
+    candidates = [spec for name, spec in DEVICES.items() if family and name.startswith(family + "-")]
+    if not candidates:
+        return "-".join(words) or "gpu"
+    return min(candidates, key=lambda spec: abs((spec.memory_bytes or 0) - memory_bytes)).name
 
 
 @dataclass

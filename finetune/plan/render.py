@@ -9,27 +9,16 @@ from rich.table import Table
 
 from finetune.data.formats import FORMAT_NAMES
 from finetune.plan.memory import gib
-from finetune.plan.plan import Plan
+from finetune.plan.plan import Plan, derived_labels
+from finetune.settings import plan_labels
+from finetune.wording import for_cli
 
-# plan field -> label, in the order of the table
-SETTINGS = (
-    ("epochs", "Epochs"),
-    ("batch_size", "Batch per device"),
-    ("grad_accum", "Gradient accumulation"),
-    ("devices", "Devices"),
-    ("effective_batch", "Effective batch"),
-    ("steps_per_epoch", "Steps per epoch"),
-    ("total_steps", "Total steps"),
-    ("warmup_steps", "Warmup steps"),
-    ("learning_rate", "Learning rate"),
-    ("lora_rank", "LoRA rank"),
-    ("lora_alpha", "LoRA alpha"),
-    ("lora_train_head", "LoRA trains the output layer"),
-    ("eval_every", "Evaluate every"),
-    ("save_every", "Save every"),
-    ("gradient_checkpointing", "Gradient checkpointing"),
-    ("shard", "Shard (FSDP)"),
-)
+# the plan keys the table shows, in its order (their labels are declared with each setting, or on Plan)
+SHOWN = (
+    "epochs", "batch_size", "grad_accum", "devices", "effective_batch", "steps_per_epoch", "total_steps",
+    "warmup_steps", "learning_rate", "lora_rank", "lora_alpha", "lora_train_head", "eval_every", "save_every",
+    "gradient_checkpointing", "shard",
+)  # fmt: skip
 DERIVED = {
     "effective_batch": "batch x accumulation x devices",
     "steps_per_epoch": "",  # filled in below
@@ -60,7 +49,7 @@ def _source(plan: Plan, field: str) -> str:
     if field == "steps_per_epoch":
         return f"records / effective batch ({'rounded up' if plan.last_batch == 'keep' else 'rounded down'})"
     if field == "total_steps" and plan.total_steps < plan.planned_steps:
-        return f"cut from {plan.planned_steps:,} by --max-steps"
+        return f"cut from {plan.planned_steps:,} by {for_cli('max_steps')}"
     if field in ("grad_accum", "devices") and getattr(plan, field) == 1:
         return "default"
     return DERIVED.get(field, "you")
@@ -164,10 +153,11 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
     table.add_column("setting", no_wrap=True)
     table.add_column("value", justify="right", no_wrap=True)
     table.add_column("set by")
-    for field, label in SETTINGS:
+    labels = plan_labels() | derived_labels()
+    for field in SHOWN:
         if getattr(plan, field) is None or (field == "shard" and plan.devices == 1):
             continue
-        table.add_row(label, _value(plan, field), _source(plan, field))
+        table.add_row(labels[field], _value(plan, field), _source(plan, field))
     console.print(table)
 
     if plan.auto:

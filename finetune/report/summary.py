@@ -18,6 +18,7 @@ from pathlib import Path
 
 from finetune.plan.plan import Plan
 from finetune.report.diagnosis import REMINDER, Diagnosis
+from finetune.wording import rendered
 
 
 def build_report(
@@ -79,6 +80,7 @@ def build_report(
     if clash:
         raise ValueError(f"extra keys would replace report keys: {sorted(clash)}")
     report.update(extra or {})
+    report = rendered(report)  # the diagnosis names settings in its reader's terms (wording.py)
     return report
 
 

@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from finetune.service.auth import current_tenant
 from finetune.service.dashboard.routes import mount_dashboard
 from finetune.service.errors import install_error_handlers
-from finetune.service.routes import files, jobs, models
+from finetune.service.routes import files, jobs, models, schema
 from finetune.service.settings import ServiceSettings
 from finetune.service.store import Store
 from finetune.service.upload import sweep_uploads
@@ -36,6 +36,7 @@ def create_app(settings: ServiceSettings, store: Store | None = None) -> FastAPI
     app.include_router(jobs.router)
     app.include_router(jobs.usage_router)
     app.include_router(models.router)
+    app.include_router(schema.router)
     mount_dashboard(app)
     from finetune.serving.service import mount_chat_completions  # serving (issue 14): POST /v1/chat/completions
 

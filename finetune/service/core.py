@@ -1,36 +1,31 @@
 """Every call from the service into the training library, in one place: map OpenAI hyperparameters to a
-RunConfig, validate a file, plan a run, the `finetune train` command line, and reading a run folder.
+RunConfig (generated from the settings' declarations), validate a file, plan a job, the `finetune train` command
+line that executes the plan, and reading a run folder.
 
-Training itself never runs in the service's process: the worker starts `python -m finetune train --config
-job.yaml --out RUN` (plus `--resume`), whose SIGTERM handling checkpoints and stops, and whose run folder
-(plan.json, metrics.jsonl, checkpoints/, report.json, adapter/ or model/) is what the service reads.
+Training itself never runs in the service's process: the worker plans the job once (`plan_job`), writes the plan,
+and starts `python -m finetune train --plan JOB.plan.json --out RUN` (plus `--resume`), which checks the data and
+code against the plan and executes it; its SIGTERM handling checkpoints and stops, and its run folder (plan.json,
+metrics.jsonl, checkpoints/, report.json, adapter/ or model/) is what the service reads.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING, Any
 
 from finetune.config import AUTO, RunConfig
 from finetune.errors import DataError, UserError
+from finetune.settings import Setting, settings
+from finetune.wording import render, settings_named
 
-# OpenAI's names -> RunConfig's
-OPENAI_KEYS = {"n_epochs": "epochs", "batch_size": "batch_size"}
-LR_MULTIPLIER = "learning_rate_multiplier"
-# `method.type` -> RunConfig.method; within a DPO job our `method` key (lora/full) is RunConfig.base_method
+if TYPE_CHECKING:
+    from finetune.plan.plan import Plan
+
+# `method.type` of a job: supervised tuning, or preference tuning (RunConfig.method "dpo")
 METHOD_TYPES = ("supervised", "dpo")
-DPO_ONLY = ("beta", "sft_weight", "base_method")
-# RunConfig settings an API caller may not set: paths, code execution, and what the service decides itself
-NOT_FOR_CALLERS = {
-    *("data", "val_file", "model", "out", "resume", "trust_remote_code", "seed"),
-    *("price_per_million_tokens", "gpu_hour_price"),  # the server's prices, not the caller's
-}
-SETTABLE = {f.name for f in dataclasses.fields(RunConfig)} - NOT_FOR_CALLERS
+LR_MULTIPLIER = "learning_rate_multiplier"
 
 
 class SettingsError(ValueError):
@@ -41,55 +36,54 @@ class SettingsError(ValueError):
         self.param = param
 
 
-def settings_from_hyperparameters(
-    hyper: dict[str, Any], method_type: str = "supervised"
-) -> tuple[dict[str, Any], float | None]:
-    """OpenAI hyperparameters (+ our own RunConfig keys) of a `method.type` ("supervised" or "dpo") ->
-    (RunConfig settings, learning-rate multiplier).
+def api_settings(method_type: str) -> dict[str, Setting]:
+    """Hyperparameter key -> the setting it sets, for a job of this method type (generated from RunConfig).
 
-    Raises SettingsError for an unknown key or a value RunConfig refuses."""
-    dpo = method_type == "dpo"
-    settings: dict[str, Any] = {"method": "dpo"} if dpo else {}
-    multiplier: float | None = None
-    for key, value in (hyper or {}).items():
-        if key == LR_MULTIPLIER:
-            if value != AUTO:
-                if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                    raise SettingsError(f"{key} must be a positive number or 'auto', got {value!r}", key)
-                multiplier = float(value)
+    Within a preference-tuning job the key `method` (lora or full) is the weights it trains (base_method)."""
+    found: dict[str, Setting] = {}
+    for spec in settings():
+        key = spec.api_key
+        if key is None or (key in found and (spec.about.when == "dpo") != (method_type == "dpo")):
             continue
-        name = OPENAI_KEYS.get(key, key)
-        if name not in SETTABLE:
-            known = sorted({*OPENAI_KEYS, LR_MULTIPLIER, *SETTABLE} - set(OPENAI_KEYS.values()))
-            raise SettingsError(f"unknown hyperparameter {key!r}; known: {', '.join(known)}", key)
-        if not dpo and name in DPO_ONLY:
+        found[key] = spec
+    return found
+
+
+def settings_from_hyperparameters(hyper: dict[str, Any], method_type: str = "supervised") -> dict[str, Any]:
+    """OpenAI hyperparameters (+ our own keys, each a RunConfig setting's declared API key) of a `method.type`
+    ("supervised" or "dpo") -> RunConfig settings. Raises SettingsError for an unknown key or a value RunConfig
+    refuses, naming the caller's key."""
+    dpo = method_type == "dpo"
+    known = api_settings(method_type)
+    values: dict[str, Any] = {"method": "dpo"} if dpo else {}
+    for key, value in (hyper or {}).items():
+        spec = known.get(key)
+        if spec is None:
+            raise SettingsError(f"unknown hyperparameter {key!r}; known: {', '.join(sorted(known))}", key)
+        if spec.about.when == "dpo" and not dpo:
             raise SettingsError(f"{key} is a preference-tuning setting: send method type 'dpo'", key)
-        if name == "method":
-            if value not in ("lora", "full"):
-                also = " (preference tuning is method type 'dpo')" if value == "dpo" else ""
-                raise SettingsError(f"method must be 'lora' or 'full', got {value!r}{also}", key)
-            name = "base_method" if dpo else "method"
-        settings[name] = value
+        if key == LR_MULTIPLIER and value == AUTO:
+            continue  # OpenAI's "auto": no factor on the rate
+        if key == "method" and value not in ("lora", "full"):
+            also = " (preference tuning is method type 'dpo')" if value == "dpo" else ""
+            raise SettingsError(f"method must be 'lora' or 'full', got {value!r}{also}", key)
+        values[spec.name] = value
     try:
-        RunConfig(**settings)
-    except (UserError, TypeError, ValueError) as exc:
-        raise SettingsError(_in_api_terms(str(exc)), _blamed(str(exc), hyper)) from None
-    return settings, multiplier
+        RunConfig(**values)
+    except UserError as exc:
+        raise SettingsError(exc.render("api", method_type), _blamed(exc.template, hyper, known)) from None
+    except (TypeError, ValueError) as exc:
+        raise SettingsError(str(exc), next(iter(hyper), "hyperparameters")) from None
+    return values
 
 
-def _blamed(message: str, hyper: dict[str, Any]) -> str:
-    """The caller's key a RunConfig message is about (its messages name the flag, e.g. --epochs)."""
+def _blamed(template: str, hyper: dict[str, Any], known: dict[str, Setting]) -> str:
+    """The caller's key a RunConfig message is about (the settings its template names)."""
+    named = settings_named(template)
     for key in hyper:
-        flags = [f"--{OPENAI_KEYS.get(key, key).replace('_', '-')}"] + (["--base-method"] if key == "method" else [])
-        if any(flag in message for flag in flags):
+        if key in known and known[key].name in named:
             return key
     return next(iter(hyper), "hyperparameters")
-
-
-def _in_api_terms(message: str) -> str:
-    for key, name in OPENAI_KEYS.items():
-        message = message.replace(f"--{name.replace('_', '-')}", key)
-    return message
 
 
 def run_config(
@@ -114,12 +108,17 @@ def validate_training_file(path: Path, shown_name: str, config: RunConfig, param
             tokenizer = load_tokenizer(config.model, config.trust_remote_code)
             result = validate_file(str(path), tokenizer, config.max_seq_len, config.record_policy)
     except UserError as exc:
-        return {"code": f"invalid_{param}", "message": scrub(str(exc), path, shown_name), "param": param}
+        return {
+            "code": f"invalid_{param}",
+            "message": scrub(in_api_terms(exc, config), path, shown_name),
+            "param": param,
+        }
     if result.ok:
         return None
     first = result.errors[:3]
     lines = "; ".join(
-        (f"line {p.line}" if p.line is not None else "file") + f" [{p.code}] {scrub(p.message, path, shown_name)}"
+        (f"line {p.line}" if p.line is not None else "file")
+        + f" [{p.code}] {scrub(render(p.message, 'api', method_type(config)), path, shown_name)}"
         for p in first
     )
     more = f" (and {len(result.errors) - len(first)} more)" if len(result.errors) > len(first) else ""
@@ -130,15 +129,28 @@ def validate_training_file(path: Path, shown_name: str, config: RunConfig, param
     }
 
 
-def planning_error(exc: UserError, data: Path, data_name: str, val: Path | None, val_name: str | None) -> dict:
+def planning_error(
+    exc: UserError, config: RunConfig, data: Path, data_name: str, val: Path | None, val_name: str | None
+) -> dict:
     """OpenAI's `error` object for a plan that failed: the data's problem (DataError) as invalid_training_file or
-    invalid_validation_file, anything else as invalid_hyperparameters; files named as uploaded."""
-    message = scrub(str(exc), data, data_name)
+    invalid_validation_file, anything else as invalid_hyperparameters; files named as uploaded, settings as API
+    callers set them."""
+    message = scrub(in_api_terms(exc, config), data, data_name)
     param = "training_file" if isinstance(exc, DataError) else "hyperparameters"
     if val is not None and str(val) in str(exc):
         param = "validation_file"
         message = scrub(message, val, val_name or val.name)
     return {"code": f"invalid_{param}", "message": message, "param": param}
+
+
+def method_type(config: RunConfig) -> str:
+    """The job's `method.type` for a RunConfig: "dpo" for preference tuning, else "supervised"."""
+    return "dpo" if config.objective == "dpo" else "supervised"
+
+
+def in_api_terms(exc: UserError, config: RunConfig) -> str:
+    """An error's message with each setting named as an API caller sets it."""
+    return exc.render("api", method_type(config))
 
 
 def scrub(message: str, path: Path, shown_name: str) -> str:
@@ -151,46 +163,51 @@ def scrub(message: str, path: Path, shown_name: str) -> str:
 # ---------------------------------------------------------------------------------------------- plan
 
 
-def plan_for(config: RunConfig, lr_multiplier: float | None = None) -> tuple[RunConfig, dict]:
-    """The plan (plan.json's content) and the config that reproduces it. A learning-rate multiplier scales the
-    rate Auto picks for this data and model, so the plan is made twice (the tokenized data is small)."""
-    from finetune.plan.command import make_plan
+def plan_job(config: RunConfig, out: Path | None = None):
+    """The job's first half of a run (test set held out into `out`, data prepared, plan): the one planning of it."""
+    from finetune.run import plan_run
 
-    plan = make_plan(config)
-    if lr_multiplier is not None and lr_multiplier != 1.0:
-        config = dataclasses.replace(config, lr=plan.learning_rate * lr_multiplier)
-        plan = make_plan(config)
-    return config, plan.to_dict()
+    return plan_run(config, out)
 
 
-def resolved_hyperparameters(plan: dict, lr_multiplier: float | None) -> dict:
-    """The job object's `hyperparameters`: OpenAI's three keys (and DPO's beta) resolved, plus ours."""
+def resolved_hyperparameters(plan: Plan, method_type: str) -> dict:
+    """The job object's `hyperparameters`: every setting an API caller may set, as the plan resolved it, under its
+    API key (OpenAI's n_epochs, batch_size, learning_rate_multiplier among them), plus the steps it makes."""
     resolved = {
-        "n_epochs": plan["epochs"],
-        "batch_size": plan["batch_size"],
-        "learning_rate_multiplier": lr_multiplier or 1.0,
-        "learning_rate": plan["learning_rate"],
-        "method": plan["method"],
-        "lora_rank": plan["lora_rank"],
-        "lora_train_head": plan.get("lora_train_head"),
-        "total_steps": plan["total_steps"],
+        key: _plain(getattr(plan.run, spec.name))
+        for key, spec in api_settings(method_type).items()
+        if spec.applies(plan.objective, plan.method)
     }
-    if plan.get("objective") == "dpo":
-        resolved |= {"beta": plan["beta"], "sft_weight": plan["sft_weight"]}
-    return resolved
+    return resolved | {"method": plan.method, "total_steps": plan.total_steps}
+
+
+def plan_answer(plan: Plan, model_name: str, files: dict[Path, str]) -> dict:
+    """plan.json's content as an API caller may see it: no server path (the model by its registered name, files by
+    their uploaded names, no settings block), every message in the caller's terms."""
+    document = plan.to_dict("api", "dpo" if plan.objective == "dpo" else "supervised")
+    document.pop("settings")
+    document["model"] = model_name
+    for warning in document["warnings"]:
+        for path, shown in files.items():
+            warning["message"] = scrub(warning["message"], path, shown)
+    return document
+
+
+def _plain(value: Any) -> Any:
+    return value.value if hasattr(value, "value") else value
 
 
 # ---------------------------------------------------------------------------------------------- training
 
 
-def write_job_config(config: RunConfig, path: Path) -> None:
-    values = {k: v for k, v in config.to_dict().items() if k not in ("out", "resume")}
-    path.write_text(yaml.safe_dump(values, sort_keys=True))
+def write_plan(plan: Plan, path: Path, method_type: str) -> None:
+    """The job's plan for its trainer, its messages in an API caller's terms."""
+    path.write_text(json.dumps(plan.to_dict("api", method_type), indent=2))
 
 
-def train_command(config_path: Path, out: Path, resume: bool) -> list[str]:
-    """The library's own command line; `--devices N` in the config makes it launch N processes (torchrun)."""
-    command = [sys.executable, "-m", "finetune", "train", "--config", str(config_path), "--out", str(out), "--json"]
+def train_command(plan_path: Path, out: Path, resume: bool) -> list[str]:
+    """The library's own command line executing the job's plan; its `devices` make it launch N processes."""
+    command = [sys.executable, "-m", "finetune", "train", "--plan", str(plan_path), "--out", str(out), "--json"]
     return [*command, "--resume"] if resume else command
 
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 import contextlib
 import csv
 import ctypes
+import dataclasses
 import io
+import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -26,11 +27,12 @@ import threading
 import traceback
 from pathlib import Path
 
-from finetune.errors import UserError
+from finetune.errors import ERROR_FILE_ENV, UserError
 from finetune.service import core
-from finetune.service.objects import fine_tuned_model_name
+from finetune.service.objects import fine_tuned_model_name, method_type
 from finetune.service.settings import ServiceSettings
 from finetune.service.store import Claim, LeaseLost, Store, new_id, now
+from finetune.wording import AUDIENCE_ENV, render
 
 RESULTS_COLUMNS = ["step", "train_loss", "train_accuracy", "valid_loss", "valid_mean_token_accuracy"]
 # report.json's diagnosis kinds (finetune/report) that are no cause for concern
@@ -48,6 +50,17 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(sig))  # PR_SET_PDEATHSIG
 
 
+def local_device_kind() -> str:
+    """The device this worker trains on, as the plan's device table names it ("cpu" without a GPU)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return "cpu"
+    from finetune.plan.memory import device_for_name
+
+    return device_for_name(torch.cuda.get_device_name(0), torch.cuda.get_device_properties(0).total_memory)
+
+
 def local_gpus() -> int | None:
     """The GPUs this machine gives a job; None on a CPU-only machine, where a job's processes share the CPU (gloo)."""
     import torch
@@ -63,6 +76,7 @@ class Worker:
         self.poll_seconds = poll_seconds
         self.stopping = threading.Event()
         self.max_devices = settings.worker_devices or local_gpus()
+        self.device_kind = local_device_kind()
 
     # ------------------------------------------------------------------ the loop
 
@@ -105,19 +119,18 @@ class Worker:
         unchecked = job["status"] == "validating_files" or job["resolved"] is None
         if unchecked and not self._validate(job, token):
             return
-        config_path = self.settings.runs_dir / f"{job['id']}.yaml"
-        needs_plan = job["resolved"] is None or not config_path.exists()
-        if needs_plan and not self._plan(job, token, run, config_path):
+        plan_path = self.settings.runs_dir / f"{job['id']}.plan.json"
+        needs_plan = job["resolved"] is None or not plan_path.exists()
+        if needs_plan and not self._plan(job, token, run, plan_path):
             return
-        resume = bool(core.checkpoint_steps(run))
-        if not resume and run.exists():
-            shutil.rmtree(run)  # died before its first checkpoint: nothing to keep, start clean
+        # the trainer ran before (it wrote plan.json): continue, from its newest checkpoint or from step 0
+        resume = (run / "plan.json").exists()
         attempts = job["attempts"] + 1
         started = self._update(
             job["id"],
             token,
             {"status": "running", "attempts": attempts},
-            [{"message": f"Resuming from step {core.checkpoint_steps(run)[-1]} (attempt {attempts})"}]
+            [{"message": f"Resuming from step {(core.checkpoint_steps(run) or [0])[-1]} (attempt {attempts})"}]
             if resume
             else [{"message": f"Fine-tuning job started (attempt {attempts})"}],
             only_from=("queued", "running"),
@@ -125,7 +138,7 @@ class Worker:
         if not started:  # paused or cancelled meanwhile
             self.store.release(job["id"], token)
             return
-        self._train(job, token, run, config_path, resume, attempts, keeper)
+        self._train(job, token, run, plan_path, resume, attempts, keeper)
 
     def _update(self, *args, **kwargs) -> bool:
         """store.worker_update, renewing the lease with the write."""
@@ -170,8 +183,11 @@ class Worker:
 
     def _config(self, job: dict, run: Path):
         data, val = self._files(job)
+        settings = dict(job["run_settings"])
+        if job["lr_multiplier"] and "lr_multiplier" not in settings:  # a job created before it was a setting
+            settings["lr_multiplier"] = job["lr_multiplier"]
         return core.run_config(
-            job["run_settings"], str(data), job["model_location"], job["seed"], str(val) if val else None, str(run)
+            settings, str(data), job["model_location"], job["seed"], str(val) if val else None, str(run)
         )
 
     def _validate(self, job: dict, token: str) -> bool:
@@ -206,29 +222,33 @@ class Worker:
         row = self.store.get_file(tenant, file_id)
         return row["filename"] if row else file_id
 
-    def _plan(self, job: dict, token: str, run: Path, config_path: Path) -> bool:
-        config = self._config(job, run)
+    def _plan(self, job: dict, token: str, run: Path, plan_path: Path) -> bool:
+        """Plan the job, once: the test set held out into its run folder, the data prepared, the plan written for the
+        trainer to execute. Its warnings become events, in the caller's terms."""
+        config = dataclasses.replace(self._config(job, run), gpu=self.device_kind)  # estimates for this machine
         try:
-            config, plan = core.plan_for(config, job["lr_multiplier"])
+            plan = core.plan_job(config, out=run).plan
         except UserError as exc:  # the data as tokenized and split, or the settings, cannot train
             data, val = self._files(job)
             shown_val = self._shown_name(job["tenant"], job["validation_file"]) if val else None
-            error = core.planning_error(
-                exc, data, self._shown_name(job["tenant"], job["training_file"]), val, shown_val
-            )
+            shown = self._shown_name(job["tenant"], job["training_file"])
+            error = core.planning_error(exc, config, data, shown, val, shown_val)
             self._fail(job, token, error["code"], error["message"], error["param"])
             return False
-        core.write_job_config(config, config_path)
-        resolved = core.resolved_hyperparameters(plan, job["lr_multiplier"])
+        kind = method_type(job)
+        core.write_plan(plan, plan_path, kind)
+        resolved = core.resolved_hyperparameters(plan, kind)
         summary = (
-            f"Planned {plan['total_steps']} steps: {plan['epochs']} epoch(s) of {plan['examples']} examples, "
-            f"batch {plan['effective_batch']}, learning rate {plan['learning_rate']:.3g}, "
-            f"{plan['tokens_processed']} tokens"
+            f"Planned {plan.total_steps} steps: {plan.epochs} epoch(s) of {plan.data.examples} examples, "
+            f"batch {plan.effective_batch}, learning rate {plan.learning_rate:.3g}, {plan.tokens_processed} tokens"
         )
-        data = {k: plan[k] for k in ("total_steps", "epochs", "examples", "effective_batch", "tokens_processed")}
+        numbers = ("total_steps", "epochs", "effective_batch", "tokens_processed")
+        data = {name: getattr(plan, name) for name in numbers} | {"examples": plan.data.examples}
         new_events = [{"message": summary, "data": data}]
-        new_events += [{"message": f"[{w['code']}] {w['message']}", "level": "warn"} for w in plan["warnings"]]
-        seconds = (plan.get("cost") or {}).get("seconds")
+        new_events += [
+            {"message": f"[{w['code']}] {render(w['template'], 'api', kind)}", "level": "warn"} for w in plan.warnings
+        ]
+        seconds = plan.cost.seconds
         values = {"resolved": resolved, "estimated_finish": now() + int(seconds) if seconds else None}
         self._update(job["id"], token, values, new_events)
         job["resolved"] = resolved
@@ -236,19 +256,22 @@ class Worker:
 
     # ------------------------------------------------------------------ training
 
-    def _command(self, config_path: Path, run: Path, resume: bool) -> list[str]:
+    def _command(self, plan_path: Path, run: Path, resume: bool) -> list[str]:
         fake = os.environ.get(TEST_TRAIN_COMMAND)
         if fake:
-            return [*fake.split(), "--config", str(config_path), "--out", str(run), *(["--resume"] if resume else [])]
-        return core.train_command(config_path, run, resume)
+            return [*fake.split(), "--plan", str(plan_path), "--out", str(run), *(["--resume"] if resume else [])]
+        return core.train_command(plan_path, run, resume)
 
     def _train(
-        self, job: dict, token: str, run: Path, config_path: Path, resume: bool, attempt: int, keeper: LeaseKeeper
+        self, job: dict, token: str, run: Path, plan_path: Path, resume: bool, attempt: int, keeper: LeaseKeeper
     ) -> None:
         log_path = self.settings.logs_dir / f"{job['id']}-attempt-{attempt}.log"
+        error_path = log_path.with_suffix(".error.json")
         with open(log_path, "wb") as log:
             child = subprocess.Popen(
-                self._command(config_path, run, resume),
+                self._command(plan_path, run, resume),
+                # its files, errors and messages in the API caller's terms (wording.py)
+                env={**os.environ, ERROR_FILE_ENV: str(error_path), AUDIENCE_ENV: f"api:{method_type(job)}"},
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -296,7 +319,8 @@ class Worker:
             return
         if code == 1:  # the library's own error for something in the data or settings
             data, _ = self._files(job)
-            message = core.scrub(_last_error(log_path), data, self._shown_name(job["tenant"], job["training_file"]))
+            shown = self._shown_name(job["tenant"], job["training_file"])
+            message = core.scrub(_trainer_error(log_path, method_type(job)), data, shown)
             self._fail(job, token, "training_failed", message)
             return
         job.update(self.store.get_job_any(job["id"]) or {})
@@ -431,7 +455,14 @@ def results_csv(rows: list[dict]) -> str:
     return out.getvalue()
 
 
-def _last_error(log_path: Path) -> str:
+def _trainer_error(log_path: Path, kind: str) -> str:
+    """The trainer's own message for the error it stopped on, in an API caller's terms (its error file, which
+    keeps the message's setting markers; else the last `error:` line of its log)."""
+    try:
+        written = json.loads(log_path.with_suffix(".error.json").read_text(encoding="utf-8"))
+        return render(written["template"], "api", kind)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
     try:
         lines = log_path.read_text(errors="replace").splitlines()
     except OSError:
@@ -441,6 +472,4 @@ def _last_error(log_path: Path) -> str:
 
 
 def _jsonable(report: dict) -> dict:
-    import json
-
     return json.loads(json.dumps(report, default=str))

@@ -1,62 +1,16 @@
-"""Which records make each optimizer step, how a step is cut into micro-batches, and how they are packed.
+"""How a micro-batch's records become tensors: packed padding-free into rows, or padded.
 
-The rule: the records of an optimizer step depend only on (seed, epoch, effective batch). How the
-step is then split across devices and accumulation micro-batches is a separate, later decision,
-so changing batch × accumulation × devices (with the same product) never changes what is learned.
+Which records make each step and each micro-batch is order.py's business.
 """
 
 from __future__ import annotations
 
 import itertools
-import random
 from dataclasses import dataclass
 
 import torch
 
 from finetune.data.types import IGNORE_INDEX, TokenizedRecord
-
-
-def epoch_order(num_records: int, seed: int, epoch: int) -> list[int]:
-    """A fresh permutation of the records for every epoch (0-based), from the seed alone."""
-    order = list(range(num_records))
-    random.Random(f"finetune-epoch-{seed}-{epoch}").shuffle(order)
-    return order
-
-
-def epoch_steps(num_records: int, effective_batch: int, seed: int, epoch: int, last_batch: str) -> list[list[int]]:
-    """The record indices of each optimizer step of one epoch."""
-    order = epoch_order(num_records, seed, epoch)
-    steps = [order[i : i + effective_batch] for i in range(0, num_records, effective_batch)]
-    if last_batch == "drop" and steps and len(steps[-1]) < effective_batch:
-        steps.pop()
-    return steps
-
-
-def schedule_tokens(lengths: list[int], effective_batch: int, seed: int, last_batch: str, steps: int) -> int:
-    """Tokens read by the first `steps` optimizer steps (every epoch's order computed once)."""
-    total, epoch = 0, 0
-    while steps > 0:
-        for step in epoch_steps(len(lengths), effective_batch, seed, epoch, last_batch)[:steps]:
-            total += sum(lengths[i] for i in step)
-            steps -= 1
-        epoch += 1
-    return total
-
-
-def micro_batches(
-    step_records: list[int], lengths: list[int], devices: int, grad_accum: int, rank: int
-) -> list[list[int]]:
-    """The micro-batches (record indices) that `rank` runs for one optimizer step.
-
-    Records are sorted by length and cut into devices × grad_accum consecutive groups, so each
-    micro-batch holds records of similar length (little waste when padding or packing). Group j goes
-    to rank j % devices. A partial last step can leave a rank with fewer, or empty, micro-batches.
-    """
-    ordered = sorted(step_records, key=lambda i: (-lengths[i], i))
-    groups = devices * grad_accum
-    size = -(-len(ordered) // groups)  # ceil: at most batch_size records per micro-batch
-    chunks = [ordered[j * size : (j + 1) * size] for j in range(groups)]
-    return [chunk for j, chunk in enumerate(chunks) if j % devices == rank and chunk]
 
 
 @dataclass

@@ -53,7 +53,7 @@ class TrainState:
     best_step: int | None = None
     best_val_loss: float | None = None
     shape: dict = field(default_factory=dict)  # effective batch, total steps, devices, seed, records
-    fingerprint: dict = field(default_factory=dict)  # what defines the run (finetune.train.fingerprint)
+    fingerprint: dict = field(default_factory=dict)  # what defines the run (finetune.fingerprint)
     elapsed_s: float = 0.0  # training time of every session of the run so far, resumes included
     allowed_changes: list = field(default_factory=list)  # settings changed on --resume --allow-changes
 

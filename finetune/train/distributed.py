@@ -19,6 +19,7 @@ A failure on one rank is written for the launcher (`rank_failures`), so the user
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import time
@@ -100,6 +101,12 @@ def init_distributed() -> DistContext:
 def all_reduce_sum(tensor: torch.Tensor, ctx: DistContext) -> torch.Tensor:
     if ctx.distributed:
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor
+
+
+def all_reduce_max(tensor: torch.Tensor, ctx: DistContext) -> torch.Tensor:
+    if ctx.distributed:
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
     return tensor
 
 
@@ -243,69 +250,114 @@ def scatter_full_state(model, optimizer, weights: dict, optimizer_state: dict) -
 LossFn = Callable[["Batch"], tuple[torch.Tensor, dict[str, torch.Tensor]]]
 
 
-class SingleDevice:
-    """One process: the model as it is; nothing to reduce, nothing to pad. The base of the other two.
+@dataclass(frozen=True)
+class Parallelism:
+    """How a run holds the model on its processes: a record of plain callables, chosen once (`parallelism`).
 
-    What differs between one process, DDP and FSDP is these four methods, chosen once (`parallelism`);
-    the training loop calls them the same way whatever was chosen. Gathering the state for a checkpoint
-    is checkpoint.py's business (it sees a sharded model by its DTensor parameters).
+    Read with one process in mind, they place the model on the device, hand back the step's micro-batches as
+    they are, and reduce nothing. Several processes differ only inside them: DDP sums gradients and numbers
+    across ranks; FSDP also makes every rank run as many passes as the busiest one (see `_sharded`).
     """
 
-    fused_optimizer = True  # the fused AdamW kernel; sharded (DTensor) parameters keep the default one
+    wrap: Callable[..., LossFn]
+    """wrap(model, objective, filler) -> the function the loop calls on each micro-batch's Batch."""
+    micro_batches: Callable[[list[int], list[int]], Iterator[list[int]]]
+    """micro_batches(step_examples, lengths) -> this rank's micro-batches (example indices) of one step."""
+    eval_groups: Callable[[list[list]], Iterator[list]]
+    """eval_groups(groups) -> this rank's validation groups, as they are run (forward only)."""
+    reduce_gradients: Callable[[list[torch.nn.Parameter]], None]
+    """After a step's micro-batches: make every rank's gradients the sum over ranks."""
+    reduce_sum: Callable[[torch.Tensor], torch.Tensor]
+    """A number summed over ranks (in place), e.g. a step's loss."""
+    fused_optimizer: bool = True
+    """The fused AdamW kernel; sharded (DTensor) parameters keep the default one."""
 
-    def __init__(self, ctx: DistContext) -> None:
-        self.ctx = ctx
 
-    def wrap(self, model, objective: Objective) -> LossFn:
-        """Put the model on the device; the function the loop calls on each micro-batch."""
-        model.to(self.ctx.device)
+def _single(ctx: DistContext, plan) -> Parallelism:
+    def wrap(model, objective: Objective, filler: Batch | None = None) -> LossFn:
+        model.to(ctx.device)
         return partial(objective.loss, model)
 
-    def micro_batch_starts(self, last: bool) -> None:
-        """Called before each micro-batch of a step; `last` is the step's last one."""
+    def mine(step_examples: list[int], lengths: list[int]) -> Iterator[list[int]]:
+        from finetune.train.order import micro_batches
 
-    def reduce_gradients(self, params: list[torch.nn.Parameter]) -> None:
-        """After a step's micro-batches: make every rank's gradients the sum over ranks."""
+        yield from micro_batches(step_examples, lengths, plan.devices, plan.grad_accum, ctx.rank)
 
-    def micro_batches_to_run(self, mine: int, per_rank: Callable[[], list[int]]) -> int:
-        """How many micro-batches this rank runs for a step of which it owns `mine` (extra ones score nothing)."""
-        return mine
+    return Parallelism(
+        wrap=wrap,
+        micro_batches=mine,
+        eval_groups=lambda groups: iter(groups),
+        reduce_gradients=lambda params: None,
+        reduce_sum=lambda tensor: tensor,
+    )
 
 
-class Replicated(SingleDevice):
+def _replicated(ctx: DistContext, plan) -> Parallelism:
     """Several processes, each with the whole model (DDP's math): one flat all-reduce of the gradients a step."""
-
-    def reduce_gradients(self, params: list[torch.nn.Parameter]) -> None:
-        all_reduce_gradients(params, self.ctx)
-
-
-class Sharded(SingleDevice):
-    """FSDP2: each rank holds a shard; parameters are gathered per unit, gradients reduce-scattered (summed)."""
-
-    fused_optimizer = False
-
-    def wrap(self, model, objective: Objective) -> LossFn:
-        # fully_shard moves the model to the device unit by unit, never whole
-        self.root = shard_model(model, objective, self.ctx)
-        return self.root
-
-    def micro_batch_starts(self, last: bool) -> None:
-        self.root.set_requires_gradient_sync(last)  # reduce-scatter after the step's last micro-batch only
-
-    def reduce_gradients(self, params: list[torch.nn.Parameter]) -> None:
-        pass  # FSDP reduce-scattered them in the last backward
-
-    def micro_batches_to_run(self, mine: int, per_rank: Callable[[], list[int]]) -> int:
-        # FSDP gathers and reduces in every forward and backward, and those collectives must pair up across
-        # ranks: every rank runs as many micro-batches as the busiest (a partial last step leaves some short)
-        return max(per_rank())
+    return dataclasses.replace(
+        _single(ctx, plan),
+        reduce_gradients=partial(all_reduce_gradients, ctx=ctx),
+        reduce_sum=partial(all_reduce_sum, ctx=ctx),
+    )
 
 
-def parallelism(shard: str, ctx: DistContext) -> SingleDevice:
+def _sharded(ctx: DistContext, plan, bf16: bool) -> Parallelism:
+    """FSDP2: each rank holds a shard; parameters are gathered per unit, gradients reduce-scattered (summed).
+
+    FSDP gathers and reduces in every forward and backward, and those collectives must pair up across ranks:
+    every rank runs as many passes as the busiest rank (a partial last step, or a rank with fewer validation
+    groups, leaves some short). The extra passes run a `filler` batch and score nothing: its loss is
+    multiplied by zero before the backward, so it adds no gradient. Only the step's last backward
+    reduce-scatters the gradients (`set_requires_gradient_sync`).
+    """
+    from finetune.train.order import micro_batches
+
+    held: dict = {}
+
+    def wrap(model, objective: Objective, filler: Batch | None = None) -> LossFn:
+        held["root"] = shard_model(model, objective, ctx)  # moves the model to the device unit by unit, never whole
+        held["filler"] = filler.to(ctx.device) if filler is not None else None
+        return held["root"]
+
+    def filler_pass(backward: bool) -> None:
+        with torch.autocast(ctx.device.type, dtype=torch.bfloat16, enabled=bf16), torch.set_grad_enabled(backward):
+            loss_sum, _ = held["root"](held["filler"])
+        if backward:
+            (loss_sum * 0.0).backward()
+
+    def mine(step_examples: list[int], lengths: list[int]) -> Iterator[list[int]]:
+        per_rank = [
+            micro_batches(step_examples, lengths, plan.devices, plan.grad_accum, r) for r in range(ctx.world_size)
+        ]
+        own, runs = per_rank[ctx.rank], max(len(groups) for groups in per_rank)
+        for j in range(runs):
+            held["root"].set_requires_gradient_sync(j == runs - 1)
+            if j < len(own):
+                yield own[j]
+            else:
+                filler_pass(backward=True)
+
+    def groups_run(groups: list[list]) -> Iterator[list]:
+        runs = int(all_reduce_max(torch.tensor(len(groups)), ctx))
+        yield from groups
+        for _ in range(runs - len(groups)):
+            filler_pass(backward=False)
+
+    return Parallelism(
+        wrap=wrap,
+        micro_batches=mine,
+        eval_groups=groups_run,
+        reduce_gradients=lambda params: None,  # FSDP reduce-scattered them in the step's last backward
+        reduce_sum=partial(all_reduce_sum, ctx=ctx),
+        fused_optimizer=False,
+    )
+
+
+def parallelism(plan, ctx: DistContext, bf16: bool = False) -> Parallelism:
     """The way this run holds the model, chosen once from the plan's `shard` and the process count."""
     if not ctx.distributed:
-        return SingleDevice(ctx)
-    return Sharded(ctx) if shard == "full" else Replicated(ctx)
+        return _single(ctx, plan)
+    return _sharded(ctx, plan, bf16) if plan.shard == "full" else _replicated(ctx, plan)
 
 
 # ----------------------------------------------------------------------------- failures

@@ -89,3 +89,20 @@ def trainable_parameters(model) -> list[tuple[str, torch.nn.Parameter]]:
 def enable_gradient_checkpointing(model) -> None:
     # non-reentrant checkpointing needs no input-requires-grad hooks, which matters for a frozen base
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+def model_for(plan, device: torch.device):
+    """The model a plan trains: loaded in fp32, attention for packed rows, the LoRA adapter, checkpointing."""
+    from finetune.train.attention import use_varlen_attention
+
+    model = load_model(plan.run.model, torch.float32, plan.run.trust_remote_code, attention_for(device))
+    if plan.packing:
+        use_varlen_attention(model)  # packed records run as one row, attention record by record: no filler, no mask
+    if plan.method == "lora":
+        model = add_lora(
+            model, plan.lora_rank, plan.lora_alpha, plan.lora_dropout, plan.seed, bool(plan.lora_train_head)
+        )
+    if plan.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
+    torch.manual_seed(plan.seed)  # dropout and anything random in the loop start from the seed
+    return model

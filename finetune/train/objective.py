@@ -1,11 +1,14 @@
-"""The objective: what one optimizer step minimises. The training loop (recipe.py) takes it as a parameter.
+"""The objective: what one optimizer step minimises. The training loop (loop.py) takes it as a parameter.
 
-An objective is three plain methods; the loop, checkpoints, resume, evaluation and the distributed code
-are shared by every objective:
+An objective is a few plain methods (the `Objective` protocol); the loop, checkpoints, resume, evaluation and
+the distributed code are shared by every objective:
 
     batch(examples, plan, pad_id) -> Batch        the tensors of one micro-batch of examples
     normaliser(examples) -> float                 the step's denominator, counted over a whole step
     loss(model, batch) -> (loss_sum, metric_sums) a SUM over the micro-batch, not a mean
+    metric_names                                  the keys of metric_sums (every rank logs the same numbers)
+    before_training(model, examples, ...)         e.g. DPO of every weight: the starting model's log-probs
+    diagnose(rows, plan), summary(rows)           what the report says of the run
 
 The loop divides each micro-batch's `loss_sum` by the normaliser of the whole effective batch (every
 micro-batch of every rank; every rank computes it from the step's examples without communicating),
@@ -42,14 +45,27 @@ if TYPE_CHECKING:
 
 
 class Objective(Protocol):
+    """What the loop, the set-up and the report need of an objective; nothing else is asked of it."""
+
     normaliser_name: str
     """The metrics.jsonl key of a step's normaliser (e.g. target_tokens, pairs)."""
+    metric_names: tuple[str, ...]
+    """The objective's own metrics (keys of `loss`'s metric sums), logged per step and as val_<name>."""
 
     def batch(self, examples: Sequence, plan: Plan, pad_id: int) -> Batch: ...
 
     def normaliser(self, examples: Sequence) -> float: ...
 
     def loss(self, model, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]: ...
+
+    def before_training(self, model, examples: Sequence, device: torch.device, pad_id: int, bf16: bool) -> None:
+        """Anything to compute on the starting model before the first step (DPO of every weight: the reference)."""
+
+    def diagnose(self, rows: list[dict], plan: Plan) -> dict:
+        """The report's diagnosis of the run from its metrics rows."""
+
+    def summary(self, rows: list[dict]) -> dict:
+        """The objective's own numbers for report.json."""
 
 
 class TokenNormalisedSFT:
@@ -60,6 +76,7 @@ class TokenNormalisedSFT:
     """
 
     normaliser_name = "target_tokens"
+    metric_names: tuple[str, ...] = ()
 
     def batch(self, examples: Sequence[TokenizedRecord], plan: Plan, pad_id: int) -> Batch:
         if plan.packing:
@@ -71,3 +88,23 @@ class TokenNormalisedSFT:
 
     def loss(self, model, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         return nll_sum(model, batch), {}
+
+    def before_training(self, model, examples: Sequence, device: torch.device, pad_id: int, bf16: bool) -> None:
+        pass
+
+    def diagnose(self, rows: list[dict], plan: Plan) -> dict:
+        from finetune.report.diagnosis import diagnose
+
+        return diagnose(rows, plan.steps_per_epoch)
+
+    def summary(self, rows: list[dict]) -> dict:
+        return {}
+
+
+def objective_for(plan: Plan) -> Objective:
+    """The objective a plan trains with: supervised, or preference tuning (DPO) with the plan's beta."""
+    if plan.objective == "dpo":
+        from finetune.train.preference import DirectPreference
+
+        return DirectPreference(plan.beta or 0.1, plan.sft_weight or 0.0, precomputed_reference=plan.method == "full")
+    return TokenNormalisedSFT()

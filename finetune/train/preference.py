@@ -85,6 +85,20 @@ class DirectPreference:
     def normaliser(self, examples: Sequence[TokenizedPair]) -> float:
         return float(len(examples))
 
+    def before_training(self, model, examples: Sequence, device: torch.device, pad_id: int, bf16: bool) -> None:
+        if self.precomputed_reference:  # full preference tuning: the starting model's log-probs, computed once
+            compute_reference(model, examples, device, pad_id, bf16)
+
+    def diagnose(self, rows: list[dict], plan) -> dict:
+        from finetune.report.preference import diagnose_preference
+
+        return diagnose_preference(rows)
+
+    def summary(self, rows: list[dict]) -> dict:
+        from finetune.report.preference import preference_summary
+
+        return preference_summary(rows)
+
     def reference_logps(self, model, batch: PairBatch) -> torch.Tensor:
         if batch.reference is not None:
             return batch.reference.flatten()
@@ -131,14 +145,3 @@ def compute_reference(
         for i, pair in enumerate(group):
             pair.reference = (float(logps[2 * i]), float(logps[2 * i + 1]))
     model.train(was_training)
-
-
-PAIRS_NO_TEST_SPLIT = (
-    "--test-fraction holds out conversations for `finetune eval`, which scores supervised answers; it does not "
-    "apply to --method dpo. The validation split already holds out whole prompts and reports their reward "
-    "accuracy (val_reward_accuracy): use --val-fraction, or --val-file with pairs of prompts kept apart."
-)
-
-
-def objective_for(plan: Plan) -> DirectPreference:
-    return DirectPreference(plan.beta or 0.1, plan.sft_weight or 0.0, precomputed_reference=plan.method == "full")

@@ -25,7 +25,8 @@ from finetune.data.preference import prepare_pairs
 from finetune.data.tokenize import load_tokenizer
 from finetune.errors import UserError
 from finetune.train.preference import DirectPreference, sequence_logps
-from finetune.train.recipe import TrainingInterrupted, train
+from finetune.run import train
+from finetune.train.loop import TrainingInterrupted
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 PAIRS = 64

@@ -104,7 +104,7 @@ def test_the_library_call_works_twice_prints_nothing_and_stores_a_base_path_that
     toy_model, tmp_path, monkeypatch, capsys
 ):
     import finetune
-    from finetune.train.recipe import TrainResult
+    from finetune.run import TrainResult
 
     monkeypatch.chdir(toy_model.parent)  # the model given as a relative path, as a user types it
     for name in ("one", "two"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from finetune.train.model import add_lora, load_model
-from finetune.train.recipe import build_optimizer
+from finetune.train.loop import build_optimizer
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,7 @@ def train_in_process(
     import logging
 
     from finetune.config import RunConfig
-    from finetune.train.recipe import train
+    from finetune.run import train
 
     class Collect(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:

@@ -4,30 +4,25 @@ the same shape, another learning rate or LoRA rank, each named; --allow-changes 
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass
 
 import pytest
 
 from finetune.config import RunConfig
+from finetune.data.types import DataSummary
 from finetune.errors import UserError
-from finetune.train.fingerprint import check_resume, model_identity, parse_allowed, run_fingerprint
+from finetune.plan.build import build_plan
+from finetune.fingerprint import check_resume, model_identity, parse_allowed, run_fingerprint
 
 
-@dataclass
-class _Plan:  # the Plan fields the fingerprint reads (Auto's choices resolved)
-    method: str = "lora"
-    lora_rank: int | None = 8
-    lora_alpha: float | None = 16.0
-    lora_train_head: bool | None = False
-    learning_rate: float = 2e-4
-    schedule: str = "cosine"
-    warmup_steps: int = 1
-    effective_batch: int = 4
-    seed: int = 0
-    objective: str = "sft"
-    beta: float | None = None
-    sft_weight: float | None = None
-    data: object = None
+def _plan(data, model, **settings):
+    """A real plan of the run (Auto's choices resolved) for a small what-if data summary."""
+    values = dict(epochs=2, batch_size=4, lr=2e-4, lora_rank=8, seed=0, gpu="cpu") | settings
+    config = RunConfig(data=str(data), model=str(model), **values)
+    summary = DataSummary(
+        examples=16, validation_examples=4, conversations=16, validation_conversations=4, messages=32,
+        tokens_in_file=1600, val_fraction=0.2,
+    )  # fmt: skip
+    return build_plan(config, summary)
 
 
 @pytest.fixture
@@ -37,8 +32,8 @@ def data(tmp_path):
     return path
 
 
-def _fingerprint(data, model, plan=None, **config):
-    return run_fingerprint(RunConfig(data=str(data), model=str(model), **config), plan or _Plan())
+def _fingerprint(data, model, **settings):
+    return run_fingerprint(_plan(data, model, **settings))
 
 
 def test_same_run_has_the_same_fingerprint(data, toy_model):
@@ -68,7 +63,7 @@ def test_another_model_of_the_same_shape_is_refused(data, toy_model, tmp_path):
 
 def test_a_new_lr_is_refused_naming_it_and_allowed_with_allow_changes(data, toy_model):
     saved = _fingerprint(data, toy_model)
-    now = _fingerprint(data, toy_model, _Plan(learning_rate=1e-3))
+    now = _fingerprint(data, toy_model, lr=1e-3)
     with pytest.raises(UserError) as caught:
         check_resume(saved, now, None, "step-000002")
     message = str(caught.value)
@@ -78,25 +73,25 @@ def test_a_new_lr_is_refused_naming_it_and_allowed_with_allow_changes(data, toy_
     assert change.to_dict() == {"setting": "lr", "before": 2e-4, "now": 1e-3}
 
 
-def test_a_new_dpo_beta_is_refused_and_allowed_as_the_objective(data, toy_model):
-    saved = _fingerprint(data, toy_model, _Plan(objective="dpo", beta=0.1, sft_weight=0.0))
-    now = _fingerprint(data, toy_model, _Plan(objective="dpo", beta=0.3, sft_weight=0.0))
-    with pytest.raises(UserError, match=r"beta 0.1 and SFT weight 0 then, dpo with beta 0.3"):
+def test_a_new_dpo_beta_is_refused_and_allowed(data, toy_model):
+    saved = _fingerprint(data, toy_model, method="dpo", beta=0.1)
+    now = _fingerprint(data, toy_model, method="dpo", beta=0.3)
+    with pytest.raises(UserError, match=r"the beta changed \(0.1 then, 0.3 now\)"):
         check_resume(saved, now, None, "step-000002")
-    (change,) = check_resume(saved, now, "objective", "step-000002")
-    assert change.key == "objective"
+    (change,) = check_resume(saved, now, "beta", "step-000002")
+    assert change.key == "beta"
 
 
 def test_another_lora_rank_is_refused_and_cannot_be_allowed(data, toy_model):
     saved = _fingerprint(data, toy_model)
-    now = _fingerprint(data, toy_model, _Plan(lora_rank=16))
+    now = _fingerprint(data, toy_model, lora_rank=16)
     with pytest.raises(UserError, match="the LoRA rank changed \\(8 then, 16 now\\), which a checkpoint cannot"):
-        check_resume(saved, now, "lora-rank", "step-2")
+        check_resume(saved, now, "lora_rank", "step-2")
 
 
 def test_every_change_is_named_at_once(data, toy_model):
     saved = _fingerprint(data, toy_model)
-    now = _fingerprint(data, toy_model, _Plan(learning_rate=1e-3, effective_batch=8, seed=3))
+    now = _fingerprint(data, toy_model, lr=1e-3, batch_size=8, seed=3)
     with pytest.raises(UserError) as caught:
         check_resume(saved, now, None, "step-2")
     for part in ("the learning rate changed", "the effective batch changed", "the seed changed"):
@@ -104,6 +99,6 @@ def test_every_change_is_named_at_once(data, toy_model):
 
 
 def test_unknown_allow_changes_name_is_a_flag_error():
-    assert parse_allowed("lr, data,val_data") == ["lr", "data", "val-data"]
+    assert parse_allowed("lr, data,val-file,lora-alpha") == ["lr", "data", "val_file", "lora_alpha"]
     with pytest.raises(UserError, match="--allow-changes: unknown setting colour"):
         parse_allowed("lr,colour")

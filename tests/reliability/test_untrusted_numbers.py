@@ -14,7 +14,7 @@ from finetune.report.metrics import read_metrics
 from finetune.report.stability import SpikeWatch, find_spikes
 from finetune.train.checkpoint import list_checkpoints
 from finetune.train.objective import TokenNormalisedSFT
-from finetune.train.recipe import TrainingDiverged
+from finetune.train.loop import TrainingDiverged
 
 
 @pytest.mark.parametrize(

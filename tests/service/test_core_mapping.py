@@ -9,12 +9,30 @@ from finetune.service.worker import diagnosis_event, metrics_event, results_csv
 
 
 def test_openai_names_map_to_run_config():
-    settings, multiplier = settings_from_hyperparameters(
+    settings = settings_from_hyperparameters(
         {"n_epochs": 3, "batch_size": "auto", "learning_rate_multiplier": 2, "lora_rank": 4, "method": "lora"}
     )
-    assert settings == {"epochs": 3, "batch_size": "auto", "lora_rank": 4, "method": "lora"}
-    assert multiplier == 2.0
-    assert settings_from_hyperparameters({"learning_rate_multiplier": "auto"}) == ({}, None)
+    assert settings == {"epochs": 3, "batch_size": "auto", "lr_multiplier": 2, "lora_rank": 4, "method": "lora"}
+    assert settings_from_hyperparameters({"learning_rate_multiplier": "auto"}) == {}
+
+
+def test_the_api_keys_are_generated_from_the_settings_declarations():
+    from finetune.service.core import api_settings
+    from finetune.settings import settings
+
+    keys = api_settings("supervised")
+    assert {"n_epochs", "batch_size", "learning_rate_multiplier", "max_seq_len", "val_fraction"} <= set(keys)
+    assert not {"data", "model", "out", "trust_remote_code", "cache_dir", "gpu", "seed"} & set(keys)
+    assert api_settings("dpo")["method"].name == "base_method" and keys["method"].name == "method"
+    assert all(s.api_key is None or s.api_key in api_settings("dpo") for s in settings())
+
+
+def test_a_refused_value_names_the_hyperparameter_in_api_terms():
+    with pytest.raises(SettingsError) as raised:
+        settings_from_hyperparameters({"max_seq_len": 0})
+    assert raised.value.param == "max_seq_len"
+    assert "method.supervised.hyperparameters.max_seq_len must be at least 1" in str(raised.value)
+    assert "--" not in str(raised.value)
 
 
 @pytest.mark.parametrize(
@@ -54,7 +72,7 @@ def test_the_blamed_key_is_the_bad_one_among_several():
 
 
 def test_a_dpo_method_maps_to_a_preference_run():
-    settings, _ = settings_from_hyperparameters(
+    settings = settings_from_hyperparameters(
         {"beta": 0.2, "n_epochs": "auto", "method": "full", "sft_weight": 0.5}, "dpo"
     )
     assert settings == {"method": "dpo", "beta": 0.2, "epochs": "auto", "base_method": "full", "sft_weight": 0.5}

@@ -78,7 +78,7 @@ def test_kill_9_worker_then_another_worker_finishes_with_identical_weights(tmp_p
         server.stop()
 
     reference = tmp_path / "reference"  # the same job, uninterrupted, through the library's own command line
-    done = subprocess.run([sys.executable, "-m", "finetune", "train", "--config", str(run.with_suffix(".yaml")),
+    done = subprocess.run([sys.executable, "-m", "finetune", "train", "--plan", str(run.with_suffix(".plan.json")),
                            "--out", str(reference)], capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 0, done.stderr
     expected = load_file(reference / "adapter" / "adapter_model.safetensors")

@@ -61,7 +61,7 @@ def test_a_file_that_cannot_train_fails_as_the_files_problem_not_the_settings(
     """What validation lets through but the data path refuses (here: a stand-in for a template that refuses one
     conversation) fails as invalid_training_file, named as uploaded; a setting that cannot work as
     invalid_hyperparameters."""
-    from finetune.data import prepare
+    from finetune.data import dispatch as prepare
     from finetune.errors import UserError
 
     _fake(monkeypatch)

@@ -5,7 +5,8 @@ import argparse
 import pytest
 
 from finetune.cli import build_parser
-from finetune.config import ConfigError, RunConfig, command_settings, settings
+from finetune.config import ConfigError, RunConfig
+from finetune.settings import command_settings, settings
 
 
 def _flags(command: str) -> set[str]:

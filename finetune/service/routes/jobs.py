@@ -50,7 +50,7 @@ def _hyperparameters(body: dict) -> tuple[str, dict]:
     return kind, hyper
 
 
-def _settings(kind: str, hyper: dict) -> tuple[dict, float | None]:
+def _settings(kind: str, hyper: dict) -> dict:
     try:
         return core.settings_from_hyperparameters(hyper, kind)
     except core.SettingsError as exc:
@@ -100,7 +100,7 @@ async def create_job(request: Request, tenant: str = Depends(current_tenant)) ->
         raise APIError(400, "metadata must be at most 16 string pairs (keys <= 64, values <= 512 chars).",
                        "invalid_value", "metadata")  # fmt: skip
     kind, hyper = _hyperparameters(body)
-    run_settings, multiplier = _settings(kind, hyper)
+    run_settings = _settings(kind, hyper)
     price = settings_of(request).price_per_million_tokens
     if price is not None:
         run_settings["price_per_million_tokens"] = price
@@ -116,7 +116,7 @@ async def create_job(request: Request, tenant: str = Depends(current_tenant)) ->
             "metadata": metadata,
             "method": {"type": kind, kind: {"hyperparameters": hyper}},
             "run_settings": run_settings,
-            "lr_multiplier": multiplier,
+            "lr_multiplier": None,  # inside run_settings now (lr_multiplier); the column stays for old rows
         },
     )
     return job_object(row)
@@ -213,7 +213,8 @@ async def plan(request: Request, tenant: str = Depends(current_tenant)) -> dict:
     training = _owned_file(request, tenant, body.get("training_file"), "training_file")
     validation = body.get("validation_file")
     validation_row = _owned_file(request, tenant, validation, "validation_file") if validation is not None else None
-    run_settings, multiplier = _settings(*_hyperparameters(body))
+    kind, hyper = _hyperparameters(body)
+    run_settings = _settings(kind, hyper)
     files_dir = settings_of(request).files_dir
     data = files_dir / training["id"]
     seed = body.get("seed") if isinstance(body.get("seed"), int) else 0
@@ -221,14 +222,16 @@ async def plan(request: Request, tenant: str = Depends(current_tenant)) -> dict:
         run_settings, str(data), location, seed, str(files_dir / validation) if validation else None
     )
     try:
-        _, plan_dict = await run_in_threadpool(core.plan_for, config, multiplier)
+        plan = (await run_in_threadpool(core.plan_job, config)).plan
     except UserError as exc:
         val_name = validation_row["filename"] if validation_row else None
         error = core.planning_error(
-            exc, data, training["filename"], files_dir / validation if validation else None, val_name
+            exc, config, data, training["filename"], files_dir / validation if validation else None, val_name
         )
         raise APIError(400, error["message"], error["code"], error["param"]) from None
-    return {"object": "fine_tuning.plan", "model": body["model"], "training_file": training["id"], **plan_dict}
+    files = {data: training["filename"]} | ({files_dir / validation: validation_row["filename"]} if validation else {})
+    answer = core.plan_answer(plan, body["model"], files)
+    return {"object": "fine_tuning.plan", "training_file": training["id"], **answer}
 
 
 def usage_of(store, tenant: str) -> dict:

@@ -220,7 +220,7 @@ def test_the_summary_names_the_files_format_on_every_path(tmp_path, tokenizer, s
 
     from rich.console import Console
 
-    from finetune.plan.plan import build_plan
+    from finetune.plan.build import build_plan
     from finetune.plan.render import render_plan
 
     share = _write(tmp_path / "share.jsonl", [_sharegpt(i) for i in range(50)])

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from finetune.config import RunConfig
 from finetune.errors import UserError
 from finetune.plan import arithmetic
-from finetune.plan.plan import build_plan, what_if_summary
+from finetune.plan.build import build_plan
+from finetune.plan.what_if import what_if_summary
 
 
 def make(examples: int, tokens: int | None = None, **settings):

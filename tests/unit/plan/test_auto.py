@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from finetune.config import RunConfig
 from finetune.plan import auto
-from finetune.plan.plan import build_plan, what_if_summary
+from finetune.plan.build import build_plan
+from finetune.plan.what_if import what_if_summary
 
 records = st.integers(1, 2_000_000)
 tokens = st.integers(0, 10**9)

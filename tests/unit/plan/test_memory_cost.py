@@ -17,7 +17,8 @@ from finetune.plan.memory import (
     resolve_device,
 )
 from finetune.plan.model_facts import BUILTIN_CONFIGS, load_model_facts
-from finetune.plan.plan import build_plan, what_if_summary
+from finetune.plan.build import build_plan
+from finetune.plan.what_if import what_if_summary
 
 LLAMA_8B = load_model_facts("meta-llama/Llama-3.1-8B")
 H100 = DEVICES["h100-80gb"]

@@ -105,11 +105,12 @@ def _summary(**changes) -> DataSummary:
 def test_data_file_uses_prepare_data(monkeypatch, capsys):
     seen = {}
 
-    def fake_prepare(config, tokenizer=None):
+    def fake_prepare(config, tokenizer=None, workers=None):
         seen["data"] = config.data
         return PreparedData([], [], _summary(truncated_records=2, truncated_tokens=50))
 
-    monkeypatch.setattr("finetune.data.prepare.prepare_data", fake_prepare)
+    monkeypatch.setattr("finetune.data.dispatch.prepare_data", fake_prepare)
+    monkeypatch.setattr("finetune.data.dispatch.is_preference_file", lambda path: False)
     data = plan_json(capsys, "train.jsonl", "--batch-size", "8", "--epochs", "3")
     assert seen["data"] == "train.jsonl"
     assert (data["examples"], data["conversations"], data["messages"]) == (300, 100, 900)

@@ -8,7 +8,8 @@ import pytest
 
 from finetune.cli import main
 from finetune.config import ConfigError, RunConfig
-from finetune.plan.plan import build_plan, what_if_summary
+from finetune.plan.build import build_plan
+from finetune.plan.what_if import what_if_summary
 
 
 def _plan(**settings):
@@ -64,4 +65,4 @@ def test_finetune_plan_on_a_preference_file(tmp_path, capsys):
 
 def test_planning_pairs_without_method_dpo_says_so(tmp_path, capsys):
     assert main(["plan", _prefs(tmp_path)]) != 0
-    assert "holds preference pairs (chosen/rejected): plan it with --method dpo" in capsys.readouterr().err
+    assert "holds preference pairs (chosen/rejected): use it with --method dpo" in capsys.readouterr().err

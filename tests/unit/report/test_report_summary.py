@@ -7,7 +7,8 @@ import pytest
 from rich.console import Console
 
 from finetune.config import RunConfig
-from finetune.plan.plan import build_plan, what_if_summary
+from finetune.plan.build import build_plan
+from finetune.plan.what_if import what_if_summary
 from finetune.report.diagnosis import Diagnosis
 from finetune.report.summary import build_report, print_summary, write_report
 

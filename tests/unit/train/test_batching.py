@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from finetune.train.batching import epoch_steps, micro_batches, pack_batch, pack_rows
+from finetune.train.batching import pack_batch, pack_rows
+from finetune.train.order import epoch_steps, micro_batches
 
 
 def test_every_record_once_per_epoch_and_reshuffled():

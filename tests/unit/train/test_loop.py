@@ -11,9 +11,9 @@ from conftest import make_plan
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
-from finetune.train.batching import schedule_tokens
+from finetune.train.order import schedule_tokens
 from finetune.train.model import add_lora, load_model
-from finetune.train.recipe import TrainingDiverged, TrainingInterrupted, train_loop
+from finetune.train.loop import TrainingDiverged, TrainingInterrupted, train_loop
 
 PLAN_STEPS = 6
 
@@ -121,6 +121,7 @@ def test_the_objective_is_a_parameter(toy_model, records, tmp_path):
 
     class PerRecord(TokenNormalisedSFT):
         normaliser_name = "records"
+        metric_names = ("targets_per_record",)
 
         def normaliser(self, examples):
             return len(examples)

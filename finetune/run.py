@@ -1,0 +1,291 @@
+"""A run, top to bottom: hold out the test set -> prepare -> plan -> loop -> export -> report -> card.
+
+    from finetune import RunConfig, train
+    result = train(RunConfig(data="train.jsonl", model="path/to/model", out="runs/one"))
+    result.report["final_val_loss"], result.plan.total_steps, result.final_weights
+
+The command line (`finetune train`), the library call and every service job walk this one spine. Its first
+half, `plan_run` (test set, data, plan), is also all that `finetune plan` and the service's worker do: the
+worker plans a job once, writes the plan, and the trainer it starts executes that plan (`train(config,
+plan=...)`, `finetune train --plan FILE`) instead of planning again, after checking that the data and the
+code are the ones the plan was made from.
+
+Outputs (OUT = config.out): plan.json, metrics.jsonl, loss_curve.png, report.json, checkpoints/, and adapter/
+(LoRA) or model/ (full), each with its model card. Only rank 0 writes them. The library call prints nothing:
+`on_plan(plan)` and `on_step(row)` let a caller show the plan and progress; notes go to the `finetune` logger.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from finetune.config import RunConfig
+from finetune.data.arrays import record_lengths
+from finetune.data.dispatch import prepare
+from finetune.data.skipped import write_skipped
+from finetune.data.tokenize import load_tokenizer
+from finetune.errors import UserError
+from finetune.eval.test_split import hold_out_test
+from finetune.export.card import model_card
+from finetune.model_source import resolve_model
+from finetune.plan.build import build_plan
+from finetune.plan.model_facts import load_model_facts
+from finetune.plan.plan import Plan
+from finetune.report.metrics import read_metrics
+from finetune.report.plot import plot_loss_curve
+from finetune.report.summary import build_report, write_report
+from finetune.run_folder import locate_weights
+from finetune.train import guards
+from finetune.train.checkpoint import (
+    find_resume_point,
+    list_checkpoints,
+    read_state,
+    remove_stale_tmp,
+    set_aside_damaged,
+)
+from finetune.train.distributed import DistContext, barrier, init_distributed, rank_failures, shutdown
+from finetune.train.final import write_final_weights
+from finetune.fingerprint import run_fingerprint
+from finetune.train.loop import LoopResult, TrainingInterrupted, train_loop, use_bf16
+from finetune.train.model import model_for
+from finetune.train.objective import Objective, objective_for
+from finetune.train.order import schedule_tokens
+from finetune.version import code_version
+from finetune.wording import ref
+
+log = logging.getLogger("finetune")
+RUN_FILES = ("plan.json", "metrics.jsonl", "report.json", "checkpoints", "adapter", "model")
+
+
+@dataclass
+class TrainResult:
+    """What `finetune.train(config)` returns (on rank 0; other ranks get `report == {}`)."""
+
+    out_dir: Path
+    plan: Plan
+    report: dict  # the content of report.json
+    final_weights: Path | None  # OUT/adapter or OUT/model
+    loop: LoopResult | None
+
+
+@dataclass
+class PlannedRun:
+    """The first half of a run: the config as it runs (its data may now be OUT/train.jsonl), the data, the plan."""
+
+    config: RunConfig
+    tokenizer: object
+    prepared: object  # PreparedData (supervised) or PreparedPairs (preference tuning)
+    plan: Plan
+
+
+# ============================================================================ the spine
+
+
+def _run(config: RunConfig, plan: Plan | None, on_plan, on_step, objective: Objective | None, ctx) -> TrainResult:
+    out = Path(config.out)
+    _open_out_folder(out, config.resume, ctx)  # never overwrite a run; a resume sets damaged checkpoints aside
+    planned = plan_run(config, out, ctx) if plan is None else _executing(plan, config, ctx)  # test set, data, plan
+    plan = planned.plan
+    if plan.devices != ctx.world_size:
+        raise UserError(f"the plan is for {plan.devices} device(s) but {ctx.world_size} process(es) are running")
+    if config.resume and (finished := guards.finished_report(out, plan.total_steps)) is not None:
+        if ctx.is_main:  # every rank sees the same files: all stop here, and nothing is written
+            log.warning("%s", guards.finished_message(out, finished))
+        return TrainResult(out, plan, finished if ctx.is_main else {}, Path(finished["final_weights"]), None)
+    if ctx.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "plan.json").write_text(json.dumps(plan.to_dict(), indent=2))
+        write_skipped(out, planned.prepared.skipped)
+        if on_plan:
+            on_plan(plan)
+
+    model = model_for(plan, ctx.device)  # fp32 weights (+ the LoRA adapter)
+    objective = objective or objective_for(plan)
+    pad_id = planned.tokenizer.pad_token_id if planned.tokenizer.pad_token_id is not None else 0
+    examples = [*planned.prepared.train, *planned.prepared.val]
+    objective.before_training(model, examples, ctx.device, pad_id, use_bf16(plan.dtype, ctx.device))
+    if config.resume and ctx.is_main and (note := _resume_note(out, plan.devices)):
+        log.info("note: %s", note)
+    log.info("training %d steps; outputs in %s", plan.total_steps, out)
+    result = train_loop(
+        model, planned.prepared.train, planned.prepared.val, plan, out, ctx,
+        objective=objective, pad_id=pad_id, resume=config.resume, on_step=on_step,
+        fingerprint=run_fingerprint(plan), allow_changes=config.allow_changes,
+    )  # fmt: skip
+    if not ctx.is_main:
+        return TrainResult(out, plan, {}, None, result)
+
+    final = write_final_weights(
+        model, planned.tokenizer, out, result.best_step, result.steps, plan
+    )  # adapter/ or model/
+    report = write_run_report(out, plan, result, final, objective)  # report.json, loss_curve.png
+    kind = "adapter" if plan.method == "lora" else "full"
+    (final / "README.md").write_text(model_card(locate_weights(out), kind), encoding="utf-8")  # the model card
+    return TrainResult(out, plan, report, final, result)
+
+
+def plan_run(config: RunConfig, out: Path | None = None, ctx: DistContext | None = None) -> PlannedRun:
+    """Hold out the test set (into `out`), prepare the data, plan: what `finetune plan` and the worker do."""
+    ctx = ctx or DistContext()
+    if config.test_fraction and out is not None:
+        config = hold_out_test(config, out)  # before the split and the plan: the test set is never trained on
+    config = dataclasses.replace(config, model=resolve_model(config.model)) if config.model else config
+    tokenizer = load_tokenizer(config.model, config.trust_remote_code) if config.model else None
+    prepared = _prepare_on_every_rank(config, tokenizer, ctx)
+    if prepared.from_cache and ctx.is_main:
+        log.info("tokenized data read from the token cache (%s)", prepared.cache_entry)
+    lengths = record_lengths(prepared.train)  # O(examples): no token is touched
+    plan = build_plan(
+        config,
+        prepared.summary,
+        load_model_facts(config.model),
+        step_tokens=lambda effective, steps: schedule_tokens(lengths, effective, config.seed, config.last_batch, steps),
+    )
+    return PlannedRun(config, tokenizer, prepared, plan)
+
+
+# ============================================================================ the entry point
+
+
+def train(
+    config: RunConfig,
+    on_plan: Callable[[Plan], None] | None = None,
+    on_step: Callable[[dict], None] | None = None,
+    objective: Objective | None = None,
+    ctx: DistContext | None = None,
+    plan: Plan | None = None,
+) -> TrainResult:
+    """Plan (or execute the given `plan`), train, export and report one run. Prints nothing; see the docstring."""
+    config.check_required("train")
+    joined = ctx is None
+    ctx = ctx or init_distributed()
+    if ctx.is_main:
+        guards.check_out_folder(Path(config.out))  # before anything slow: the model may be minutes of download away
+    if config.gpu is None and ctx.device.type == "cpu":
+        config = dataclasses.replace(config, gpu="cpu")  # size time and memory for the machine we are on
+    try:
+        with rank_failures(ctx, passthrough=(TrainingInterrupted,)):  # every rank stops alike: no rank to name
+            try:
+                result = _run(config, plan, on_plan, on_step, objective, ctx)
+                barrier(ctx)  # every rank leaves together: none tears down its process group while rank 0 writes
+                return result
+            except OSError as exc:
+                if (full := guards.disk_full_error(exc, Path(config.out))) is not None:
+                    raise full from None
+                raise
+    finally:
+        if joined:
+            shutdown(ctx)
+
+
+def load_plan(path: str | Path, out: str, resume: bool = False, allow_changes: str | None = None) -> Plan:
+    """A plan.json made by `finetune plan --json` or the service's worker, to execute into `out`."""
+    try:
+        document = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}: cannot read the plan ({exc})") from None
+    plan = Plan.from_dict(document, out=out, resume=resume, allow_changes=allow_changes)
+    if plan.code_version != code_version():
+        raise UserError(
+            f"{path} was made by finetune {plan.code_version}, this is {code_version()}: plan again with this version"
+        )
+    return plan
+
+
+# ============================================================================ the steps' details
+
+
+def _executing(plan: Plan, config: RunConfig, ctx: DistContext) -> PlannedRun:
+    """The given plan's data, prepared again (from the token cache), after checking it is the data planned on."""
+    run = dataclasses.replace(plan.run, out=config.out, resume=config.resume, allow_changes=config.allow_changes)
+    tokenizer = load_tokenizer(run.model, run.trust_remote_code)
+    prepared = _prepare_on_every_rank(run, tokenizer, ctx)
+    for name, planned, now in (
+        ("training file", plan.data.data_sha256, prepared.summary.data_sha256),
+        ("validation file", plan.data.val_sha256, prepared.summary.val_sha256),
+    ):
+        if planned != now:
+            raise UserError(
+                f"the {name} changed since the plan was made (sha256 {str(planned)[:12]} then, {str(now)[:12]} "
+                "now): plan the run again"
+            )
+    if prepared.summary.examples != plan.data.examples:
+        raise UserError("the data prepares into other records than the plan's: plan the run again")
+    return PlannedRun(run, tokenizer, prepared, dataclasses.replace(plan, run=run))
+
+
+def _prepare_on_every_rank(config: RunConfig, tokenizer, ctx: DistContext):
+    """Rank 0 tokenizes (on every core) and fills the token cache; the other ranks then read the cache."""
+    if not ctx.distributed or not config.cache:
+        return prepare(config, tokenizer, workers=None if ctx.is_main else 1)
+    prepared, failure = None, None
+    if ctx.is_main:
+        try:
+            prepared = prepare(config, tokenizer)
+        except Exception as exc:  # the others must not wait for it forever: they fail the same way on their own
+            failure = exc
+    barrier(ctx)
+    if failure is not None:
+        raise failure
+    return prepared or prepare(config, tokenizer, workers=1)
+
+
+def _open_out_folder(out: Path, resume: bool, ctx: DistContext) -> None:
+    """Never overwrite a previous run by accident; remove what a crash left half-written; on resume, say what was
+    found and set damaged checkpoints aside (before any rank looks for the newest one)."""
+    if ctx.is_main:
+        taken = [name for name in RUN_FILES if (out / name).exists()]
+        if taken and not resume:
+            raise UserError(
+                f"{out} already holds a run ({', '.join(taken)}); pass {ref('resume')} to continue it, or choose "
+                f"another {ref('out')}"
+            )
+        remove_stale_tmp(out)
+        if resume:
+            point = find_resume_point(out)
+            if message := point.message(out):
+                log.warning("%s", message)
+            set_aside_damaged(point)
+    barrier(ctx)
+
+
+def _resume_note(out: Path, devices: int) -> str | None:
+    """What resuming on another device count means (the loop allows it)."""
+    found = list_checkpoints(out)
+    before = read_state(found[-1]).shape.get("devices") if found else None
+    if before in (None, devices):
+        return None
+    return (
+        f"resuming on {devices} device(s) a run checkpointed on {before}: every step keeps its records, so the "
+        "weights equal an uninterrupted run's up to float rounding (with LoRA dropout on, the masks differ)"
+    )
+
+
+def write_run_report(out: Path, plan: Plan, result: LoopResult, final: Path, objective: Objective) -> dict:
+    """metrics.jsonl -> the objective's diagnosis, loss_curve.png and report.json."""
+    rows = read_metrics(out / "metrics.jsonl")
+    plot_loss_curve(rows, out / "loss_curve.png", plan.steps_per_epoch, result.best_step, title=f"{plan.model}")
+    report = build_report(
+        rows,
+        plan,
+        objective.diagnose(rows, plan),
+        wall_time_s=result.wall_time_s,
+        final_weights=str(final),
+        final_is_best=result.best_step is not None,
+        tokens_processed=result.tokens_processed,
+        extra={
+            "out_dir": str(out),
+            "method": plan.method,
+            "skipped_lines": plan.data.skipped_lines,
+            "resumed_with_changes": result.allowed_changes,
+            "objective": plan.objective,
+            **objective.summary(rows),
+        },
+    )
+    write_report(report, out / "report.json")
+    return report

@@ -1,0 +1,69 @@
+"""Which records make each optimizer step, and how a step is cut into micro-batches. No torch.
+
+The rule: the records of an optimizer step depend only on (seed, epoch, effective batch). How the
+step is then split across devices and accumulation micro-batches is a separate, later decision,
+so changing batch × accumulation × devices (with the same product) never changes what is learned.
+"""
+
+from __future__ import annotations
+
+import random
+
+
+def epoch_order(num_records: int, seed: int, epoch: int) -> list[int]:
+    """A fresh permutation of the records for every epoch (0-based), from the seed alone."""
+    order = list(range(num_records))
+    random.Random(f"finetune-epoch-{seed}-{epoch}").shuffle(order)
+    return order
+
+
+def epoch_steps(num_records: int, effective_batch: int, seed: int, epoch: int, last_batch: str) -> list[list[int]]:
+    """The record indices of each optimizer step of one epoch."""
+    order = epoch_order(num_records, seed, epoch)
+    steps = [order[i : i + effective_batch] for i in range(0, num_records, effective_batch)]
+    if last_batch == "drop" and steps and len(steps[-1]) < effective_batch:
+        steps.pop()
+    return steps
+
+
+class StepSchedule:
+    """The record indices of optimizer step k (0-based), for steps taken in order: one epoch's order at a time."""
+
+    def __init__(self, num_records: int, effective_batch: int, seed: int, last_batch: str, steps_per_epoch: int):
+        self.num_records, self.effective_batch, self.seed = num_records, effective_batch, seed
+        self.last_batch, self.steps_per_epoch = last_batch, steps_per_epoch
+        self._epoch, self._steps = -1, []
+
+    def examples(self, step_index: int) -> list[int]:
+        epoch, within = divmod(step_index, self.steps_per_epoch)
+        if epoch != self._epoch:
+            self._epoch = epoch
+            self._steps = epoch_steps(self.num_records, self.effective_batch, self.seed, epoch, self.last_batch)
+        return self._steps[within]
+
+
+def schedule_tokens(lengths: list[int], effective_batch: int, seed: int, last_batch: str, steps: int) -> int:
+    """Tokens read by the first `steps` optimizer steps (every epoch's order computed once)."""
+    total, epoch = 0, 0
+    while steps > 0:
+        for step in epoch_steps(len(lengths), effective_batch, seed, epoch, last_batch)[:steps]:
+            total += sum(lengths[i] for i in step)
+            steps -= 1
+        epoch += 1
+    return total
+
+
+def micro_batches(
+    step_records: list[int], lengths: list[int], devices: int, grad_accum: int, rank: int
+) -> list[list[int]]:
+    """The micro-batches (record indices) that `rank` runs for one optimizer step.
+
+    Records are sorted by length and cut into devices × grad_accum consecutive groups, so each
+    micro-batch holds records of similar length (little waste when padding or packing). Group j goes
+    to rank j % devices. A partial last step can leave a rank with fewer, or empty, micro-batches.
+    """
+    ordered = sorted(step_records, key=lambda i: (-lengths[i], i))
+    groups = devices * grad_accum
+    size = -(-len(ordered) // groups)  # ceil: at most batch_size records per micro-batch
+    chunks = [ordered[j * size : (j + 1) * size] for j in range(groups)]
+    return [chunk for j, chunk in enumerate(chunks) if j % devices == rank and chunk]
