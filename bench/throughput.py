@@ -185,9 +185,9 @@ class StepRecorder:
 def run_finetune(spec: Spec, rec: StepRecorder) -> None:
     """The product path: RunConfig -> finetune.train, exactly what `finetune train` runs."""
     from finetune.config import RunConfig
+    from finetune.run import train
     from finetune.train.attention import uses_varlen_attention
     from finetune.train.objective import TokenNormalisedSFT
-    from finetune.run import train
 
     class Counted(TokenNormalisedSFT):
         """Instrumentation only (the loss is unchanged): count what each micro-batch runs."""

@@ -32,6 +32,7 @@ from finetune.data.tokenize import load_tokenizer
 from finetune.errors import UserError
 from finetune.eval.test_split import hold_out_test
 from finetune.export.card import model_card
+from finetune.fingerprint import run_fingerprint
 from finetune.model_source import resolve_model
 from finetune.plan.build import build_plan
 from finetune.plan.model_facts import load_model_facts
@@ -50,7 +51,6 @@ from finetune.train.checkpoint import (
 )
 from finetune.train.distributed import DistContext, barrier, init_distributed, rank_failures, shutdown
 from finetune.train.final import write_final_weights
-from finetune.fingerprint import run_fingerprint
 from finetune.train.loop import LoopResult, TrainingInterrupted, train_loop, use_bf16
 from finetune.train.model import model_for
 from finetune.train.objective import Objective, objective_for

@@ -129,4 +129,3 @@ def record_lengths(records: Sequence[TokenizedRecord]) -> list[int]:
     if isinstance(records, TokenArrays):
         return records.lengths.tolist()
     return [len(r) for r in records]
-

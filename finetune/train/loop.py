@@ -26,6 +26,7 @@ import torch
 
 from finetune.data.arrays import record_lengths
 from finetune.errors import UserError
+from finetune.fingerprint import check_resume
 from finetune.plan.plan import Plan
 from finetune.report.metrics import MetricsLog, read_metrics
 from finetune.report.stability import LOSS_SPIKE, SpikeWatch
@@ -39,7 +40,6 @@ from finetune.train.checkpoint import (
     save_checkpoint,
 )
 from finetune.train.distributed import DistContext, Parallelism, agree_on_stop, barrier, local_value, parallelism
-from finetune.fingerprint import check_resume
 from finetune.train.guards import diverged_message, nonfinite_weights
 from finetune.train.model import trainable_parameters
 from finetune.train.objective import Objective, TokenNormalisedSFT

@@ -24,9 +24,9 @@ from finetune.config import RunConfig
 from finetune.data.preference import prepare_pairs
 from finetune.data.tokenize import load_tokenizer
 from finetune.errors import UserError
-from finetune.train.preference import DirectPreference, sequence_logps
 from finetune.run import train
 from finetune.train.loop import TrainingInterrupted
+from finetune.train.preference import DirectPreference, sequence_logps
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 PAIRS = 64

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from finetune.train.model import add_lora, load_model
 from finetune.train.loop import build_optimizer
+from finetune.train.model import add_lora, load_model
 
 
 @pytest.fixture(scope="module")

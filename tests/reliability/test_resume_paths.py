@@ -14,8 +14,8 @@ from reliability_helpers import assert_clean_failure, cli, run_cli, train_comman
 
 from finetune.errors import UserError
 from finetune.train.checkpoint import DiskFull, list_checkpoints
-from finetune.train.objective import TokenNormalisedSFT
 from finetune.train.loop import TrainingDiverged
+from finetune.train.objective import TokenNormalisedSFT
 
 KILL_AT_FIRST_SAVE = """
 import os, signal

@@ -10,8 +10,8 @@ import pytest
 from finetune.config import RunConfig
 from finetune.data.types import DataSummary
 from finetune.errors import UserError
-from finetune.plan.build import build_plan
 from finetune.fingerprint import check_resume, model_identity, parse_allowed, run_fingerprint
+from finetune.plan.build import build_plan
 
 
 def _plan(data, model, **settings):

@@ -13,8 +13,8 @@ from finetune.report.diagnosis import diagnose
 from finetune.report.metrics import read_metrics
 from finetune.report.stability import SpikeWatch, find_spikes
 from finetune.train.checkpoint import list_checkpoints
-from finetune.train.objective import TokenNormalisedSFT
 from finetune.train.loop import TrainingDiverged
+from finetune.train.objective import TokenNormalisedSFT
 
 
 @pytest.mark.parametrize(

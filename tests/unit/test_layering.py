@@ -58,7 +58,9 @@ def test_no_import_runs_against_the_layering():
         module = ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
         for imported in _imports(path):
             if _layer(imported) > _layer(module):
-                wrong.append(f"{module} ({LAYERS[_layer(module)][0]}) imports {imported} ({LAYERS[_layer(imported)][0]})")
+                wrong.append(
+                    f"{module} ({LAYERS[_layer(module)][0]}) imports {imported} ({LAYERS[_layer(imported)][0]})"
+                )
     assert not wrong, "imports against the layering:\n" + "\n".join(wrong)
 
 

@@ -7,6 +7,7 @@ import pytest
 
 from finetune.config import RunConfig
 from finetune.errors import UserError
+from finetune.plan.build import build_plan
 from finetune.plan.cost import estimate_cost, training_flops
 from finetune.plan.memory import (
     DEVICES,
@@ -17,7 +18,6 @@ from finetune.plan.memory import (
     resolve_device,
 )
 from finetune.plan.model_facts import BUILTIN_CONFIGS, load_model_facts
-from finetune.plan.build import build_plan
 from finetune.plan.what_if import what_if_summary
 
 LLAMA_8B = load_model_facts("meta-llama/Llama-3.1-8B")

@@ -9,8 +9,8 @@ from finetune.config import RunConfig
 from finetune.data.types import DataSummary
 from finetune.plan.advice import WARNING_CODES
 from finetune.plan.auto import auto_lr
-from finetune.plan.model_facts import load_model_facts
 from finetune.plan.build import build_plan
+from finetune.plan.model_facts import load_model_facts
 from finetune.plan.what_if import what_if_summary
 
 LLAMA_8B = load_model_facts("meta-llama/Llama-3.1-8B")

@@ -11,9 +11,9 @@ from conftest import make_plan
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
-from finetune.train.order import schedule_tokens
-from finetune.train.model import add_lora, load_model
 from finetune.train.loop import TrainingDiverged, TrainingInterrupted, train_loop
+from finetune.train.model import add_lora, load_model
+from finetune.train.order import schedule_tokens
 
 PLAN_STEPS = 6
 

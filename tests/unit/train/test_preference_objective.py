@@ -16,9 +16,9 @@ from transformers import AutoModelForCausalLM
 
 from finetune.data.preference import TokenizedPair
 from finetune.data.types import IGNORE_INDEX, TokenizedRecord
+from finetune.train.loop import TrainingInterrupted, train_loop
 from finetune.train.model import add_lora
 from finetune.train.preference import DirectPreference, compute_reference
-from finetune.train.loop import TrainingInterrupted, train_loop
 
 
 def random_pairs(n: int, seed: int = 0, vocab: int = 400) -> list[TokenizedPair]:
