@@ -144,6 +144,10 @@ class RunConfig:
     """Multi-device: FSDP-shard the model (full) or replicate it (DDP, none); auto from the memory estimate."""
     packing: bool = True
     """Padding-free packing of records into rows."""
+    report_to: str | None = None
+    """Send each step's metrics, the plan and the outputs to these trackers: any of tensorboard,mlflow,wandb."""
+    tracker_options: str | None = None
+    """With --report-to: names and tags for the trackers as JSON, e.g. {"wandb": {"project": "p"}} (never credentials)."""
 
     # ---- money
     price_per_million_tokens: float | None = None
@@ -198,6 +202,7 @@ class RunConfig:
             raise ConfigError(f"--max-grad-norm must be positive, got {self.max_grad_norm}")
         if not 0 <= self.lora_dropout < 1:
             raise ConfigError(f"--lora-dropout must be at least 0 and below 1, got {self.lora_dropout}")
+        self._check_trackers()
 
     @property
     def trained_weights(self) -> str:
@@ -215,6 +220,17 @@ class RunConfig:
         for name in REQUIRED.get(command, ()):
             if getattr(self, name) in (None, ""):
                 raise ConfigError(MISSING[name])
+        if command == "train":
+            from finetune.track.options import check_installed
+
+            check_installed(self.report_to)  # before anything is written: a missing library is one sentence
+
+    def _check_trackers(self) -> None:
+        """--report-to names known trackers; --tracker-options fits them (docs/trackers.md)."""
+        from finetune.track.options import parse_report_to, parse_tracker_options  # light: no tracker is imported
+
+        self.report_to = parse_report_to(self.report_to)
+        parse_tracker_options(self.tracker_options, self.report_to)
 
     # ---- (de)serialisation
 
@@ -250,7 +266,7 @@ class RunConfig:
 # the data settings: how a file becomes training records; `validate`, `plan` and `train` all take them
 DATA_SETTINGS = ("val_file", "val_fraction", "record_policy", "max_seq_len", "truncation", "format")
 # settings only a run has (plan takes every other one: it shows what train would do)
-TRAIN_ONLY = ("out", "resume", "allow_changes", "keep_checkpoints", "test_fraction")
+TRAIN_ONLY = ("out", "resume", "allow_changes", "keep_checkpoints", "test_fraction", "report_to", "tracker_options")
 # positional arguments of the commands rather than flags
 POSITIONAL = ("data",)
 REQUIRED = {"train": ("data", "model", "out")}

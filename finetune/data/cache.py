@@ -67,6 +67,8 @@ NOT_DATA_SETTINGS = frozenset(
         "dtype",
         "shard",
         "packing",
+        "report_to",  # where the run's metrics go (finetune/track)
+        "tracker_options",
         "price_per_million_tokens",
         "gpu_hour_price",
         "gpu",

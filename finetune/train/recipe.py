@@ -57,6 +57,7 @@ from finetune.report.plot import plot_loss_curve
 from finetune.report.preference import diagnose_preference, preference_summary
 from finetune.report.stability import LOSS_SPIKE, SpikeWatch
 from finetune.report.summary import build_report, write_report
+from finetune.track import Trackers, start_trackers
 from finetune.train.attention import use_varlen_attention
 from finetune.train.batching import epoch_steps, micro_batches, schedule_tokens
 from finetune.train.checkpoint import (
@@ -228,6 +229,7 @@ def _train(
         write_skipped(out, prepared.skipped)
         if on_plan:
             on_plan(plan)
+    trackers = start_trackers(config, plan) if ctx.is_main else Trackers()  # --report-to (finetune/track)
 
     objective = objective or (objective_for(plan) if plan.objective == "dpo" else TokenNormalisedSFT())
 
@@ -252,7 +254,7 @@ def _train(
     # ---- train
     result = train_loop(
         model, prepared.train, prepared.val, plan, out, ctx,
-        objective=objective, pad_id=pad_id, resume=config.resume, on_step=on_step,
+        objective=objective, pad_id=pad_id, resume=config.resume, on_step=trackers.chain(on_step),
         fingerprint=run_fingerprint(config, plan), allow_changes=config.allow_changes,
     )  # fmt: skip
     if not ctx.is_main:
@@ -262,6 +264,7 @@ def _train(
     final, is_best = export_final(model, tokenizer, out, result, plan)
     report = write_run_report(out, plan, result, final, is_best)
     write_model_card(out, final, plan)
+    trackers.finish(out, report)  # --report-to: the report, loss curve and card; waits a few seconds at most
     return TrainResult(out, plan, report, final, result)
 
 
