@@ -29,6 +29,7 @@ DPO_ONLY = ("beta", "sft_weight", "base_method")
 NOT_FOR_CALLERS = {
     *("data", "val_file", "model", "out", "resume", "trust_remote_code", "seed"),
     *("price_per_million_tokens", "gpu_hour_price"),  # the server's prices, not the caller's
+    *("report_to", "tracker_options"),  # from the job's `integrations` (service/integrations.py), not hyperparameters
 }
 SETTABLE = {f.name for f in dataclasses.fields(RunConfig)} - NOT_FOR_CALLERS
 

@@ -38,7 +38,7 @@ BATCH = 500  # rows sent in one call at most
 FINISH_TIMEOUT_S = 10.0
 ABANDON_TIMEOUT_S = 3.0  # at exit, after a run that did not reach finish
 ON_STEP_ONLY = ("checkpoint_s", "checkpoint_cpu_s")  # on_step's rows carry them; metrics.jsonl does not
-SECRET_NAME = re.compile(r"KEY|TOKEN|PASSWORD|SECRET|CREDENTIAL", re.IGNORECASE)
+SECRET_NAME = re.compile(r"KEY|TOKEN|PASSWORD|SECRET|CREDENTIAL|AUTH|^MLFLOW_TRACKING_USERNAME$", re.IGNORECASE)
 URL_USER = re.compile(r"(://)[^/@\s]+@")
 
 
