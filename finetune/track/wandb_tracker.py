@@ -17,12 +17,24 @@ from finetune.track.base import Outputs, RunInfo, Step
 
 DEFAULT_PROJECT = "finetune"
 ARTIFACT_TYPE = "finetune-run"
+# W&B's own process (wandb-core) retries its server for minutes, and the end of the process waits for it: a server
+# that is down would hold the run's end that long. These cap it; W&B reads them from the environment, and they
+# apply only where the user has not set them.
+QUICK_FAILURE = {
+    "WANDB_HTTP_TIMEOUT": "10",
+    "WANDB__GRAPHQL_RETRY_MAX": "2",
+    "WANDB__FILE_STREAM_RETRY_MAX": "3",
+    "WANDB__FILE_STREAM_TIMEOUT_SECONDS": "10",
+    "WANDB__FILE_TRANSFER_RETRY_MAX": "3",
+}
 
 
 class WandbTracker:
     name = "wandb"
 
     def __init__(self) -> None:
+        for name, value in QUICK_FAILURE.items():  # on the caller's thread: os.environ is not changed concurrently
+            os.environ.setdefault(name, value)
         self.run = None
         self.artifact_name = ""
 

@@ -341,3 +341,36 @@ def test_an_mlflow_server_killed_mid_run_never_stops_or_holds_the_run(toy_model,
     assert len(warnings) == 1 and "training goes on without mlflow" in warnings[0], warnings
     assert max(timings["log_step"]) < 0.1  # each step only hands its row over
     assert timings["finish"][0] < base.FINISH_TIMEOUT_S  # the dead server holds the run's end for no longer
+
+
+# ----------------------------------------------------------------------------- a W&B server that is down
+
+DEAD_WANDB_RUN = """
+import logging, time
+from finetune.track.base import Trackers
+logging.basicConfig(level=logging.WARNING, format="%(message)s")
+trackers = Trackers.named("wandb")
+trackers.start({"out": OUT, "report_to": "wandb", "tracker_options": None, "resume": False}, {"total_steps": 2})
+for step in (1, 2):
+    trackers.log_step({"step": step, "train_loss": 1.0 / step})
+trackers.finish(OUT, {})
+"""
+
+
+@needs("wandb")
+def test_a_wandb_server_that_is_down_is_one_warning_and_never_holds_the_process(tmp_path):
+    """W&B's own process retries for minutes and the interpreter's exit waits for it: the caps keep it short."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env |= _tracker_env(tmp_path, None) | {"WANDB_MODE": "online", "WANDB_BASE_URL": f"http://127.0.0.1:{_free_port()}"}
+    env["WANDB_API_KEY"] = "k" * 40
+    (tmp_path / "out").mkdir()
+    started = time.monotonic()
+    answer = subprocess.run(
+        [sys.executable, "-c", f"OUT = {str(tmp_path / 'out')!r}\n" + DEAD_WANDB_RUN],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    took = time.monotonic() - started
+    assert answer.returncode == 0, answer.stderr
+    warnings = [line for line in answer.stderr.splitlines() if line.startswith("--report-to wandb")]
+    assert len(warnings) == 1 and "training goes on without wandb" in warnings[0], answer.stderr
+    assert took < 60, f"the process took {took:.0f} s to end"  # about 10 s under load; W&B's defaults: minutes
