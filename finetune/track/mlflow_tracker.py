@@ -22,6 +22,7 @@ QUICK_FAILURE = {
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
     "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+    "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",  # its "View run at" lines would break `train --json`'s stdout
 }
 PARAMS_PER_CALL = 100  # MLflow's limits of one log_batch call
 ENTITIES_PER_CALL = 1000

@@ -8,8 +8,10 @@ A tracker's test is skipped only when its extra is not installed (the dev extra 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import importlib.util
+import io
 import json
 import logging
 import os
@@ -138,8 +140,11 @@ def tracked_run(toy_model, tmp_path_factory, mlflow_server):
         for name, value in _tracker_env(tmp, mlflow_server.uri if mlflow_server else None).items():
             env.setenv(name, value)
         args = ["train", str(EXAMPLES / "train.jsonl"), "--model", str(toy_model), "--out", str(out), *TOY_RUN]
-        code = main([*args, "--report-to", ",".join(trackers), "--tracker-options", json.dumps(options)])
+        stdout = io.StringIO()
+        with contextlib.redirect_stdout(stdout):  # the trackers' threads print nothing there either
+            code = main([*args, "--report-to", ",".join(trackers), "--tracker-options", json.dumps(options), "--json"])
     assert code == 0
+    assert json.loads(stdout.getvalue())["steps_taken"] == 3, stdout.getvalue()  # --json: stdout is the report only
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3] and "val_loss" not in rows[0] and "val_loss" in rows[1]
     return {"out": out, "rows": rows, "tmp": tmp, "plan": json.loads((out / "plan.json").read_text())}
@@ -371,6 +376,7 @@ def test_a_wandb_server_that_is_down_is_one_warning_and_never_holds_the_process(
     )  # fmt: skip
     took = time.monotonic() - started
     assert answer.returncode == 0, answer.stderr
+    assert answer.stdout == ""  # W&B's notes go to stderr, if anywhere
     warnings = [line for line in answer.stderr.splitlines() if line.startswith("--report-to wandb")]
     assert len(warnings) == 1 and "training goes on without wandb" in warnings[0], answer.stderr
     assert took < 60, f"the process took {took:.0f} s to end"  # about 10 s under load; W&B's defaults: minutes
