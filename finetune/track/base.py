@@ -184,9 +184,7 @@ class _Channel:
                     payload.append(item[1])
             if not self.failed:
                 try:
-                    {"start": self.tracker.start, "steps": self.tracker.log_steps, "finish": self.tracker.finish}[kind](
-                        payload
-                    )
+                    self._deliver(kind, payload)
                 except Exception as exc:  # any failure of the tracker or its library: warn once, then stop sending
                     self.failed = True
                     log.warning(
@@ -195,6 +193,14 @@ class _Channel:
                     )  # fmt: skip
             if kind == "finish":
                 return
+
+    def _deliver(self, kind: str, payload: Any) -> None:
+        if kind == "start":
+            self.tracker.start(payload)
+        elif kind == "steps":
+            self.tracker.log_steps(payload)
+        else:
+            self.tracker.finish(payload)
 
 
 # ----------------------------------------------------------------------------- the fan-out
