@@ -142,6 +142,11 @@ class RunConfig:
     """Multi-device: FSDP-shard the model (full) or replicate it (DDP, none); auto from the memory estimate."""
     packing: bool = about(True, "Packing", tokens=False)
     """Padding-free packing of records into rows."""
+    report_to: str | None = about(None, "Trackers", tokens=False, api=None, plan_key=None, train_only=True)
+    """Send each step's metrics, the plan and the outputs to these trackers: any of tensorboard,mlflow,wandb."""
+    tracker_options: str | None = about(None, "Tracker options", tokens=False, api=None, plan_key=None,
+                                        train_only=True)  # fmt: skip
+    """With trackers: names and tags for them as JSON, e.g. {"wandb": {"project": "p"}} (never credentials)."""
 
     # ---- money
     price_per_million_tokens: float | None = about(None, "Price per million tokens", tokens=False, api=None,
@@ -173,6 +178,7 @@ class RunConfig:
         if self.lr != AUTO and not 0 < self.lr < 1:
             raise ConfigError(f"{ref('lr')} must be a number between 0 and 1 (e.g. 2e-4) or 'auto', got {self.lr!r}")
         self._check_combinations()
+        self._check_trackers()
 
     def _check_combinations(self) -> None:
         if self.val_file and self.val_fraction != AUTO:
@@ -236,6 +242,17 @@ class RunConfig:
         for name in REQUIRED.get(command, ()):
             if getattr(self, name) in (None, ""):
                 raise ConfigError(MISSING[name])
+        if command == "train":
+            from finetune.track.options import check_installed
+
+            check_installed(self.report_to)  # before anything is written: a missing library is one sentence
+
+    def _check_trackers(self) -> None:
+        """report_to names known trackers; tracker_options fits them (docs/trackers.md)."""
+        from finetune.track.options import parse_report_to, parse_tracker_options  # light: no tracker is imported
+
+        self.report_to = parse_report_to(self.report_to)
+        parse_tracker_options(self.tracker_options, self.report_to)
 
     # ---- (de)serialisation
 

@@ -41,6 +41,7 @@ from finetune.report.metrics import read_metrics
 from finetune.report.plot import plot_loss_curve
 from finetune.report.summary import build_report, write_report
 from finetune.run_folder import locate_weights
+from finetune.track import Trackers, start_trackers
 from finetune.train import guards
 from finetune.train.checkpoint import (
     find_resume_point,
@@ -103,6 +104,7 @@ def _run(config: RunConfig, plan: Plan | None, on_plan, on_step, objective: Obje
         write_skipped(out, planned.prepared.skipped)
         if on_plan:
             on_plan(plan)
+    trackers = start_trackers(plan.run, plan) if ctx.is_main else Trackers()  # report_to (finetune/track)
 
     model = model_for(plan, ctx.device)  # fp32 weights (+ the LoRA adapter)
     objective = objective or objective_for(plan)
@@ -114,7 +116,7 @@ def _run(config: RunConfig, plan: Plan | None, on_plan, on_step, objective: Obje
     log.info("training %d steps; outputs in %s", plan.total_steps, out)
     result = train_loop(
         model, planned.prepared.train, planned.prepared.val, plan, out, ctx,
-        objective=objective, pad_id=pad_id, resume=config.resume, on_step=on_step,
+        objective=objective, pad_id=pad_id, resume=config.resume, on_step=trackers.chain(on_step),
         fingerprint=run_fingerprint(plan), allow_changes=config.allow_changes,
     )  # fmt: skip
     if not ctx.is_main:
@@ -126,6 +128,7 @@ def _run(config: RunConfig, plan: Plan | None, on_plan, on_step, objective: Obje
     report = write_run_report(out, plan, result, final, objective)  # report.json, loss_curve.png
     kind = "adapter" if plan.method == "lora" else "full"
     (final / "README.md").write_text(model_card(locate_weights(out), kind), encoding="utf-8")  # the model card
+    trackers.finish(out, report)  # report_to: the report, loss curve and card; waits a few seconds at most
     return TrainResult(out, plan, report, final, result)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from finetune.service.integrations import integrations_of
 from finetune.service.store import Page
 
 ORGANIZATION = "org-local"
@@ -53,7 +54,7 @@ def job_object(row: dict) -> dict:
         "error": row["error"],
         "seed": row["seed"],
         "estimated_finish": row["estimated_finish"],
-        "integrations": [],
+        "integrations": integrations_of(row.get("run_settings")),
         "metadata": row["metadata"],
         "suffix": row["suffix"],
         "attempts": row["attempts"],

@@ -19,7 +19,10 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "finetune"
 LAYERS = [
-    ("base", ("errors", "settings", "wording", "version", "config", "fingerprint", "model_source", "data.types")),
+    (
+        "base",
+        ("errors", "settings", "wording", "version", "config", "fingerprint", "model_source", "data.types", "track"),
+    ),
     ("data", ("data", "prompting")),
     ("plan", ("plan",)),
     ("report", ("report",)),

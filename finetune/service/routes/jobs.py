@@ -16,6 +16,7 @@ from finetune.service import core
 from finetune.service.auth import current_tenant
 from finetune.service.deps import check_limit, settings_of, store_of
 from finetune.service.errors import APIError, not_found
+from finetune.service.integrations import run_settings_for
 from finetune.service.objects import checkpoint_object, event_object, job_object, page_object
 from finetune.service.store import IllegalTransition
 
@@ -101,6 +102,7 @@ async def create_job(request: Request, tenant: str = Depends(current_tenant)) ->
                        "invalid_value", "metadata")  # fmt: skip
     kind, hyper = _hyperparameters(body)
     run_settings = _settings(kind, hyper)
+    run_settings |= run_settings_for(body.get("integrations"))  # report_to and its options (integrations.py)
     price = settings_of(request).price_per_million_tokens
     if price is not None:
         run_settings["price_per_million_tokens"] = price
