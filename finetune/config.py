@@ -91,7 +91,7 @@ class RunConfig:
     # ---- schedule and batch
     epochs: int | str = about(AUTO, "Epochs", tokens=False, api="n_epochs")
     """Passes over the training records."""
-    batch_size: int | str = about(AUTO, "Batch per device", tokens=False)
+    batch_size: int | str = about(AUTO, "Batch size", tokens=False)
     """Records per micro-batch on each device."""
     grad_accum: int = about(1, "Gradient accumulation", tokens=False)
     """Micro-batches accumulated into one optimizer step."""

@@ -186,7 +186,9 @@ class Setting:
             prop["examples"] = [AUTO]
         default = self.default.value if isinstance(self.default, enum.Enum) else self.default
         prop["default"] = default
-        prop["x-finetune"] = {"setting": self.name, "flag": self.flag, "auto": self.auto, "when": self.about.when}
+        prop["x-finetune"] = {
+            "setting": self.name, "flag": self.flag, "auto": self.auto, "when": self.about.when, "plan_key": self.plan_key,
+        }  # fmt: skip
         return prop
 
 

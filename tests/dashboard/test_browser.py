@@ -273,10 +273,12 @@ def test_a_preference_job_plans_with_dpo_and_its_beta(alice, service, tmp_path):
     page.set_input_files("#upload", str(pairs))
     page.get_by_role("button", name="Upload").click()
     page.get_by_text("Uploaded pairs.jsonl").wait_for()
-    expect(page.locator("#plan [role=alert]")).to_contain_text("--method dpo", timeout=60_000)  # supervised: refused
+    alert = page.locator("#plan [role=alert]")
+    expect(alert).to_contain_text('method type "dpo"', timeout=60_000)  # supervised: refused, in the page's terms
+    assert "--" not in alert.inner_text()  # never a command-line flag in the dashboard
     page.get_by_label("Method").select_option("dpo")
     plan = page.locator("[data-testid=plan]")
-    beta = plan.locator("tr", has_text="Beta (DPO)")
+    beta = plan.locator("tr", has_text="Beta")
     expect(beta).to_contain_text("0.1", timeout=60_000)
     assert "Auto" in beta.inner_text()
     python = page.locator("pre[aria-label='Python code']").text_content()

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends
 
 from finetune.plan.plan import derived_labels
 from finetune.service.auth import current_tenant
-from finetune.settings import hyperparameter_schema, plan_labels, settings
+from finetune.settings import hyperparameter_schema, plan_labels, setting, settings
 
 router = APIRouter(prefix="/v1/fine_tuning", dependencies=[Depends(current_tenant)])
 
@@ -21,5 +21,5 @@ def schema() -> dict:
         "object": "fine_tuning.hyperparameters.schema",
         "schema": hyperparameter_schema(),
         "job_parameters": {s.about.api_param: s.label for s in settings() if s.about.api_param} | {"suffix": "Suffix"},
-        "plan_labels": plan_labels() | derived_labels(),
+        "plan_labels": plan_labels() | derived_labels() | {k: setting(k).label for k in ("method", "val_fraction")},
     }

@@ -155,3 +155,50 @@ export function field(labelText, input, hint) {
   input.id = id;
   return h("div", { class: "field" }, h("label", { for: id }, labelText, hint ? h("span", { class: "hint" }, ` ${hint}`) : null), input);
 }
+
+// ---- settings: their names and labels come from the server's schema, generated from RunConfig's declarations
+
+let schemaOnce = null;
+export function settingsSchema() {
+  schemaOnce ||= api("/v1/fine_tuning/hyperparameters/schema").catch((e) => { schemaOnce = null; throw e; });
+  return schemaOnce;
+}
+
+// The API names a setting as `method.<type>.hyperparameters.<key>`, a job parameter by its name, and a setting
+// callers cannot set as `the server's “<label>” setting`. In the dashboard each becomes its form field's label,
+// a link that opens and highlights the field when the New job page shows it.
+const API_NAMES = /method\.(?:supervised|dpo)\.hyperparameters\.([a-z_]+)|\b(training_file|validation_file)\b|the server's “([^”]+)” setting/g;
+
+export function inDashboardTerms(text, schema) {
+  const message = String(text ?? "");
+  if (!schema) return [message];
+  const props = schema.schema.properties;
+  const out = [];
+  let last = 0;
+  for (const m of message.matchAll(API_NAMES)) {
+    out.push(message.slice(last, m.index));
+    last = m.index + m[0].length;
+    if (m[3]) { out.push(h("strong", {}, `“${m[3]}”`), " (a server setting)"); continue; }
+    const key = m[1] || m[2];
+    const label = m[1] ? props[key]?.title : schema.job_parameters[key];
+    out.push(label ? settingLink(key, label) : m[0]);
+  }
+  out.push(message.slice(last));
+  return out;
+}
+
+function settingLink(key, label) {
+  return h("a", {
+    href: `#/new`, class: "setting-ref", "data-setting": key,
+    onclick: (ev) => {
+      const target = document.getElementById(`nj-${key}`);
+      if (!target) return;  // not on the New job page: the link goes there
+      ev.preventDefault();
+      const more = target.closest("details");
+      if (more) more.open = true;
+      target.classList.add("highlight");
+      target.focus();
+      setTimeout(() => target.classList.remove("highlight"), 2500);
+    },
+  }, `“${label}”`);
+}

@@ -1,19 +1,26 @@
 // Compare runs: their curves overlaid (validation loss, smoothed training loss) and their settings side by
 // side, only the ones that differ unless asked for all.
 import { align, COLORS, ema, line, makeChart } from "../chart.js";
-import { api, badge, h } from "../util.js";
+import { api, badge, h, settingsSchema } from "../util.js";
 import { loadAllJobs } from "./jobs.js";
 
-const SETTINGS = [
-  ["model", (j) => j.model], ["training file", (j) => j.training_file], ["validation file", (j) => j.validation_file || "held out"],
-  ["seed", (j) => j.seed], ["suffix", (j) => j.suffix || ""],
-  ["method", (_j, p) => p.method], ["epochs", (_j, p) => p.epochs], ["batch size", (_j, p) => p.batch_size],
-  ["gradient accumulation", (_j, p) => p.grad_accum], ["effective batch", (_j, p) => p.effective_batch],
-  ["learning rate", (_j, p) => p.learning_rate], ["schedule", (_j, p) => p.schedule], ["warmup steps", (_j, p) => p.warmup_steps],
-  ["LoRA rank", (_j, p) => p.lora_rank], ["LoRA alpha", (_j, p) => p.lora_alpha], ["max sequence length", (_j, p) => p.max_seq_len],
-  ["validation share", (_j, p) => p.val_fraction], ["total steps", (_j, p) => p.total_steps], ["tokens processed", (_j, p) => p.tokens_processed],
-  ["best step", (_j, _p, r) => r?.best_step], ["best validation loss", (_j, _p, r) => r?.best_val_loss], ["diagnosis", (_j, _p, r) => r?.diagnosis?.kind],
-];
+// Rows: the job's parameters, the plan's settings and numbers (labelled by the server's schema), the report's outcome.
+const JOB = [["model", (j) => j.model], ["training_file", (j) => j.training_file],
+  ["validation_file", (j) => j.validation_file || "held out"], ["seed", (j) => j.seed], ["suffix", (j) => j.suffix || ""]];
+const PLAN = ["method", "epochs", "batch_size", "grad_accum", "effective_batch", "learning_rate", "schedule", "warmup_steps",
+  "lora_rank", "lora_alpha", "max_seq_len", "val_fraction", "total_steps", "tokens_processed"];
+const REPORT = [["best step", (r) => r?.best_step], ["best validation loss", (r) => r?.best_val_loss], ["diagnosis", (r) => r?.diagnosis?.kind]];
+
+// Row names read as words in a sentence: "suffix", "learning rate", but "LoRA rank" keeps its capitals.
+const lower = (label) => (/^[A-Z][a-z]*( |$)/.test(label) ? label[0].toLowerCase() + label.slice(1) : label);
+
+function rowsOf(schema) {
+  return [
+    ...JOB.map(([key, get]) => [lower(schema.job_parameters[key] || key), (j) => get(j)]),
+    ...PLAN.map((key) => [lower(schema.plan_labels[key] || key), (_j, p) => p[key]]),
+    ...REPORT.map(([name, get]) => [name, (_j, _p, r) => get(r)]),
+  ];
+}
 
 function show(v, name) {
   if (v === null || v === undefined) return "–";
@@ -73,7 +80,8 @@ export async function render(main, [idList]) {
   makeChart(trainEl, { title: "Training loss (smoothed 0.6)", xLabel: "step", yLabel: "loss", data: train, sync: "cmp",
     series: runs.map((r, i) => line(r.job.suffix || r.id, COLORS[i])) });
 
-  const rows = SETTINGS.map(([name, get]) => {
+  const settings = rowsOf(await settingsSchema());
+  const rows = settings.map(([name, get]) => {
     const values = runs.map((r) => show(get(r.job, r.plan, r.report), name));
     const same = values.every((v) => v === values[0]);
     return h("tr", { class: same ? "diff-same" : "diff", dataset: { same: String(same) } }, h("th", { scope: "row" }, name), values.map((v) => h("td", { class: "mono" }, v)));
@@ -85,5 +93,5 @@ export async function render(main, [idList]) {
   allBox.addEventListener("change", () => {
     for (const r of rows) r.classList.toggle("diff-same", !allBox.checked && r.dataset.same === "true");
   });
-  main.append(h("p", { class: "small muted" }, `${differing} of ${SETTINGS.length} settings differ.`));
+  main.append(h("p", { class: "small muted" }, `${differing} of ${settings.length} settings differ.`));
 }

@@ -1,6 +1,6 @@
 // New job: pick or upload a file, edit settings, watch the plan follow every edit (POST /v1/fine_tuning/plan),
 // confirm, start (POST /v1/fine_tuning/jobs). The same body is offered as a curl command and as Python.
-import { api, copy, fmt, h } from "../util.js";
+import { api, copy, fmt, h, inDashboardTerms, settingsSchema } from "../util.js";
 import { listFiles, uploadForm } from "./files.js";
 
 export async function baseModels() {
@@ -8,29 +8,55 @@ export async function baseModels() {
   return page.data.filter((m) => !m.id.startsWith("ft:"));
 }
 
-// Hyperparameters the form offers: [key, label, hint, kind]. Empty = "auto".
-const HYPER = [
-  ["n_epochs", "Epochs", "passes over the data", "int"],
-  ["batch_size", "Batch size", "records per step", "int"],
-  ["learning_rate_multiplier", "Learning rate multiplier", "× the Auto learning rate", "float"],
-  ["lora_rank", "LoRA rank", "adapter size", "int"],
-  ["beta", "Beta", "preference tuning only: how far from the starting model", "float"],
-];
-const PREFERENCE_ONLY = new Set(["beta"]);
+// The form's fields come from the server's schema (RunConfig's declarations): the common ones first, every other
+// hyperparameter an API caller may set under "More settings". Empty = the default ("auto" where Auto chooses).
+const COMMON = ["n_epochs", "batch_size", "learning_rate_multiplier", "lora_rank", "beta"];
+const BY_METHOD = "method";  // chosen with the Method select (LoRA / full, supervised / DPO)
 
-function autoInput(id, kind) {
-  return h("input", { id, type: "text", inputmode: kind === "int" ? "numeric" : "decimal", placeholder: "auto", autocomplete: "off" });
+function fieldsOf(schema) {
+  const props = schema.schema.properties;
+  const keys = Object.keys(props).filter((k) => k !== BY_METHOD);
+  const common = COMMON.filter((k) => props[k]);
+  return { props, common, more: keys.filter((k) => !COMMON.includes(k)) };
+}
+
+function inputFor(key, prop) {
+  const id = `nj-${key}`;
+  const meta = prop["x-finetune"] || {};
+  if (prop.enum) {
+    return h("select", { id }, h("option", { value: "" }, `default (${prop.default})`), prop.enum.map((v) => h("option", { value: v }, v)));
+  }
+  const kinds = [].concat(prop.type);
+  if (kinds.includes("boolean")) {
+    const fallback = meta.auto ? "auto" : prop.default ? "on" : "off";
+    return h("select", { id }, h("option", { value: "" }, `default (${fallback})`), h("option", { value: "on" }, "on"), h("option", { value: "off" }, "off"));
+  }
+  const numeric = kinds.includes("integer") || kinds.includes("number");
+  const placeholder = meta.auto ? "auto" : prop.default === null || prop.default === undefined ? "none" : String(prop.default);
+  return h("input", { id, type: "text", inputmode: numeric ? "decimal" : "text", placeholder, autocomplete: "off" });
+}
+
+function parseValue(raw, prop) {
+  const kinds = [].concat(prop.type);
+  if (raw === "auto") return "auto";
+  if (kinds.includes("boolean")) return raw === "on";
+  if (kinds.includes("integer")) return Number.parseInt(raw, 10);
+  if (kinds.includes("number")) return Number(raw);
+  return raw;
 }
 
 // Method choices: supervised LoRA / full, or preference tuning (DPO) of a LoRA adapter / every weight.
-export function jobBody(v) {
+export function jobBody(v, schema) {
   const dpo = (v.method || "").startsWith("dpo");
-  const hyper = {};
-  for (const [key, , , kind] of HYPER) {
-    const raw = (v[key] || "").trim();
-    if (raw && raw !== "auto" && (dpo || !PREFERENCE_ONLY.has(key))) hyper[key] = kind === "int" ? Number.parseInt(raw, 10) : Number(raw);
-  }
   const weights = dpo ? v.method.replace(/^dpo-?/, "") || "lora" : v.method;
+  const hyper = {};
+  for (const [key, prop] of Object.entries(schema.schema.properties)) {
+    const raw = (v[key] || "").trim();
+    const when = (prop["x-finetune"] || {}).when;
+    if (!raw || key === BY_METHOD || (when === "dpo" && !dpo) || (when === "lora" && weights !== "lora")) continue;
+    if (raw === "auto" && key === "learning_rate_multiplier") continue;
+    hyper[key] = parseValue(raw, prop);
+  }
   if (weights && weights !== "lora") hyper.method = weights;
   const body = { model: v.model, training_file: v.training_file };
   if (v.validation_file) body.validation_file = v.validation_file;
@@ -38,6 +64,13 @@ export function jobBody(v) {
   if (v.seed !== "" && v.seed !== undefined) body.seed = Number.parseInt(v.seed, 10);
   body.method = dpo ? { type: "dpo", dpo: { hyperparameters: hyper } } : { type: "supervised", supervised: { hyperparameters: hyper } };
   return body;
+}
+
+// The label is the setting's name alone (what a screen reader announces); its help goes beside it.
+function settingField(key, prop, input) {
+  const help = prop.description ? h("div", { class: "hint small muted", id: `nj-${key}-help` }, prop.description) : null;
+  if (help) input.setAttribute("aria-describedby", help.id);
+  return h("div", { class: "field" }, h("label", { for: `nj-${key}` }, prop.title), input, help);
 }
 
 export function asCurl(body) {
@@ -54,53 +87,59 @@ export function asPython(body) {
   return `import os\nfrom openai import OpenAI\n\nclient = OpenAI(base_url="${location.origin}/v1", api_key=os.environ["FINETUNE_API_KEY"])\njob = client.fine_tuning.jobs.create(\n${args}\n)\nprint(job.id, job.status)`;
 }
 
+// The plan's rows (plan.json keys, labelled by the schema), in this order.
 const PLAN_ROWS = [
-  ["epochs", "Epochs"], ["batch_size", "Batch size"], ["grad_accum", "Gradient accumulation"], ["effective_batch", "Effective batch"],
-  ["learning_rate", "Learning rate"], ["beta", "Beta (DPO)"], ["lora_rank", "LoRA rank"], ["lora_alpha", "LoRA alpha"],
-  ["lora_train_head", "LoRA trains the output layer"], ["warmup_steps", "Warmup steps"],
-  ["val_fraction", "Validation share"], ["eval_every", "Evaluate every"], ["save_every", "Checkpoint every"],
-  ["gradient_checkpointing", "Gradient checkpointing"], ["shard", "Sharding"], ["schedule", "Schedule"], ["max_seq_len", "Max sequence length"],
+  "epochs", "batch_size", "grad_accum", "effective_batch", "learning_rate", "beta", "lora_rank", "lora_alpha",
+  "lora_train_head", "warmup_steps", "val_fraction", "eval_every", "save_every", "gradient_checkpointing", "shard",
+  "schedule", "max_seq_len",
 ];
-
-const FROM_FORM = { epochs: "n_epochs", batch_size: "batch_size", learning_rate: "learning_rate_multiplier", lora_rank: "lora_rank", beta: "beta" };
 const DERIVED = { effective_batch: "batch × accumulation × devices", lora_alpha: "2 × rank" };
 
-function why(key, plan, given) {
+function why(key, plan, given, schema) {
   const auto = plan.auto || {};
-  if (auto[key]) return h("span", {}, h("span", { class: "badge" }, "Auto"), " ", auto[key]);
-  if (given && FROM_FORM[key] && given[FROM_FORM[key]] !== undefined) return "your setting";
+  if (auto[key]) return h("span", {}, h("span", { class: "badge" }, "Auto"), " ", inDashboardTerms(auto[key], schema));
+  const fromForm = Object.entries(schema.schema.properties).find(([, p]) => (p["x-finetune"] || {}).plan_key === key)?.[0];
+  if (given && ((fromForm && given[fromForm] !== undefined) || (key === "learning_rate" && given.learning_rate_multiplier !== undefined))) {
+    return "your setting";
+  }
   if (DERIVED[key]) return DERIVED[key];
   return given ? "default" : "fixed (not Auto)";
 }
 
+function label(key, schema) {
+  return schema.plan_labels[key] || (key === "val_fraction" ? schema.schema.properties.val_fraction?.title : null) || key;
+}
+
 // `given`: the hyperparameters the user typed (null on a run's page, where the plan is already frozen)
-export function planView(plan, given = null) {
+export function planView(plan, given = null, schema = null) {
   const mem = plan.memory || {};
   const cost = plan.cost || {};
   const about = plan.tokens_exact ? "" : "≈ ";
   const time = cost.seconds;
   const money = cost.token_cost ?? null;
+  const device = cost.device ? `on ${cost.devices || 1} × ${cost.device}${cost.device_assumed ? " (assumed)" : ""}` : "";
   const stats = [
     ["steps", fmt.int(plan.total_steps), `${fmt.int(plan.steps_per_epoch)} per epoch`],
     ["tokens processed", `${about}${fmt.int(plan.tokens_processed)}`, "billed"],
-    ["time", time ? (time < 1 ? "< 1 s" : `≈ ${fmt.duration(time)}`) : "–", cost.device ? `on ${cost.devices || 1} × ${cost.device}${cost.device_assumed ? " (assumed)" : ""}` : ""],
+    ["time", time ? (time < 1 ? "< 1 s" : `≈ ${fmt.duration(time)}`) : "–", device],
     ["memory", mem.total ? fmt.bytes(mem.total) : "–", mem.device ? `${mem.fits_device === false ? "does NOT fit" : "per device"} ${mem.device}` : ""],
     ["cost", money !== null ? fmt.money(money + (cost.time_cost || 0)) : cost.time_cost ? fmt.money(cost.time_cost) : "–", "tokens + device time"],
   ];
   return h("div", { class: "plan", "data-testid": "plan" },
     h("div", { class: "stats" }, stats.map(([k, v, sub]) => h("div", { class: "stat" }, h("div", { class: "v" }, v), h("div", { class: "k" }, k), h("div", { class: "k" }, sub)))),
-    (plan.warnings || []).map((w) => h("p", { class: "note" }, h("strong", {}, `${w.code}: `), w.message)),
+    (plan.warnings || []).map((w) => h("p", { class: "note" }, h("strong", {}, `${w.code}: `), inDashboardTerms(w.message, schema))),
     h("div", { class: "tablewrap" }, h("table", { "aria-label": "Resolved settings" },
       h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Setting"), h("th", { scope: "col", class: "num" }, "Value"), h("th", { scope: "col" }, "Why"))),
-      h("tbody", {}, PLAN_ROWS.filter(([k]) => plan[k] !== undefined && plan[k] !== null).map(([k, label]) =>
-        h("tr", {}, h("td", {}, label), h("td", { class: "num mono" }, typeof plan[k] === "number" ? fmt.num(plan[k], 4).replace(/\.?0+$/, "") : String(plan[k])),
-          h("td", { class: "reason" }, why(k, plan, given)))))),
+      h("tbody", {}, PLAN_ROWS.filter((k) => plan[k] !== undefined && plan[k] !== null).map((k) =>
+        h("tr", {}, h("td", {}, schema ? label(k, schema) : k), h("td", { class: "num mono" }, typeof plan[k] === "number" ? fmt.num(plan[k], 4).replace(/\.?0+$/, "") : String(plan[k])),
+          h("td", { class: "reason" }, schema ? why(k, plan, given, schema) : ""))))),
     ),
   );
 }
 
 export async function render(main, [presetFile], signal) {
-  const [models, files] = await Promise.all([baseModels(), listFiles()]);
+  const [models, files, schema] = await Promise.all([baseModels(), listFiles(), settingsSchema()]);
+  const { props, common, more } = fieldsOf(schema);
   const el = {
     model: h("select", { id: "nj-model", required: true }, models.map((m) => h("option", { value: m.id }, m.id))),
     training_file: h("select", { id: "nj-train", required: true }, h("option", { value: "" }, "choose a file"), files.map((f) => h("option", { value: f.id }, `${f.filename} (${f.id})`))),
@@ -111,7 +150,7 @@ export async function render(main, [presetFile], signal) {
       h("option", { value: "lora" }, "LoRA adapter"), h("option", { value: "full" }, "full fine-tuning"),
       h("option", { value: "dpo" }, "preference tuning (DPO), LoRA adapter"), h("option", { value: "dpo-full" }, "preference tuning (DPO), full")),
   };
-  for (const [key, , , kind] of HYPER) el[key] = autoInput(`nj-${key}`, kind);
+  for (const key of [...common, ...more]) el[key] = inputFor(key, props[key]);
   if (presetFile) el.training_file.value = presetFile;
   else if (files.length) el.training_file.value = files[0].id;
 
@@ -126,7 +165,7 @@ export async function render(main, [presetFile], signal) {
 
   async function replan() {
     const v = values();
-    const body = jobBody(v);
+    const body = jobBody(v, schema);
     curl.textContent = asCurl(body);
     python.textContent = asPython(body);
     previewLink.href = v.training_file ? `#/files/${v.training_file}` : "#/files";
@@ -137,13 +176,13 @@ export async function render(main, [presetFile], signal) {
       const plan = await api("/v1/fine_tuning/plan", { method: "POST", body });
       if (mine !== seq || signal.aborted) return;
       lastPlan = plan;
-      planBox.replaceChildren(planView(plan, body.method[body.method.type].hyperparameters));
+      planBox.replaceChildren(planView(plan, body.method[body.method.type].hyperparameters, schema));
       startBtn.disabled = false;
     } catch (e) {
       if (mine !== seq) return;
       lastPlan = null;
       startBtn.disabled = true;
-      planBox.replaceChildren(h("p", { class: "alert", role: "alert" }, e.message));
+      planBox.replaceChildren(h("p", { class: "alert", role: "alert" }, inDashboardTerms(e.message, schema)));
     } finally {
       planBox.removeAttribute("aria-busy");
     }
@@ -161,7 +200,9 @@ export async function render(main, [presetFile], signal) {
     h("div", { class: "field" }, h("label", { for: "nj-method" }, "Method"), el.method),
     h("div", { class: "field" }, h("label", { for: "nj-suffix" }, "Suffix ", h("span", { class: "hint" }, "goes into the model's name")), el.suffix),
     h("h2", {}, "Hyperparameters ", h("span", { class: "hint muted small" }, "(empty = Auto)")),
-    HYPER.map(([key, label, hint]) => h("div", { class: "field" }, h("label", { for: `nj-${key}` }, label, h("span", { class: "hint" }, ` ${hint}`)), el[key])),
+    common.map((key) => settingField(key, props[key], el[key])),
+    h("details", { class: "more-settings" }, h("summary", {}, "More settings"),
+      more.map((key) => settingField(key, props[key], el[key]))),
     h("div", { class: "field" }, h("label", { for: "nj-seed" }, "Seed"), el.seed),
     startBtn,
   );
@@ -170,7 +211,7 @@ export async function render(main, [presetFile], signal) {
   form.addEventListener("submit", (ev) => {
     ev.preventDefault();
     if (!lastPlan) return;
-    const body = jobBody(values());
+    const body = jobBody(values(), schema);
     const start = h("button", { type: "button", class: "primary", autofocus: true }, "Start training");
     const err = h("p", { class: "alert", role: "alert", hidden: true });
     dialog.replaceChildren(
@@ -192,7 +233,7 @@ export async function render(main, [presetFile], signal) {
         dialog.close();
         location.hash = `#/jobs/${job.id}`;
       } catch (e) {
-        err.textContent = e.message;
+        err.replaceChildren(...inDashboardTerms(e.message, schema));
         err.hidden = false;
         start.disabled = false;
       }

@@ -2,7 +2,7 @@
 // clicking the curve), the report's diagnosis, the events log following live, the frozen settings, and
 // cancel / pause / resume. Everything is polled from the public API while the job is not finished.
 import { align, ema, line, makeChart } from "../chart.js";
-import { api, badge, fmt, h, poll, qs, TERMINAL } from "../util.js";
+import { api, badge, fmt, h, inDashboardTerms, poll, qs, settingsSchema, TERMINAL } from "../util.js";
 import { planView } from "./newjob.js";
 
 const EVENTS_PAGE = 50;
@@ -14,6 +14,7 @@ function xOf(curve, mode, steps) {
 }
 
 export async function render(main, [jobId], signal) {
+  const schema = await settingsSchema();  // settings named by their form fields' labels (util.js inDashboardTerms)
   let job = await api(`/v1/fine_tuning/jobs/${jobId}`);
   const state = { xMode: "step", smoothing: 0.6, raw: true, picked: null, curve: null, checkpoints: [], best: null };
 
@@ -95,7 +96,7 @@ export async function render(main, [jobId], signal) {
     actions.cancel.disabled = TERMINAL.has(st);
     actions.pause.disabled = !["validating_files", "queued", "running"].includes(st);
     actions.resume.disabled = st !== "paused";
-    errorBox.replaceChildren(job.error && job.error.message ? h("p", { class: "alert", role: "alert" }, h("strong", {}, `${job.error.code || "error"}: `), job.error.message) : "");
+    errorBox.replaceChildren(job.error && job.error.message ? h("p", { class: "alert", role: "alert" }, h("strong", {}, `${job.error.code || "error"}: `), inDashboardTerms(job.error.message, schema)) : "");
   }
 
   // ---- charts
@@ -208,7 +209,7 @@ export async function render(main, [jobId], signal) {
   let hasOlder = false;
   function eventRow(ev) {
     return h("tr", { class: `lvl-${ev.level}`, dataset: { level: ev.level } },
-      h("td", { class: "small" }, fmt.clock(ev.created_at)), h("td", {}, h("span", { class: `badge ${ev.level}` }, ev.level)), h("td", {}, ev.message));
+      h("td", { class: "small" }, fmt.clock(ev.created_at)), h("td", {}, h("span", { class: `badge ${ev.level}` }, ev.level)), h("td", {}, inDashboardTerms(ev.message, schema)));
   }
   function filterEvents() {
     for (const tr of evBody.children) tr.hidden = levelSel.value !== "all" && tr.dataset.level !== levelSel.value;
@@ -249,8 +250,8 @@ export async function render(main, [jobId], signal) {
     if (report && report.diagnosis) {
       const d = report.diagnosis;
       diagnosis.replaceChildren(h("h2", {}, "Diagnosis"),
-        h("p", { class: d.kind === "good_fit" ? "good" : "note" }, h("strong", {}, `${d.kind.replaceAll("_", " ")}: `), d.message),
-        h("p", {}, h("strong", {}, "Next step: "), d.next_step || "–"),
+        h("p", { class: d.kind === "good_fit" ? "good" : "note" }, h("strong", {}, `${d.kind.replaceAll("_", " ")}: `), inDashboardTerms(d.message, schema)),
+        h("p", {}, h("strong", {}, "Next step: "), d.next_step ? inDashboardTerms(d.next_step, schema) : "–"),
         h("dl", { class: "kv small" },
           h("dt", {}, "best step"), h("dd", {}, `${report.best_step ?? "–"} (validation loss ${fmt.num(report.best_val_loss, 4)})`),
           h("dt", {}, "tokens processed"), h("dd", {}, `${fmt.int(report.tokens_processed)} of ${fmt.int(report.tokens_planned)} planned`),
@@ -265,7 +266,7 @@ export async function render(main, [jobId], signal) {
         h("dl", { class: "kv" }, h("dt", {}, "base model"), h("dd", {}, job.model), h("dt", {}, "training file"), h("dd", { class: "mono" }, job.training_file),
           h("dt", {}, "validation file"), h("dd", { class: "mono" }, job.validation_file || "held out from the training file"), h("dt", {}, "seed"), h("dd", {}, String(job.seed)),
           h("dt", {}, "method"), h("dd", {}, run.plan.method)),
-        planView(run.plan));
+        planView(run.plan, null, schema));
     } else {
       settingsBox.replaceChildren(h("p", { class: "muted" }, "The settings are frozen once the job is planned."),
         h("pre", {}, JSON.stringify(job.hyperparameters, null, 2)));
