@@ -35,6 +35,7 @@ from finetune.export.card import model_card
 from finetune.fingerprint import run_fingerprint
 from finetune.model_source import resolve_model
 from finetune.plan.build import build_plan
+from finetune.plan.memory import resolve_device
 from finetune.plan.model_facts import load_model_facts
 from finetune.plan.plan import Plan
 from finetune.report.metrics import read_metrics
@@ -56,6 +57,7 @@ from finetune.train.loop import LoopResult, TrainingInterrupted, train_loop, use
 from finetune.train.model import model_for
 from finetune.train.objective import Objective, objective_for
 from finetune.train.order import schedule_tokens
+from finetune.train.speed import cached_speed, local_device_kind, training_speed
 from finetune.version import code_version
 from finetune.wording import ref
 
@@ -132,9 +134,14 @@ def _run(config: RunConfig, plan: Plan | None, on_plan, on_step, objective: Obje
     return TrainResult(out, plan, report, final, result)
 
 
-def plan_run(config: RunConfig, out: Path | None = None, ctx: DistContext | None = None) -> PlannedRun:
-    """Hold out the test set (into `out`), prepare the data, plan: what `finetune plan` and the worker do."""
+def plan_run(
+    config: RunConfig, out: Path | None = None, ctx: DistContext | None = None, measure: bool = True
+) -> PlannedRun:
+    """Hold out the test set (into `out`), prepare the data, plan: what `finetune plan` and the worker do.
+    `measure`: time a few training steps of the model on this machine for the time estimate (cached)."""
     ctx = ctx or DistContext()
+    if config.gpu is None:  # size memory and time for the machine the run is planned on
+        config = dataclasses.replace(config, gpu=local_device_kind(ctx.device))
     if config.test_fraction and out is not None:
         config = hold_out_test(config, out)  # before the split and the plan: the test set is never trained on
     config = dataclasses.replace(config, model=resolve_model(config.model)) if config.model else config
@@ -148,8 +155,20 @@ def plan_run(config: RunConfig, out: Path | None = None, ctx: DistContext | None
         prepared.summary,
         load_model_facts(config.model),
         step_tokens=lambda effective, steps: schedule_tokens(lengths, effective, config.seed, config.last_batch, steps),
+        speed=_speed_here(config, prepared.summary, ctx.device, measure) if config.model else None,
     )
     return PlannedRun(config, tokenizer, prepared, plan)
+
+
+def _speed_here(config: RunConfig, summary, device, measure: bool) -> float | None:
+    """Training tokens/s of this machine with this model (a few timed steps, cached): when the plan is for this
+    machine's device; `measure=False` reads the cache only."""
+    if resolve_device(config.gpu)[0].name != local_device_kind(device):
+        return None  # a what-if for another device: this machine's speed says nothing about it
+    seq_len = min(config.max_seq_len, summary.max_record_tokens or config.max_seq_len)
+    if not measure:
+        return cached_speed(config.model, config.trained_weights, seq_len, device)
+    return training_speed(config.model, config.trained_weights, seq_len, device, config.trust_remote_code)
 
 
 # ============================================================================ the entry point
@@ -169,8 +188,6 @@ def train(
     ctx = ctx or init_distributed()
     if ctx.is_main:
         guards.check_out_folder(Path(config.out))  # before anything slow: the model may be minutes of download away
-    if config.gpu is None and ctx.device.type == "cpu":
-        config = dataclasses.replace(config, gpu="cpu")  # size time and memory for the machine we are on
     try:
         with rank_failures(ctx, passthrough=(TrainingInterrupted,)):  # every rank stops alike: no rank to name
             try:

@@ -50,6 +50,7 @@ class _Resolving:
     data: DataSummary
     facts: ModelFacts | None
     step_tokens: Callable[[int, int], int] | None
+    speed: float | None  # training tokens/s of one device, measured on this machine with this model (train/speed.py)
     values: dict[str, Any] = field(default_factory=dict)  # setting name -> resolved value
     auto: dict[str, str] = field(default_factory=dict)  # plan.json name -> Auto's reason
     numbers: dict[str, Any] = field(default_factory=dict)  # derived numbers (Plan fields)
@@ -218,9 +219,13 @@ def _tokens_and_cost(r: _Resolving) -> None:
         tokens, exact = r.step_tokens(effective, total), data.counted_with_tokenizer
     seen = round(epochs * share, 2)
     r.numbers |= {"tokens_processed": tokens, "tokens_exact": exact, "times_each_example_seen": _number(seen)}
+    evaluations = total // r.values["eval_every"] + epochs  # every eval_every steps and at each epoch's end
+    per_record = (data.tokens_in_file or 0) / n
+    eval_tokens = round(evaluations * (data.validation_examples or 0) * per_record)
     r.numbers["cost"] = estimate_cost(
         tokens, exact, r.facts.total_params if r.facts else None, c.trained_weights, r.device, r.device_assumed,
         c.devices, r.get("gradient_checkpointing") is True, c.price_per_million_tokens, c.gpu_hour_price,
+        measured_tokens_per_s=r.speed, eval_tokens=eval_tokens,
     )  # fmt: skip
 
 
@@ -232,17 +237,19 @@ def build_plan(
     data: DataSummary,
     model_facts: ModelFacts | None = None,
     step_tokens: Callable[[int, int], int] | None = None,
+    speed: float | None = None,
 ) -> Plan:
     """Resolve every Auto value, do the arithmetic, estimate memory and cost, and give the advice.
 
     `data` comes from prepare (`prepared.summary`) or what_if_summary. `step_tokens(effective_batch, steps)`,
     when the records are at hand (a run), gives the exact tokens of the planned steps, so a run cut by
-    max_steps or a dropped last batch plans the tokens it reads. Raises UserError when no step could be
+    max_steps or a dropped last batch plans the tokens it reads. `speed`: training tokens/s of one device measured
+    on the machine the run will train on (train/speed.py), for the time estimate. Raises UserError when no step could be
     taken (no records, or only a partial batch that is dropped).
     """
     if data.examples < 1:
         raise UserError("there are no training records, so there is nothing to train on")
-    r = _Resolving(config, data, model_facts, step_tokens)
+    r = _Resolving(config, data, model_facts, step_tokens, speed)
     if data.val_fraction_reason and config.val_fraction == AUTO and not config.val_file:
         r.auto["val_fraction"] = data.val_fraction_reason
     for step in STEPS:

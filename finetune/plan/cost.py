@@ -4,6 +4,7 @@
                    ~ 4 N T  (LoRA: no weight gradients for the frozen base; the adapter's own are negligible)
                    + 2 N T  with gradient checkpointing (one more forward)
     time           = FLOPs / (devices x peak x MFU)
+                   = tokens / (devices x measured tokens/s)   when this machine measured this model (train/speed.py)
 
 N = model parameters, T = tokens processed. The token cost is exact when the token count is; the time
 and its cost are estimates (assumed utilisation, attention FLOPs left out) and say so (`estimate: true`).
@@ -14,6 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from finetune.plan.memory import DeviceSpec
+from finetune.wording import ref
 
 GPU_MFU = 0.35  # model FLOPs utilisation a well-fed fine-tuning run reaches on a datacenter GPU
 CPU_FLOPS = 1e11  # effective FLOP/s of one CPU training process (fp32): very rough
@@ -49,6 +51,8 @@ class CostEstimate:
     """--gpu-hour-price, per device-hour."""
     time_cost: float | None
     """device_hours x price; None without a price or a time estimate."""
+    tokens_per_s: float | None = None
+    """Training tokens per second of one device, measured on this machine with this model; None: not measured."""
     estimate: bool = True
     """The time, FLOPs and time cost are estimates from an assumed throughput, not measurements."""
     notes: list[str] = field(default_factory=list)
@@ -77,8 +81,14 @@ def estimate_cost(
     gradient_checkpointing: bool = False,
     price_per_million_tokens: float | None = None,
     gpu_hour_price: float | None = None,
+    measured_tokens_per_s: float | None = None,
+    eval_tokens: int = 0,
 ) -> CostEstimate:
-    """Token cost (exact when the tokens are) and time cost (an estimate) of one run."""
+    """Token cost (exact when the tokens are) and time cost (an estimate) of one run.
+
+    With `measured_tokens_per_s` (this machine, this model) the time is tokens / speed, the validation passes
+    (`eval_tokens`, forward only: a third of a training token's work) included; otherwise FLOPs / an assumed rate.
+    """
     notes = []
     token_cost = None
     if tokens_processed is None:
@@ -90,6 +100,12 @@ def estimate_cost(
         notes.append("model size unknown: no time estimate")
     elif tokens_processed is not None:
         flops = training_flops(params, tokens_processed, method, gradient_checkpointing)
+    if tokens_processed is not None and measured_tokens_per_s:
+        seconds = (tokens_processed + eval_tokens / 3) / (measured_tokens_per_s * devices)
+        notes.append(
+            f"time from {measured_tokens_per_s:,.0f} training tokens/s measured on this machine with this model"
+        )
+    elif flops is not None:
         if device.peak_flops is None:
             rate = CPU_FLOPS * devices
             notes.append(f"CPU time assumes about {CPU_FLOPS:.0e} FLOP/s per process: a rough guess")
@@ -98,9 +114,10 @@ def estimate_cost(
             rate = device.peak_flops * GPU_MFU * devices
             notes.append(
                 f"time assumes {GPU_MFU:.0%} of {device.name}'s {device.peak_flops / 1e12:.0f} TFLOP/s bf16 peak"
-                + (" (no --gpu given: assumed)" if device_assumed else "")
+                + (f" (no {ref('gpu')} given: assumed)" if device_assumed else "")
             )
         seconds = flops / rate
+    if seconds is not None:
         hours = seconds / 3600 * devices
         if gpu_hour_price is not None:
             time_cost = hours * gpu_hour_price
@@ -118,5 +135,6 @@ def estimate_cost(
         device_hours=hours,
         gpu_hour_price=gpu_hour_price,
         time_cost=time_cost,
+        tokens_per_s=measured_tokens_per_s,
         notes=notes,
     )

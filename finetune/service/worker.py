@@ -50,17 +50,6 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(sig))  # PR_SET_PDEATHSIG
 
 
-def local_device_kind() -> str:
-    """The device this worker trains on, as the plan's device table names it ("cpu" without a GPU)."""
-    import torch
-
-    if not torch.cuda.is_available():
-        return "cpu"
-    from finetune.plan.memory import device_for_name
-
-    return device_for_name(torch.cuda.get_device_name(0), torch.cuda.get_device_properties(0).total_memory)
-
-
 def local_gpus() -> int | None:
     """The GPUs this machine gives a job; None on a CPU-only machine, where a job's processes share the CPU (gloo)."""
     import torch
@@ -76,6 +65,8 @@ class Worker:
         self.poll_seconds = poll_seconds
         self.stopping = threading.Event()
         self.max_devices = settings.worker_devices or local_gpus()
+        from finetune.train.speed import local_device_kind
+
         self.device_kind = local_device_kind()
 
     # ------------------------------------------------------------------ the loop

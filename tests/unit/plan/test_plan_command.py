@@ -29,7 +29,7 @@ def test_what_if_json_has_every_key(capsys):
     data = plan_json(capsys, "--examples", "800")
     assert set(data) >= REQUIRED_KEYS
     assert isinstance(data["memory"], dict) and isinstance(data["cost"], dict) and isinstance(data["auto"], dict)
-    assert all(set(w) == {"code", "message"} for w in data["warnings"])
+    assert all(set(w) == {"code", "message", "settings"} for w in data["warnings"])  # settings: the ones it names
     assert data["what_if"] is True and data["examples"] == 800
 
 

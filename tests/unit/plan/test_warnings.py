@@ -103,4 +103,5 @@ def test_data_warnings_are_given_once_by_the_advice():
 
 def test_warnings_have_code_and_message():
     for warning in build_plan(RunConfig(epochs=9, batch_size=32, lr=1e-3), replace(DATA, examples=50), None).warnings:
-        assert set(warning) == {"code", "message"} and warning["message"]
+        assert set(warning) == {"code", "message", "template", "settings"} and warning["message"]
+        assert "\u2983" not in warning["message"]  # rendered for the reader (the command line here)
