@@ -64,10 +64,12 @@ class RunConfig:
     """Share of conversations held out as a test set, from both training and validation (OUT/test.jsonl)."""
     record_policy: RecordPolicy = RecordPolicy.ALL
     """How a conversation becomes records: all targets in one record, only the last, or one record per target."""
-    max_seq_len: int = 1024
-    """Longest record in tokens; longer ones are handled by `truncation`."""
+    max_seq_len: int | str = AUTO
+    """Longest record in tokens; auto = the longest record when the model and memory allow it (docs/auto.md)."""
     truncation: Truncation = Truncation.LEFT
-    """Over-long records: drop context from the left (never a target), or drop the record."""
+    """Over-long records: left = split into records that fit, earlier turns as context (docs/formats.md); drop."""
+    strict: bool = False
+    """Fail instead of splitting, shortening or dropping over-long records or skipping anything."""
     cache: bool = True
     """Keep the tokenized data in the token cache and reuse it (off: --no-cache tokenizes every time)."""
     cache_dir: str | None = None
@@ -163,6 +165,8 @@ class RunConfig:
             self._at_least(name, 1)
         for name in ("warmup_steps", "weight_decay", "price_per_million_tokens", "gpu_hour_price", "seed"):
             self._at_least(name, 0)
+        if self.strict and self.skip_invalid:
+            raise ConfigError("--strict fails on any line it would leave out, so it cannot go with --skip-invalid")
         if self.val_file and self.val_fraction != AUTO:
             raise ConfigError(
                 "--val-file and --val-fraction cannot be used together: the file is the validation set, "
@@ -248,7 +252,7 @@ class RunConfig:
 # ----------------------------------------------------------------------------- settings, derived from RunConfig
 
 # the data settings: how a file becomes training records; `validate`, `plan` and `train` all take them
-DATA_SETTINGS = ("val_file", "val_fraction", "record_policy", "max_seq_len", "truncation", "format")
+DATA_SETTINGS = ("val_file", "val_fraction", "record_policy", "max_seq_len", "truncation", "strict", "format")
 # settings only a run has (plan takes every other one: it shows what train would do)
 TRAIN_ONLY = ("out", "resume", "allow_changes", "keep_checkpoints", "test_fraction")
 # positional arguments of the commands rather than flags

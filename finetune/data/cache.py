@@ -7,8 +7,13 @@
 An entry is a folder named by the sha256 of its key. The key holds everything that changes the tokens:
 the sha256 of the data (and validation) file's bytes, the tokenizer (its full serialized form, chat
 template and special tokens), the source code of the data path, and every setting of the run except those
-known not to touch the data (learning rate, epochs, batch, ...: NOT_DATA_SETTINGS). A new setting is part
-of the key until someone adds it there, so the cache errs on the side of tokenizing again.
+known not to touch the data (learning rate, epochs, batch, ...: NOT_DATA_SETTINGS), with max_seq_len as
+resolved (Auto's choice, not "auto"). A new setting is part of the key until someone adds it there, so the
+cache errs on the side of tokenizing again.
+
+Beside the tokens, a small entry keeps every record's whole length (`lengths_key`: the same key without
+max_seq_len and truncation): Auto's max_seq_len is chosen from it, so a later run finds its tokens without
+tokenizing anything.
 
 The entry repeats its key in meta.json with the size and sha256 of each file; an entry whose key, files or
 sizes do not match is ignored (and tokenized again), never trusted. Deleting the folder at any time is safe:
@@ -28,7 +33,7 @@ from pathlib import Path
 
 from finetune.config import RunConfig
 
-CACHE_FORMAT = 1  # bump when the layout of an entry changes
+CACHE_FORMAT = 2  # bump when the layout of an entry changes (2: the records' fit, and the lengths entries)
 ENV_DIR = "FINETUNE_CACHE_DIR"
 STALE_TMP_S = 6 * 3600  # a temporary folder this old belongs to a writer that died
 
@@ -72,8 +77,12 @@ NOT_DATA_SETTINGS = frozenset(
         "gpu",
         "cache",
         "cache_dir",
+        "strict",  # raises or not on the fitted records; never changes them
     }
 )
+# Settings that do not change a record's whole length: the lengths entry (what Auto's max_seq_len is chosen
+# from) leaves them out, so every limit and truncation reads the same lengths.
+NOT_LENGTH_SETTINGS = frozenset({"max_seq_len", "truncation"})
 
 
 def cache_root(config: RunConfig) -> Path:
@@ -112,12 +121,19 @@ def code_fingerprint() -> str:
     return digest.hexdigest()
 
 
-def cache_key(config: RunConfig, tokenizer, data_digest: str, val_digest: str | None) -> dict | None:
-    """The key of this run's tokenized data, or None when it cannot be keyed safely (do not cache)."""
+def cache_key(
+    config: RunConfig, tokenizer, data_digest: str, val_digest: str | None, max_seq_len: int | None = None
+) -> dict | None:
+    """The key of this run's tokenized data, or None when it cannot be keyed safely (do not cache).
+
+    `max_seq_len`: the limit the records are fitted to, as resolved (Auto's choice depends on more than the
+    data: the model's context window and the device's memory), in place of the setting ("auto")."""
     fingerprint = tokenizer_fingerprint(tokenizer)
     if fingerprint is None:
         return None
     settings = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name not in NOT_DATA_SETTINGS}
+    if max_seq_len is not None:
+        settings["max_seq_len"] = max_seq_len
     return {
         "format": CACHE_FORMAT,
         "code": code_fingerprint(),
@@ -126,6 +142,42 @@ def cache_key(config: RunConfig, tokenizer, data_digest: str, val_digest: str | 
         "tokenizer": fingerprint,
         "settings": json.loads(json.dumps(settings, default=str)),
     }
+
+
+def lengths_key(config: RunConfig, tokenizer, data_digest: str, val_digest: str | None) -> dict | None:
+    """The key of the records' whole lengths: the token key without the settings that do not change them."""
+    key = cache_key(config, tokenizer, data_digest, val_digest)
+    if key is None:
+        return None
+    key["settings"] = {k: v for k, v in key["settings"].items() if k not in NOT_LENGTH_SETTINGS}
+    return key | {"kind": "lengths"}
+
+
+def load_lengths(root: Path, key: dict):
+    """The whole lengths stored under `key` (an int64 array), or None."""
+    import numpy as np
+
+    hit = load_entry(root, key)
+    if hit is None:
+        return None
+    try:
+        return np.load(hit[0] / "lengths.npy")
+    except (OSError, ValueError):
+        return None
+
+
+def store_lengths(root: Path, key: dict, lengths) -> None:
+    """Keep the whole lengths (a few bytes a record) under `key`; nothing when the cache is not writable."""
+    import numpy as np
+
+    if load_entry(root, key) is not None:
+        return
+    tmp = new_tmp_dir(root)
+    if tmp is None:
+        return
+    np.save(tmp / "lengths.npy", np.asarray(lengths, dtype=np.int64))
+    if store_entry(root, key, tmp, {}) is None:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def key_digest(key: dict) -> str:

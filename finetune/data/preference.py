@@ -21,10 +21,14 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
+from finetune.data.fitting import LongRecords
 from finetune.data.formats.conversation import finish_conversation
 from finetune.data.formats.lines import Line, json_type
 from finetune.data.formats.openai import check_message, check_tools
 from finetune.data.read import problems_text
+from finetune.data.seq_len import choose_max_seq_len
 from finetune.data.split import auto_val_fraction, split_conversations
 from finetune.data.types import Conversation, DataSummary, Message, Problem, Record, TokenizedRecord
 from finetune.errors import UserError
@@ -352,21 +356,37 @@ def _prompts(pairs: list[PreferencePair]) -> int:
     return len({p.prompt_conversation().key() for p in pairs})
 
 
-def _tokenize_pairs(pairs: list[PreferencePair], chat, config) -> tuple[list[TokenizedPair], list[int]]:
-    kept, dropped = [], []
+def _whole_pairs(pairs: list[PreferencePair], chat) -> list[tuple[PreferencePair, list]]:
+    """Each pair's two sides (chosen, rejected), tokenized whole: (record, EncodedOutcome) each."""
+    wholes = []
     for i, pair in enumerate(pairs):
-        sides = [
-            chat.tokenize(pair.record(answer, i), config.max_seq_len, config.truncation)
-            for answer in (pair.chosen, pair.rejected)
-        ]
-        if any(side.record is None for side in sides):
-            dropped.append(pair.line)
+        records = [pair.record(answer, i) for answer in (pair.chosen, pair.rejected)]
+        wholes.append((pair, [(record, chat.tokenize_whole(record)) for record in records]))
+    return wholes
+
+
+def _fit_pairs(wholes, limit: int, truncation, long: LongRecords, name: str) -> list[TokenizedPair]:
+    """The pairs whose sides fit the limit (a side's prompt cut from the left, never its answer); the others
+    are dropped. What happened is noted in `long` (a pair is one answer: it is never split)."""
+    from finetune.data.tokenize import as_lists, cut_to_length
+
+    kept = []
+    for pair, sides in wholes:
+        fitted = [as_lists(record, cut_to_length(whole, limit, truncation)) for record, whole in sides]
+        place = f"{name}:{pair.line}"
+        if any(side.record is None for side in fitted):
+            long.dropped_at.append(place)
+            long.dropped_need = max(long.dropped_need, *(side.total_tokens for side in fitted))
             continue
-        kept.append(TokenizedPair(sides[0].record, sides[1].record, pair.line))
-    return kept, dropped
+        if any(side.cut_tokens for side in fitted):
+            long.shortened_at.append(place)
+        kept.append(TokenizedPair(fitted[0].record, fitted[1].record, pair.line))
+    return kept
 
 
-def _estimated(train: list[PreferencePair], val: list[PreferencePair], fraction: float, reason: str) -> PreparedPairs:
+def _estimated(
+    train: list[PreferencePair], val: list[PreferencePair], fraction: float, reason: str, config
+) -> PreparedPairs:
     from finetune.data.stats import estimate_record_tokens
 
     sides = [
@@ -387,6 +407,8 @@ def _estimated(train: list[PreferencePair], val: list[PreferencePair], fraction:
         val_fraction=fraction,
         val_fraction_reason=reason,
     )
+    limit = choose_max_seq_len(config, np.array([e.total for pair in sides for e in pair]), rows_per_record=2)
+    summary = dataclasses.replace(summary, max_seq_len=limit.value, max_seq_len_reason=limit.reason or None)
     return PreparedPairs([], [], summary)
 
 
@@ -414,17 +436,26 @@ def prepare_pairs(config, tokenizer=None) -> PreparedPairs:
             reason = "validation off (--val-fraction 0)" if fraction == 0 else f"your --val-fraction {fraction}"
         train, val = split_pairs(train, fraction, config.seed)
     if tokenizer is None:  # `finetune plan PREFS.jsonl` without --model: token numbers from the text
-        estimated = _estimated(train, val, fraction, reason)
+        estimated = _estimated(train, val, fraction, reason, config)
         estimated.summary = dataclasses.replace(
             estimated.summary, skipped_lines=len(skipped), duplicates_removed=shared
         )
         estimated.skipped = skipped
         return estimated
     chat = ChatTokenizer(tokenizer)
-    train_pairs, dropped = _tokenize_pairs(train, chat, config)
-    val_pairs, val_dropped = _tokenize_pairs(val, chat, config)
+    train_whole, val_whole = _whole_pairs(train, chat), _whole_pairs(val, chat)
+    lengths = [whole.total_tokens for _, sides in train_whole + val_whole for _, whole in sides]
+    limit = choose_max_seq_len(config, np.array(lengths, dtype=np.int64), rows_per_record=2)
+    long = LongRecords(limit.value, str(config.truncation), longest=max(lengths, default=0))
+    names = (Path(config.data).name, Path(config.val_file or config.data).name)
+    train_pairs = _fit_pairs(train_whole, limit.value, config.truncation, long, names[0])
+    dropped = [int(place.rpartition(":")[2]) for place in long.dropped_at]
+    val_pairs = _fit_pairs(val_whole, limit.value, config.truncation, long, names[1])
+    val_dropped = [int(place.rpartition(":")[2]) for place in long.dropped_at[len(dropped) :]]
+    if config.strict and (error := long.strict_error(limit.reason or None)):
+        raise UserError(error)
     if not train_pairs:
-        raise UserError(f"{config.data}: every pair is longer than --max-seq-len {config.max_seq_len}")
+        raise UserError(f"{config.data}: nothing trainable remains: {long.sentence()}")
     records = [r for p in train_pairs for r in (p.chosen, p.rejected)]
     check_masking(records, chat.end_of_turn_id, config.data)
     lengths = [len(p) for p in train_pairs]
@@ -445,6 +476,11 @@ def prepare_pairs(config, tokenizer=None) -> PreparedPairs:
         skipped_lines=len(skipped),
         val_fraction=fraction,
         val_fraction_reason=reason,
+        max_seq_len=limit.value,
+        max_seq_len_reason=limit.reason or None,
+        shortened_at=tuple(long.shortened_at),
+        dropped_at=tuple(long.dropped_at),
+        dropped_need_tokens=long.dropped_need,
     )
     summary = dataclasses.replace(summary, context_tokens=summary.tokens_in_file - summary.target_tokens)
     return PreparedPairs(train_pairs, val_pairs, summary, chat.end_of_turn_id, skipped)

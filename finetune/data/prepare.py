@@ -18,8 +18,9 @@ import json
 import math
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -27,21 +28,26 @@ import numpy as np
 from finetune.config import AUTO, RunConfig
 from finetune.data import cache
 from finetune.data.arrays import TokenArrays
+from finetune.data.fitting import Fit, LongRecords, fit
 from finetune.data.parallel import (
     ChunkResult,
     TokenizeSettings,
     default_workers,
     file_digest,
+    read_chunk_conversations,
+    refit,
     scan_file,
     tokenize_chunks,
     tokenize_conversations,
 )
 from finetune.data.records import build_records
+from finetune.data.seq_len import choose_max_seq_len
 from finetune.data.split import auto_val_fraction, remove_overlap, split_conversations
 from finetune.data.stats import estimate_record_tokens
 from finetune.data.tokenize import ChatTokenizer, load_tokenizer
 from finetune.data.types import Conversation, DataSummary, Record, TokenizedRecord
 from finetune.errors import RecordError, UserError
+from finetune.plan.auto import Choice
 
 TRAIN, VAL, LEFT_OUT = 0, 1, -1  # the side of a record: validation-file duplicates of training are left out
 _RECORD_ARRAYS = ("starts", "lengths", "num_targets", "conversation", "line", "truncated")
@@ -66,6 +72,7 @@ class TokenizedData:
     side: np.ndarray  # [records] TRAIN or VAL
     first_is_target: np.ndarray  # [records] bool: nothing would predict the first target
     learns_end: np.ndarray  # [records] bool: the end-of-turn token is a target
+    fit: np.ndarray  # [records] fitting.Fit: kept whole, one of a split conversation's records, or shortened
     meta: dict  # counts of the split, dropped records, end-of-turn id (see _split_and_count)
 
 
@@ -112,10 +119,9 @@ def _val_fraction(config: RunConfig, unique_conversations: int) -> tuple[float, 
     return float(config.val_fraction), f"your --val-fraction {config.val_fraction}"
 
 
-def _settings(config: RunConfig) -> TokenizeSettings:
-    return TokenizeSettings(
-        config.max_seq_len, str(config.truncation), str(config.record_policy), config.seed, config.format
-    )
+def _settings(config: RunConfig, max_seq_len: int | None) -> TokenizeSettings:
+    """What decides the tokens; `max_seq_len` None: records are kept whole, to be fitted once it is chosen."""
+    return TokenizeSettings(max_seq_len, str(config.truncation), str(config.record_policy), config.seed, config.format)
 
 
 # ----------------------------------------------------------------------------- the split, on per-conversation arrays
@@ -188,7 +194,7 @@ def _combine(
 ) -> dict:
     """Write ids.npy, weights.npy and records.npz into `folder`; returns the meta the cache keeps with them."""
     train_side, val_side, meta = _split_and_count(train_results, val_results, config)
-    parts: dict[str, list[np.ndarray]] = {name: [] for name in (*_RECORD_ARRAYS, "side", "first", "end")}
+    parts: dict[str, list[np.ndarray]] = {name: [] for name in (*_RECORD_ARRAYS, "side", "first", "end", "fit")}
     dropped: list[list] = []
     built_train = 0
     token_base = 0
@@ -209,13 +215,14 @@ def _combine(
                 ("side", side),
                 ("first", result.rec_first_is_target),
                 ("end", result.rec_learns_end),
+                ("fit", result.rec_fit),
             ):
                 parts[name].append(np.asarray(values)[keep])
             built_train += int((side == TRAIN).sum())
-            for local, line, reason, cut in result.dropped:
+            for local, line, reason, tokens in result.dropped:
                 where = int(sides[local + conv_base])
                 if where != LEFT_OUT:
-                    dropped.append([where, line, reason, cut])
+                    dropped.append([where, line, reason, tokens])
                     built_train += where == TRAIN
             token_base += result.tokens
             conv_base += result.conversations
@@ -226,6 +233,7 @@ def _combine(
     dropped.sort(key=lambda row: row[0])  # training side first, file order within each side
     data_format = next((r.format for r in train_results if r.format is not None), None)
     meta.update(train_records_built=built_train, dropped=dropped, end_of_turn_id=end_of_turn_id, skipped=[])
+    meta["longest"] = max((int(r.src_len.max()) for r in all_results if len(r.src_len)), default=0)
     meta["data_format"] = data_format
     return meta
 
@@ -239,7 +247,9 @@ def _load(folder: Path, meta: dict, in_memory: bool) -> TokenizedData:
         np.load(folder / "weights.npy", mmap_mode=mode),
         **{name: rec[name] for name in _RECORD_ARRAYS},
     )
-    return TokenizedData(records, rec["side"], rec["first"].astype(bool), rec["end"].astype(bool), meta)
+    return TokenizedData(
+        records, rec["side"], rec["first"].astype(bool), rec["end"].astype(bool), rec["fit"].astype(np.int8), meta
+    )
 
 
 # ----------------------------------------------------------------------------- TokenizedData -> PreparedData
@@ -266,22 +276,54 @@ def _percentile(ordered: np.ndarray, q: float) -> int:
     return int(ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)] if q > 0 else ordered[0])
 
 
-def _prepared(data: TokenizedData, config: RunConfig) -> PreparedData:
+def _display_name(path: str | None) -> str:
+    """How a summary names a file: its name alone, so no folder (a server's, say) shows in a plan or an event."""
+    return Path(path).name if path else "training data"
+
+
+def _long_records(data: TokenizedData, config: RunConfig, max_seq_len: int) -> LongRecords:
+    """FILE:LINE of every conversation split, record shortened and record dropped, in file order."""
+    names = {TRAIN: _display_name(config.data), VAL: _display_name(config.val_file or config.data)}
+    summary = LongRecords(max_seq_len, str(config.truncation), longest=int(data.meta.get("longest", 0)))
+    fitted = np.flatnonzero(data.fit != Fit.WHOLE)
+    split_seen: set[tuple[int, int]] = set()
+    for row in fitted.tolist():
+        side, line = int(data.side[row]), int(data.records.line[row])
+        place = f"{names[side]}:{line}"
+        if data.fit[row] == Fit.SPLIT:
+            summary.split_records += 1
+            conversation = (side, int(data.records.conversation[row]))
+            if conversation not in split_seen:
+                split_seen.add(conversation)
+                summary.split_at.append(place)
+        else:
+            summary.shortened_at.append(place)
+    for side, line, _, tokens in data.meta["dropped"]:
+        summary.dropped_at.append(f"{names[side]}:{line}")
+        summary.dropped_need = max(summary.dropped_need, int(tokens))
+    return summary
+
+
+def _prepared(data: TokenizedData, config: RunConfig, limit: Choice[int]) -> PreparedData:
     meta = data.meta
     if not meta["train_records_built"]:
         raise UserError("no training records: no assistant message has a weight above 0")
-    train = data.records.subset(np.flatnonzero(data.side == TRAIN))
+    long = _long_records(data, config, limit.value)
+    if config.strict and (error := long.strict_error(limit.reason or None)):
+        raise UserError(error)
+    train_rows = np.flatnonzero(data.side == TRAIN)
+    train = data.records.subset(train_rows)
     val = data.records.subset(np.flatnonzero(data.side == VAL))
     source = config.data or "training data"
     if not len(train):
-        raise UserError(f"{source}: every record is longer than --max-seq-len {config.max_seq_len}")
+        raise UserError(f"{source}: nothing trainable remains: {long.sentence() or 'every record was left out'}")
     eot = meta["end_of_turn_id"]
     _check_masking(data, TRAIN, source, eot)
     _check_masking(data, VAL, config.val_file or source, eot)
 
     fraction, reason = _val_fraction(config, meta["unique_conversations"])
     ordered = np.sort(train.lengths)
-    truncated = train.truncated[train.truncated > 0]
+    shortened = data.fit[train_rows] == Fit.SHORTENED
     summary = DataSummary(
         examples=len(train),
         validation_examples=len(val),
@@ -296,16 +338,30 @@ def _prepared(data: TokenizedData, config: RunConfig) -> PreparedData:
         max_record_tokens=int(ordered[-1]),
         p50_record_tokens=_percentile(ordered, 0.5),
         p95_record_tokens=_percentile(ordered, 0.95),
-        truncated_records=len(truncated),
-        truncated_tokens=int(truncated.sum()),
+        truncated_records=int(shortened.sum()),
+        truncated_tokens=int(train.truncated.sum()),
         dropped_records=len(meta["dropped"]),
         dropped_lines=tuple(line for _, line, _, _ in meta["dropped"]),
         duplicates_removed=meta["duplicates_removed"],
         val_fraction=fraction,
         val_fraction_reason=reason,
         data_format=meta.get("data_format"),  # entries cached before it was recorded have none
+        **_limit_fields(limit, long),
     )
     return PreparedData(train, val, summary, eot, skipped=_named_skipped(meta["skipped"], config))
+
+
+def _limit_fields(limit: Choice[int], long: LongRecords) -> dict:
+    """DataSummary's fields about the limit and what it did to the records."""
+    return {
+        "max_seq_len": limit.value,
+        "max_seq_len_reason": limit.reason or None,
+        "split_at": tuple(long.split_at),
+        "split_records": long.split_records,
+        "shortened_at": tuple(long.shortened_at),
+        "dropped_at": tuple(long.dropped_at),
+        "dropped_need_tokens": long.dropped_need,
+    }
 
 
 def _stored_skipped(skipped: list[dict], source: str) -> list[dict]:
@@ -332,46 +388,72 @@ def prepare_conversations(
     if tokenizer is None:
         return _estimate(train_conversations, val_conversations, config)
     chat = ChatTokenizer(tokenizer)
-    train = [tokenize_conversations(train_conversations, chat, _settings(config))]
-    val = None if val_conversations is None else [tokenize_conversations(val_conversations, chat, _settings(config))]
+    given = None if config.max_seq_len == AUTO else choose_max_seq_len(config, np.zeros(0))
+    settings = _settings(config, given.value if given else None)
+    sides = [train_conversations] + ([] if val_conversations is None else [val_conversations])
+    results = [tokenize_conversations(conversations, chat, settings) for conversations in sides]
+    limit = given or _fit_results(results, [lambda c=c: c for c in sides], chat, config)
     folder = Path(tempfile.mkdtemp(prefix="finetune-tokens-"))
     try:
-        meta = _combine(folder, train, val, config, chat.end_of_turn_id)
-        return _prepared(_load(folder, meta, in_memory=True), config)
+        meta = _combine(folder, results[:1], results[1:] or None, config, chat.end_of_turn_id)
+        return _prepared(_load(folder, meta, in_memory=True), config, limit)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def _whole_lengths(results: list[ChunkResult]) -> np.ndarray:
+    """Every built record's whole length in tokens (the data file's, then the validation file's)."""
+    return np.concatenate([r.src_len for r in results]) if results else np.zeros(0, np.int64)
+
+
+def _fit_results(
+    results: list[ChunkResult], sources: list[Callable[[], list[Conversation]]], chat, config: RunConfig
+) -> Choice[int]:
+    """Choose Auto's limit from results tokenized whole, then fit them to it: only the chunks holding a record
+    over the limit are read again (`sources[i]()` gives chunk i's conversations), and only those records are
+    tokenized again, in parts."""
+    limit = choose_max_seq_len(config, _whole_lengths(results))
+    settings = _settings(config, limit.value)
+    for result, source in zip(results, sources, strict=True):
+        if (result.rec_len > limit.value).any():
+            refit(result, source(), chat, settings)
+    return limit
+
+
+Tokenized = tuple[list[ChunkResult], list[dict], list[Callable[[], list[Conversation]]]]
+
+
 def _tokenize_file(
-    path: str, chunks, chat: ChatTokenizer, config: RunConfig, folder: Path, workers: int
-) -> tuple[list[ChunkResult], list[dict]]:
-    """The chunks of one file tokenized, and the lines --skip-invalid left out. A file with any problem
-    (or that is not plain JSONL) is read whole the classic way, which names every problem with its line.
-    A record the tokenizer cannot take (RecordError) is reported as FILE:LINE."""
+    path: str, chunks, chat: ChatTokenizer, config: RunConfig, limit: int | None, folder: Path, workers: int
+) -> Tokenized:
+    """The chunks of one file tokenized, the lines --skip-invalid left out, and how to read each chunk's
+    conversations again. A file with any problem (or that is not plain JSONL) is read whole the classic way,
+    which names every problem with its line. A record the tokenizer cannot take (RecordError) is reported as
+    FILE:LINE."""
     try:
-        return _tokenize_file_in_chunks(path, chunks, chat, config, folder, workers)
+        return _tokenize_file_in_chunks(path, chunks, chat, config, limit, folder, workers)
     except RecordError as exc:
         raise UserError(f"{path}:{exc.line}: {exc.reason}") from None
 
 
 def _tokenize_file_in_chunks(
-    path: str, chunks, chat: ChatTokenizer, config: RunConfig, folder: Path, workers: int
-) -> tuple[list[ChunkResult], list[dict]]:
+    path: str, chunks, chat: ChatTokenizer, config: RunConfig, limit: int | None, folder: Path, workers: int
+) -> Tokenized:
+    settings = _settings(config, limit)
     if chunks is not None:
-        results = tokenize_chunks(
-            chunks, chat, _settings(config), str(folder), workers, config.model, config.trust_remote_code
-        )
+        results = tokenize_chunks(chunks, chat, settings, str(folder), workers, config.model, config.trust_remote_code)
         formats = {r.format for r in results if r.format is not None}
         if all(r.ok for r in results) and len(formats) <= 1 and any(r.conversations for r in results):
-            return results, []
+            sources = [partial(read_chunk_conversations, chunk, config.format) for chunk in chunks]
+            return results, [], sources
         for result in results:  # the token files of the chunks that were fine: not needed after all
             for name in (result.ids_file, result.weights_file):
                 if name is not None:
                     Path(name).unlink(missing_ok=True)
     conversations, skipped, data_format = read_conversations_and_format(path, config.format, config.skip_invalid)
-    result = tokenize_conversations(conversations, chat, _settings(config))
+    result = tokenize_conversations(conversations, chat, settings)
     result.format = data_format
-    return [result], skipped
+    return [result], skipped, [lambda: conversations]
 
 
 def _scan(path: str) -> tuple[str, list | None]:
@@ -386,9 +468,14 @@ def _scan(path: str) -> tuple[str, list | None]:
 
 
 def prepare_data(config: RunConfig, tokenizer=None, workers: int | None = None) -> PreparedData:
-    """Read, validate, split, build records and tokenize (or read all that from the token cache).
+    """Read, validate, split, build records, tokenize and fit them to the limit (or read all that from the
+    token cache).
 
-    Raises UserError for unusable input. `workers`: processes that tokenize (default: every core).
+    The limit is --max-seq-len, or Auto's choice from the records' whole lengths (seq_len.py). Those lengths
+    are kept in the token cache beside the tokens, so a later run chooses its limit, and finds the tokens for
+    it, without tokenizing; a first run tokenizes every record whole once, chooses, then tokenizes again only
+    the few records over the limit, in parts. Raises UserError for unusable input. `workers`: processes that
+    tokenize (default: every core).
     """
     if not config.data:
         raise UserError("no training file given")
@@ -407,34 +494,53 @@ def prepare_data(config: RunConfig, tokenizer=None, workers: int | None = None) 
 
     data_digest, chunks = _scan(config.data)
     val_digest, val_chunks = _scan(config.val_file) if config.val_file else (None, None)
-    key = cache.cache_key(config, tokenizer, data_digest, val_digest) if config.cache else None
+    lengths_key = cache.lengths_key(config, tokenizer, data_digest, val_digest) if config.cache else None
     root = cache.cache_root(config)
+    limit = None
+    if config.max_seq_len != AUTO:
+        limit = choose_max_seq_len(config, np.zeros(0))
+    elif lengths_key is not None and (lengths := cache.load_lengths(root, lengths_key)) is not None:
+        limit = choose_max_seq_len(config, lengths)
+    key = (
+        None
+        if lengths_key is None or limit is None
+        else cache.cache_key(config, tokenizer, data_digest, val_digest, limit.value)
+    )
     if key is not None and (hit := cache.load_entry(root, key)):
         folder, meta = hit
-        prepared = _prepared(_load(folder, meta, in_memory=False), config)
+        prepared = _prepared(_load(folder, meta, in_memory=False), config, limit)
         prepared.cache_entry, prepared.from_cache = str(folder), True
         return prepared
 
     chat = ChatTokenizer(tokenizer)
-    tmp = cache.new_tmp_dir(root) if key is not None else None
+    tmp = cache.new_tmp_dir(root) if lengths_key is not None else None
     folder = tmp or Path(tempfile.mkdtemp(prefix="finetune-tokens-"))
     workers = workers or default_workers()
+    given = limit.value if limit is not None else None
     try:
-        train, skipped = _tokenize_file(config.data, chunks, chat, config, folder, workers)
+        train, skipped, sources = _tokenize_file(config.data, chunks, chat, config, given, folder, workers)
         skipped = _stored_skipped(skipped, "data")
         val = None
         if config.val_file:
-            val, val_skipped = _tokenize_file(config.val_file, val_chunks, chat, config, folder, workers)
+            val, val_skipped, val_sources = _tokenize_file(
+                config.val_file, val_chunks, chat, config, given, folder, workers
+            )
             skipped += _stored_skipped(val_skipped, "val_file")
+            sources += val_sources
+        results = train + (val or [])
+        if lengths_key is not None:
+            cache.store_lengths(root, lengths_key, _whole_lengths(results))
+        limit = limit or _fit_results(results, sources, chat, config)
         meta = _combine(folder, train, val, config, chat.end_of_turn_id)
         meta["skipped"] = skipped
+        key = None if lengths_key is None else cache.cache_key(config, tokenizer, data_digest, val_digest, limit.value)
         stored = cache.store_entry(root, key, folder, meta) if tmp is not None else None
         if stored is not None:
             meta = json.loads((stored / "meta.json").read_text(encoding="utf-8"))["meta"]
-            prepared = _prepared(_load(stored, meta, in_memory=False), config)
+            prepared = _prepared(_load(stored, meta, in_memory=False), config, limit)
             prepared.cache_entry = str(stored)
             return prepared
-        return _prepared(_load(folder, meta, in_memory=True), config)
+        return _prepared(_load(folder, meta, in_memory=True), config, limit)
     finally:
         shutil.rmtree(folder, ignore_errors=True)  # gone already when it became the cache entry
 
@@ -445,26 +551,39 @@ def prepare_data(config: RunConfig, tokenizer=None, workers: int | None = None) 
 def _estimate(
     train_conversations: list[Conversation], val_conversations: list[Conversation] | None, config: RunConfig
 ) -> PreparedData:
-    """Token counts from text length alone, for planning without a tokenizer."""
+    """Token counts from text length alone, for planning without a tokenizer; records fitted to the limit with
+    the same policy (fitting.py), on the estimates."""
     unique = len({c.key() for c in train_conversations})
     fraction, reason = _val_fraction(config, unique)
     if val_conversations is None:
         split = split_conversations(train_conversations, fraction, config.seed)
     else:
         split = remove_overlap(train_conversations, val_conversations)
-    train_records = _records(split.train, config.record_policy)
-    val_records = _records(split.val, config.record_policy)
-    if not train_records:
+    built = {
+        side: _records(conversations, config.record_policy)
+        for side, conversations in ((TRAIN, split.train), (VAL, split.val))
+    }
+    if not built[TRAIN]:
         raise UserError("no training records: no assistant message has a weight above 0")
-    lengths, targets = [], 0
-    for record in train_records:
-        estimate = estimate_record_tokens(record, max_seq_len=0)
-        lengths.append(estimate.total)
-        targets += estimate.target
+    measure = {side: [estimate_record_tokens(r, 0).total for r in records] for side, records in built.items()}
+    limit = choose_max_seq_len(config, np.array(measure[TRAIN] + measure[VAL], dtype=np.int64))
+    names = {TRAIN: _display_name(config.data), VAL: _display_name(config.val_file or config.data)}
+    long = LongRecords(limit.value, str(config.truncation), longest=max(measure[TRAIN] + measure[VAL]))
+    kept: dict[int, list] = {TRAIN: [], VAL: []}
+    for side, records in built.items():
+        for record, total in zip(records, measure[side], strict=True):
+            kept[side] += _fit_estimated(record, total, limit.value, config, long, names[side])
+    if config.strict and (error := long.strict_error(limit.reason or None)):
+        raise UserError(error)
+    if not kept[TRAIN]:
+        raise UserError(f"{config.data or 'training data'}: nothing trainable remains: {long.sentence()}")
+    train_records = [estimate for estimate, _ in kept[TRAIN]]
+    lengths = [min(e.total, limit.value) for e in train_records]
+    targets = sum(e.target for e in train_records)
     ordered = np.sort(np.array(lengths, dtype=np.int64))
     summary = DataSummary(
         examples=len(train_records),
-        validation_examples=len(val_records),
+        validation_examples=len(kept[VAL]),
         conversations=len(split.train),
         validation_conversations=len(split.val),
         messages=sum(len(c.messages) for c in split.train),
@@ -475,8 +594,36 @@ def _estimate(
         max_record_tokens=int(ordered[-1]) or None,
         p50_record_tokens=_percentile(ordered, 0.5),
         p95_record_tokens=_percentile(ordered, 0.95),
+        truncated_records=sum(kind is Fit.SHORTENED for _, kind in kept[TRAIN]),
+        truncated_tokens=sum(e.cut for e in train_records),
+        dropped_records=len(long.dropped_at),
         duplicates_removed=split.duplicates_removed,
         val_fraction=fraction,
         val_fraction_reason=reason,
+        **_limit_fields(limit, long),
     )
     return PreparedData([], [], summary, None)
+
+
+def _fit_estimated(record: Record, total: int, max_seq_len: int, config: RunConfig, long: LongRecords, name: str):
+    """fitting.fit on token estimates: [(RecordTokens, Fit)] kept, and what happened written into `long`."""
+    place = f"{name}:{record.line}"
+    parts = fit(record, total, max_seq_len, config.truncation, lambda part: estimate_record_tokens(part, 0).total)
+    if parts is None:
+        long.dropped_at.append(place)
+        long.dropped_need = max(long.dropped_need, total)
+        return []
+    kept = []
+    for part, kind in parts:
+        estimate = estimate_record_tokens(part, max_seq_len)
+        if estimate.dropped:
+            long.dropped_at.append(place)
+            long.dropped_need = max(long.dropped_need, estimate.total)
+            continue
+        kept.append((estimate, kind))
+    if kept and len(parts) > 1:
+        long.split_at.append(place)
+        long.split_records += len(kept)
+    elif kept and kept[0][1] is Fit.SHORTENED:
+        long.shortened_at.append(place)
+    return kept

@@ -65,12 +65,17 @@ def estimate_record_tokens(record: Record, max_seq_len: int) -> RecordTokens:
     """
     total = estimate_tokens(json.dumps(list(record.tools))) if record.tools else 0
     target = 0
+    before_first_target = None  # context tokens ahead of the first scored one: all a cut from the left may take
     for i, message in enumerate(record.messages):
         tokens = estimate_tokens(message_text(message))
+        if i in record.targets and before_first_target is None:
+            before_first_target = total + TEMPLATE_TOKENS_PER_MESSAGE_ESTIMATE
         total += tokens + TEMPLATE_TOKENS_PER_MESSAGE_ESTIMATE
         if i in record.targets:
             target += tokens + 1  # + end-of-turn
-    return RecordTokens(record, total, target, max(0, total - max_seq_len))
+    cut = max(0, total - max_seq_len)
+    dropped = "target_would_be_cut" if max_seq_len > 0 and cut and cut >= (before_first_target or 0) else None
+    return RecordTokens(record, total, target, cut, dropped=dropped)
 
 
 def count_record_tokens(record: Record, chat_tokenizer, max_seq_len: int) -> RecordTokens:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from finetune.config import AUTO, RunConfig
+from finetune.data.seq_len import model_context_length
 from finetune.data.types import DataSummary
 from finetune.errors import UserError
 from finetune.plan import arithmetic
@@ -31,6 +32,7 @@ from finetune.plan.auto import (
     auto_lr,
     auto_save_every,
     auto_warmup_steps,
+    data_max_seq_len,
 )
 from finetune.plan.cost import CostEstimate, estimate_cost
 from finetune.plan.memory import (
@@ -220,7 +222,9 @@ def build_plan(
 
     device, device_assumed, device_recognised = resolve_device(config.gpu)
     dtype = config.dtype if config.dtype != AUTO else ("fp32" if device.name == "cpu" else "bf16")
-    seq_len = min(config.max_seq_len, data.max_record_tokens) if data.max_record_tokens else config.max_seq_len
+    limit = data_max_seq_len(data.max_seq_len, data.max_seq_len_reason, model_context_length(config.model, model_facts))
+    max_seq_len = _resolve(config.max_seq_len, limit, "max_seq_len", auto)  # the data path's limit (issue 26)
+    seq_len = min(max_seq_len, data.max_record_tokens) if data.max_record_tokens else max_seq_len
 
     # ---- epochs and LoRA rank: from the data alone
     epochs_choice = auto_dpo_epochs(n) if dpo else auto_epochs(n, data.tokens_in_file)
@@ -378,7 +382,7 @@ def build_plan(
         shard=shard,
         dtype=config.dtype,
         packing=config.packing and not dpo,  # a pair's log-probabilities are read row by row (padded)
-        max_seq_len=config.max_seq_len,
+        max_seq_len=max_seq_len,
         model=config.model,
         tokens_processed=tokens_processed,
         tokens_exact=tokens_exact,
