@@ -531,6 +531,7 @@ def prepare_data(config: RunConfig, tokenizer=None, workers: int | None = None) 
         if lengths_key is not None:
             cache.store_lengths(root, lengths_key, _whole_lengths(results))
         limit = limit or _fit_results(results, sources, chat, config)
+        sources.clear()  # a file read whole keeps its conversations in these: not needed any more
         meta = _combine(folder, train, val, config, chat.end_of_turn_id)
         meta["skipped"] = skipped
         key = None if lengths_key is None else cache.cache_key(config, tokenizer, data_digest, val_digest, limit.value)

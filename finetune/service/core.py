@@ -112,7 +112,7 @@ def validate_training_file(path: Path, shown_name: str, config: RunConfig, param
             result = read_preferences(path)
         else:
             tokenizer = load_tokenizer(config.model, config.trust_remote_code)
-            result = validate_file(str(path), tokenizer, config=config)  # over-long records fail only with strict
+            result = validate_file(str(path), tokenizer, format=config.format, config=config)  # long: only strict fails
     except UserError as exc:
         return {"code": f"invalid_{param}", "message": scrub(str(exc), path, shown_name), "param": param}
     if result.ok:
