@@ -1,6 +1,8 @@
 """The token cache: a data file is tokenized once, and every later plan, train, resume, rank or job reads it.
 
     key = cache_key(config, tokenizer, data_digest, val_digest)   # None: do not cache
+    lengths = load_lengths(root, lengths_key(key))                # every record's whole length (Auto's limit)
+    key = with_max_seq_len(key, limit)                            # the tokens fitted to the resolved limit
     entry = load_entry(root, key)                                 # None on a miss or anything suspicious
     final = store_entry(root, key, tmp_dir, meta)                 # atomic: the entry appears whole or not at all
 
@@ -121,19 +123,16 @@ def code_fingerprint() -> str:
     return digest.hexdigest()
 
 
-def cache_key(
-    config: RunConfig, tokenizer, data_digest: str, val_digest: str | None, max_seq_len: int | None = None
-) -> dict | None:
+def cache_key(config: RunConfig, tokenizer, data_digest: str, val_digest: str | None) -> dict | None:
     """The key of this run's tokenized data, or None when it cannot be keyed safely (do not cache).
 
-    `max_seq_len`: the limit the records are fitted to, as resolved (Auto's choice depends on more than the
-    data: the model's context window and the device's memory), in place of the setting ("auto")."""
+    Its max_seq_len is the setting ("auto" or a number): the tokens are stored under `with_max_seq_len(key,
+    limit)`, the limit as resolved (Auto's choice depends on more than the data: the model's context window and
+    the device's memory), and the whole lengths under `lengths_key(key)`."""
     fingerprint = tokenizer_fingerprint(tokenizer)
     if fingerprint is None:
         return None
     settings = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name not in NOT_DATA_SETTINGS}
-    if max_seq_len is not None:
-        settings["max_seq_len"] = max_seq_len
     return {
         "format": CACHE_FORMAT,
         "code": code_fingerprint(),
@@ -144,13 +143,15 @@ def cache_key(
     }
 
 
-def lengths_key(config: RunConfig, tokenizer, data_digest: str, val_digest: str | None) -> dict | None:
-    """The key of the records' whole lengths: the token key without the settings that do not change them."""
-    key = cache_key(config, tokenizer, data_digest, val_digest)
-    if key is None:
-        return None
-    key["settings"] = {k: v for k, v in key["settings"].items() if k not in NOT_LENGTH_SETTINGS}
-    return key | {"kind": "lengths"}
+def with_max_seq_len(key: dict, max_seq_len: int) -> dict:
+    """`key` (a `cache_key`) for tokens fitted to `max_seq_len` as resolved."""
+    return key | {"settings": key["settings"] | {"max_seq_len": max_seq_len}}
+
+
+def lengths_key(key: dict) -> dict:
+    """The key of the records' whole lengths: `key` (a `cache_key`) without the settings that do not change them."""
+    settings = {k: v for k, v in key["settings"].items() if k not in NOT_LENGTH_SETTINGS}
+    return key | {"settings": settings, "kind": "lengths"}
 
 
 def load_lengths(root: Path, key: dict):

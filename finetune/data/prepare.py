@@ -494,18 +494,14 @@ def prepare_data(config: RunConfig, tokenizer=None, workers: int | None = None) 
 
     data_digest, chunks = _scan(config.data)
     val_digest, val_chunks = _scan(config.val_file) if config.val_file else (None, None)
-    lengths_key = cache.lengths_key(config, tokenizer, data_digest, val_digest) if config.cache else None
+    base_key = cache.cache_key(config, tokenizer, data_digest, val_digest) if config.cache else None
     root = cache.cache_root(config)
     limit = None
     if config.max_seq_len != AUTO:
         limit = choose_max_seq_len(config, np.zeros(0))
-    elif lengths_key is not None and (lengths := cache.load_lengths(root, lengths_key)) is not None:
+    elif base_key is not None and (lengths := cache.load_lengths(root, cache.lengths_key(base_key))) is not None:
         limit = choose_max_seq_len(config, lengths)
-    key = (
-        None
-        if lengths_key is None or limit is None
-        else cache.cache_key(config, tokenizer, data_digest, val_digest, limit.value)
-    )
+    key = None if base_key is None or limit is None else cache.with_max_seq_len(base_key, limit.value)
     if key is not None and (hit := cache.load_entry(root, key)):
         folder, meta = hit
         prepared = _prepared(_load(folder, meta, in_memory=False), config, limit)
@@ -513,7 +509,7 @@ def prepare_data(config: RunConfig, tokenizer=None, workers: int | None = None) 
         return prepared
 
     chat = ChatTokenizer(tokenizer)
-    tmp = cache.new_tmp_dir(root) if lengths_key is not None else None
+    tmp = cache.new_tmp_dir(root) if base_key is not None else None
     folder = tmp or Path(tempfile.mkdtemp(prefix="finetune-tokens-"))
     workers = workers or default_workers()
     given = limit.value if limit is not None else None
@@ -528,13 +524,13 @@ def prepare_data(config: RunConfig, tokenizer=None, workers: int | None = None) 
             skipped += _stored_skipped(val_skipped, "val_file")
             sources += val_sources
         results = train + (val or [])
-        if lengths_key is not None:
-            cache.store_lengths(root, lengths_key, _whole_lengths(results))
+        if base_key is not None:
+            cache.store_lengths(root, cache.lengths_key(base_key), _whole_lengths(results))
         limit = limit or _fit_results(results, sources, chat, config)
         sources.clear()  # a file read whole keeps its conversations in these: not needed any more
         meta = _combine(folder, train, val, config, chat.end_of_turn_id)
         meta["skipped"] = skipped
-        key = None if lengths_key is None else cache.cache_key(config, tokenizer, data_digest, val_digest, limit.value)
+        key = None if base_key is None else cache.with_max_seq_len(base_key, limit.value)
         stored = cache.store_entry(root, key, folder, meta) if tmp is not None else None
         if stored is not None:
             meta = json.loads((stored / "meta.json").read_text(encoding="utf-8"))["meta"]
