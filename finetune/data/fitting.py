@@ -107,6 +107,18 @@ class LongRecords:
     dropped_need: int = 0  # tokens the longest dropped record would need
     longest: int = 0  # tokens of the longest record before fitting (what --strict asks for)
 
+    def note(self, place: str, parts: int, kept: int, dropped_tokens: list[int]) -> None:
+        """What fitting one over-long record did: cut into `parts` records, `kept` of them, the others dropped
+        (their lengths in tokens)."""
+        for tokens in dropped_tokens:
+            self.dropped_at.append(place)
+            self.dropped_need = max(self.dropped_need, tokens)
+        if kept and parts > 1:
+            self.split_at.append(place)
+            self.split_records += kept
+        elif kept:
+            self.shortened_at.append(place)
+
     @property
     def anything(self) -> bool:
         return bool(self.split_at or self.shortened_at or self.dropped_at)

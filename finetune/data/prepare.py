@@ -603,24 +603,13 @@ def _estimate(
 
 
 def _fit_estimated(record: Record, total: int, max_seq_len: int, config: RunConfig, long: LongRecords, name: str):
-    """fitting.fit on token estimates: [(RecordTokens, Fit)] kept, and what happened written into `long`."""
-    place = f"{name}:{record.line}"
+    """fitting.fit on token estimates: [(RecordTokens, Fit)] kept, and what happened noted in `long`."""
     parts = fit(record, total, max_seq_len, config.truncation, lambda part: estimate_record_tokens(part, 0).total)
     if parts is None:
-        long.dropped_at.append(place)
-        long.dropped_need = max(long.dropped_need, total)
+        long.note(f"{name}:{record.line}", 1, 0, [total])
         return []
-    kept = []
-    for part, kind in parts:
-        estimate = estimate_record_tokens(part, max_seq_len)
-        if estimate.dropped:
-            long.dropped_at.append(place)
-            long.dropped_need = max(long.dropped_need, estimate.total)
-            continue
-        kept.append((estimate, kind))
-    if kept and len(parts) > 1:
-        long.split_at.append(place)
-        long.split_records += len(kept)
-    elif kept and kept[0][1] is Fit.SHORTENED:
-        long.shortened_at.append(place)
+    counted = [(estimate_record_tokens(part, max_seq_len), kind) for part, kind in parts]
+    kept = [(estimate, kind) for estimate, kind in counted if not estimate.dropped]
+    if total > max_seq_len:
+        long.note(f"{name}:{record.line}", len(parts), len(kept), [e.total for e, _ in counted if e.dropped])
     return kept

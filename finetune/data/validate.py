@@ -196,14 +196,7 @@ def _fit(
         if dropped:
             what = "dropped" if parts_made == 1 else what + f", {len(dropped)} of them dropped"
         result.errors.append(Problem(record.line, TOO_LONG, strict_line_message(total, limit, what)))
-    for counts, _ in dropped:
-        long.dropped_at.append(place)
-        long.dropped_need = max(long.dropped_need, counts.total)
-    if kept and parts_made > 1:
-        long.split_at.append(place)
-        long.split_records += len(kept)
-    elif kept:
-        long.shortened_at.append(place)
+    long.note(place, parts_made, len(kept), [counts.total for counts, _ in dropped])
     return [counts for counts, _ in kept]
 
 

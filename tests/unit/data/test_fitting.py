@@ -184,3 +184,23 @@ def test_prepared_data_counts_what_was_split_and_dropped(toy_model):
     assert auto.summary.max_seq_len == max(lengths) and auto.summary.examples == 3 and not auto.summary.split_at
     assert "every record trains whole" in auto.summary.max_seq_len_reason
     assert np.array_equal(np.sort(auto.train.lengths), np.sort(lengths))
+
+
+def test_without_a_model_validate_and_plan_fit_the_estimates_alike(tmp_path):
+    """No tokenizer: the same policy on token estimates, and the same summary from validate and plan."""
+    import json
+
+    from finetune.data.validate import validate_file
+    from finetune.plan.command import make_plan
+
+    conversations = [_support_thread(1, line=1), _support_thread(8, line=2), _support_thread(3, 20, 3, long_turn=1)]
+    rows = [{"messages": [{"role": m.role, "content": m.content} for m in c.messages]} for c in conversations]
+    path = tmp_path / "support.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    validated = validate_file(str(path), max_seq_len=300)
+    summary = [(p.code, p.message) for p in validated.warnings if p.line is None]
+    assert [code for code, _ in summary] == ["conversations_split", "dropped_examples"] and validated.ok
+    plan = make_plan(RunConfig(data=str(path), max_seq_len=300, val_fraction=0))
+    assert [(w["code"], w["message"]) for w in plan.warnings if w["code"] in dict(summary)] == summary
+    assert plan.data.split_at == ("support.jsonl:2", "support.jsonl:3") and plan.max_seq_len == 300
+    assert plan.data.dropped_at == ("support.jsonl:3",) and not plan.data.counted_with_tokenizer
