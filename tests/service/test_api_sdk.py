@@ -293,7 +293,7 @@ def test_files_and_models_routes(client):
         client.models.retrieve("no-such-model")
 
 
-def test_a_long_export_trains_and_its_events_say_what_was_split_and_dropped(client, jobs, tmp_path, toy_model):
+def test_a_long_export_trains_and_its_events_say_what_was_split_and_dropped(client, tmp_path, toy_model):
     """Issue 26 with the official SDK: 40 support conversations, two longer than the model's window and one reply
     longer than it by itself, no length setting: the job splits, drops one record, succeeds, and its events give
     the summary `finetune validate` gives for the same bytes. With `strict` the same file fails, naming lines."""
