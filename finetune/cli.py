@@ -108,6 +108,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         max_seq_len=config.max_seq_len,
         record_policy=config.record_policy,
         format=config.format,
+        truncation=config.truncation,
+        strict=config.strict,
     )
 
 

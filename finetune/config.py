@@ -45,10 +45,12 @@ class RunConfig:
     """Share of conversations held out as a test set, from both training and validation (OUT/test.jsonl)."""
     record_policy: RecordPolicy = about(RecordPolicy.ALL, "Records per conversation", plan_key=None, validate=True)
     """How a conversation becomes records: all targets in one record, only the last, or one record per target."""
-    max_seq_len: int = about(1024, "Max sequence length", validate=True)
-    """Longest record in tokens; longer ones are handled by `truncation`."""
+    max_seq_len: int | str = about(AUTO, "Max sequence length", validate=True)
+    """Longest record in tokens; auto = the longest record when the model and memory allow it (docs/auto.md)."""
     truncation: Truncation = about(Truncation.LEFT, "Over-long records", plan_key=None, validate=True)
-    """Over-long records: drop context from the left (never a target), or drop the record."""
+    """Over-long records: left = split into records that fit, earlier turns as context (docs/formats.md); drop."""
+    strict: bool = about(False, "Strict", tokens=False, plan_key=None, validate=True)
+    """Fail instead of splitting, shortening or dropping over-long records or skipping anything."""
     cache: bool = about(True, "Token cache", tokens=False, api=None, plan_key=None)
     """Keep the tokenized data in the token cache and reuse it (off: tokenize every time, write nothing)."""
     cache_dir: str | None = about(None, "Token cache folder", tokens=False, api=None, plan_key=None)
@@ -181,6 +183,10 @@ class RunConfig:
         self._check_trackers()
 
     def _check_combinations(self) -> None:
+        if self.strict and self.skip_invalid:
+            raise ConfigError(
+                f"{ref('strict')} fails on any line it would leave out, so it cannot go with {ref('skip_invalid')}"
+            )
         if self.val_file and self.val_fraction != AUTO:
             raise ConfigError(
                 f"{ref('val_file')} and {ref('val_fraction')} cannot be used together: the file is the validation "

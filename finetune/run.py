@@ -165,7 +165,7 @@ def _speed_here(config: RunConfig, summary, device, measure: bool) -> float | No
     machine's device; `measure=False` reads the cache only."""
     if resolve_device(config.gpu)[0].name != local_device_kind(device):
         return None  # a what-if for another device: this machine's speed says nothing about it
-    seq_len = min(config.max_seq_len, summary.max_record_tokens or config.max_seq_len)
+    seq_len = summary.max_record_tokens or summary.max_seq_len or 1024  # the longest record as it will train
     if not measure:
         return cached_speed(config.model, config.trained_weights, seq_len, device)
     return training_speed(config.model, config.trained_weights, seq_len, device, config.trust_remote_code)

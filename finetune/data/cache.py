@@ -1,14 +1,21 @@
 """The token cache: a data file is tokenized once, and every later plan, train, resume, rank or job reads it.
 
     key = cache_key(config, tokenizer, data_digest, val_digest)   # None: do not cache
+    lengths = load_lengths(root, lengths_key(key))                # every record's whole length (Auto's limit)
+    key = with_max_seq_len(key, limit)                            # the tokens fitted to the resolved limit
     entry = load_entry(root, key)                                 # None on a miss or anything suspicious
     final = store_entry(root, key, tmp_dir, meta)                 # atomic: the entry appears whole or not at all
 
 An entry is a folder named by the sha256 of its key. The key holds everything that changes the tokens:
 the sha256 of the data (and validation) file's bytes, the tokenizer (its full serialized form, chat
 template and special tokens), the source code of the data path, and every setting of the run except those
-declared not to touch the data (`tokens=False` in config.py: learning rate, epochs, batch, ...). A new setting
-is part of the key unless its declaration says otherwise, so the cache errs on the side of tokenizing again.
+declared not to touch the data (`tokens=False` in config.py: learning rate, epochs, batch, ...), with
+max_seq_len as resolved (Auto's choice, not "auto"). A new setting is part of the key unless its declaration
+says otherwise, so the cache errs on the side of tokenizing again.
+
+Beside the tokens, a small entry keeps every record's whole length (`lengths_key`: the same key without
+max_seq_len and truncation): Auto's max_seq_len is chosen from it, so a later run finds its tokens without
+tokenizing anything.
 
 The entry repeats its key in meta.json with the size and sha256 of each file; an entry whose key, files or
 sizes do not match is ignored (and tokenized again), never trusted. Deleting the folder at any time is safe:
@@ -28,9 +35,12 @@ from pathlib import Path
 from finetune.config import RunConfig
 from finetune.settings import tokenizing_settings
 
-CACHE_FORMAT = 1  # bump when the layout of an entry changes
+CACHE_FORMAT = 2  # bump when the layout of an entry changes (2: the records' fit, and the lengths entries)
 ENV_DIR = "FINETUNE_CACHE_DIR"
 STALE_TMP_S = 6 * 3600  # a temporary folder this old belongs to a writer that died
+# Settings that do not change a record's whole length: the lengths entry (what Auto's max_seq_len is chosen
+# from) leaves them out, so every limit and truncation reads the same lengths.
+NOT_LENGTH_SETTINGS = frozenset({"max_seq_len", "truncation"})
 
 
 def cache_root(config: RunConfig) -> Path:
@@ -83,6 +93,44 @@ def cache_key(config: RunConfig, tokenizer, data_digest: str, val_digest: str | 
         "tokenizer": fingerprint,
         "settings": json.loads(json.dumps(settings, default=str)),
     }
+
+
+def with_max_seq_len(key: dict, max_seq_len: int) -> dict:
+    """`key` (a `cache_key`) for tokens fitted to `max_seq_len` as resolved."""
+    return key | {"settings": key["settings"] | {"max_seq_len": max_seq_len}}
+
+
+def lengths_key(key: dict) -> dict:
+    """The key of the records' whole lengths: `key` (a `cache_key`) without the settings that do not change them."""
+    settings = {k: v for k, v in key["settings"].items() if k not in NOT_LENGTH_SETTINGS}
+    return key | {"settings": settings, "kind": "lengths"}
+
+
+def load_lengths(root: Path, key: dict):
+    """The whole lengths stored under `key` (an int64 array), or None."""
+    import numpy as np
+
+    hit = load_entry(root, key)
+    if hit is None:
+        return None
+    try:
+        return np.load(hit[0] / "lengths.npy")
+    except (OSError, ValueError):
+        return None
+
+
+def store_lengths(root: Path, key: dict, lengths) -> None:
+    """Keep the whole lengths (a few bytes a record) under `key`; nothing when the cache is not writable."""
+    import numpy as np
+
+    if load_entry(root, key) is not None:
+        return
+    tmp = new_tmp_dir(root)
+    if tmp is None:
+        return
+    np.save(tmp / "lengths.npy", np.asarray(lengths, dtype=np.int64))
+    if store_entry(root, key, tmp, {}) is None:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def key_digest(key: dict) -> str:

@@ -26,7 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
+from finetune.data.fitting import Fit, fit_tokenized
 from finetune.data.records import build_records
+from finetune.data.tokenize import EncodedOutcome
 from finetune.data.types import Conversation
 
 CHUNK_BYTES = 4 << 20  # ~2,000 support conversations: enough work per task, small enough to spread over cores
@@ -46,7 +48,7 @@ class Chunk:
 class TokenizeSettings:
     """Everything besides the tokenizer that decides the tokens of a chunk."""
 
-    max_seq_len: int
+    max_seq_len: int | None  # None: every record is kept whole, to be fitted (`refit`) once the limit is chosen
     truncation: str
     record_policy: str
     seed: int
@@ -72,8 +74,11 @@ class ChunkResult:
     rec_truncated: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     rec_first_is_target: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     rec_learns_end: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # end-of-turn is a target
-    # records that did not fit: (local conversation, line, reason, tokens over)
+    rec_fit: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))  # fitting.Fit of each kept record
+    # records that did not fit: (local conversation, line, reason, their tokens)
     dropped: list[tuple[int, int, str, int]] = field(default_factory=list)
+    # per record built (before fitting): its whole length in tokens, what Auto's max_seq_len is chosen from
+    src_len: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     # token buffers: raw int32 ids / float32 weights, in files (pool) or in memory (inline)
     ids_file: str | None = None
     weights_file: str | None = None
@@ -131,41 +136,103 @@ def conversation_digests(conversation: Conversation, seed: int) -> tuple[bytes, 
     return hashlib.sha256(key.encode("utf-8")).digest(), hashlib.sha256(rank.encode("utf-8")).digest()
 
 
+class _Rows:
+    """The kept records of a chunk as they are appended: one row of numbers and two token arrays each."""
+
+    def __init__(self, end_of_turn_id: int) -> None:
+        self.eot = end_of_turn_id
+        self.rows: list[tuple[int, ...]] = []
+        self.ids: list[np.ndarray] = []
+        self.weights: list[np.ndarray] = []
+
+    def add(self, local: int, line: int, ids: np.ndarray, weights: np.ndarray, cut: int, fit: int) -> None:
+        weights = weights.astype(np.float32, copy=False)
+        targets = weights > 0  # where arrays.py rebuilds a label from the stored weights
+        first_is_target = bool(len(targets) and targets[0])
+        learns_end = bool((ids[targets] == self.eot).any())
+        self.rows.append((local, line, len(ids), int(targets.sum()), cut, first_is_target, learns_end, fit))
+        self.ids.append(ids)
+        self.weights.append(weights)
+
+    def into(self, result: ChunkResult) -> None:
+        table = np.array(self.rows, dtype=np.int64).reshape(-1, 8)
+        result.rec_conv, result.rec_line, result.rec_len, result.rec_targets, result.rec_truncated = table[:, :5].T
+        result.rec_first_is_target, result.rec_learns_end = table[:, 5].astype(bool), table[:, 6].astype(bool)
+        result.rec_fit = table[:, 7].astype(np.int8)
+        result.ids = np.concatenate(self.ids) if self.ids else np.zeros(0, np.int32)
+        result.weights = np.concatenate(self.weights) if self.weights else np.zeros(0, np.float32)
+
+
+def _add_fitted(rows: _Rows, result: ChunkResult, local: int, record, chat, settings: TokenizeSettings, whole) -> None:
+    """One record fitted to the limit (fitting.py's policy): its kept parts as rows, its dropped parts listed."""
+    kept, dropped = fit_tokenized(record, chat, settings.max_seq_len, settings.truncation, whole)
+    for part, outcome, kind in kept:
+        rows.add(local, part.line, outcome.input_ids, outcome.weights, outcome.cut_tokens, int(kind))
+    for part, outcome in dropped:
+        result.dropped.append((local, part.line, outcome.dropped or "", outcome.total_tokens))
+
+
 def tokenize_conversations(conversations: list[Conversation], chat, settings: TokenizeSettings, index: int = 0):
-    """Records of `conversations`, tokenized one by one with `chat.tokenize_arrays` (`chat.tokenize` as arrays)."""
+    """Records of `conversations`, each tokenized whole (`chat.tokenize_whole`) and fitted to the limit
+    (fitting.py); with `settings.max_seq_len` None, kept whole for `refit` once the limit is chosen."""
     result = ChunkResult(index)
     n = len(conversations)
     result.conv_digest = np.zeros((n, 32), np.uint8)
     result.conv_rank = np.zeros((n, 32), np.uint8)
     result.conv_messages = np.array([len(c.messages) for c in conversations], dtype=np.int64)
-    ids: list[np.ndarray] = []
-    weights: list[np.ndarray] = []
-    rows: list[tuple[int, int, int, int, int, bool, bool]] = []
-    eot = chat.end_of_turn_id
+    rows = _Rows(chat.end_of_turn_id)
+    whole_lengths: list[int] = []
     for local, conversation in enumerate(conversations):
         identity, rank = conversation_digests(conversation, settings.seed)
         result.conv_digest[local] = np.frombuffer(identity, np.uint8)
         result.conv_rank[local] = np.frombuffer(rank, np.uint8)
         for record in build_records(conversation, local, settings.record_policy):
-            outcome = chat.tokenize_arrays(record, settings.max_seq_len, settings.truncation)
-            if outcome.input_ids is None:
-                result.dropped.append((local, record.line, outcome.dropped or "", outcome.cut_tokens))
-                continue
-            record_ids = outcome.input_ids
-            record_weights = outcome.weights.astype(np.float32)
-            targets = record_weights > 0  # where arrays.py rebuilds a label from the stored weights
-            first_is_target = bool(len(targets) and targets[0])
-            learns_end = bool((record_ids[targets] == eot).any())
-            row = (local, record.line, len(record_ids), int(targets.sum()), outcome.cut_tokens)
-            rows.append((*row, first_is_target, learns_end))
-            ids.append(record_ids)
-            weights.append(record_weights)
-    table = np.array(rows, dtype=np.int64).reshape(-1, 7)
-    result.rec_conv, result.rec_line, result.rec_len, result.rec_targets, result.rec_truncated = table[:, :5].T
-    result.rec_first_is_target, result.rec_learns_end = table[:, 5].astype(bool), table[:, 6].astype(bool)
-    result.ids = np.concatenate(ids) if ids else np.zeros(0, np.int32)
-    result.weights = np.concatenate(weights) if weights else np.zeros(0, np.float32)
+            whole = chat.tokenize_whole(record)
+            whole_lengths.append(whole.total_tokens)
+            if settings.max_seq_len is None or whole.total_tokens <= settings.max_seq_len:
+                rows.add(local, record.line, whole.input_ids, whole.weights, 0, int(Fit.WHOLE))
+            else:
+                _add_fitted(rows, result, local, record, chat, settings, whole)
+    rows.into(result)
+    result.src_len = np.array(whole_lengths, dtype=np.int64)
     return result
+
+
+def refit(result: ChunkResult, conversations: list[Conversation], chat, settings: TokenizeSettings) -> None:
+    """A chunk tokenized whole (max_seq_len None), fitted in place to `settings.max_seq_len`: only its records
+    over the limit are built and tokenized again (the rest keep their tokens), so the result is the one
+    `tokenize_conversations` gives with that limit from the start."""
+    limit = settings.max_seq_len
+    if not (result.rec_len > limit).any():
+        return
+    ids, weights = _buffers(result)
+    starts = np.concatenate([[0], np.cumsum(result.rec_len)[:-1]]).astype(np.int64)
+    first_row = {}  # conversation -> its first row: rows follow build_records' order, one per record
+    for row, local in enumerate(result.rec_conv.tolist()):
+        first_row.setdefault(local, row)
+    rows = _Rows(chat.end_of_turn_id)
+    built: dict[int, list] = {}
+    for row, (local, length) in enumerate(zip(result.rec_conv.tolist(), result.rec_len.tolist(), strict=True)):
+        span = slice(starts[row], starts[row] + length)
+        if length <= limit:
+            rows.add(local, int(result.rec_line[row]), ids[span], weights[span], 0, int(Fit.WHOLE))
+            continue
+        if local not in built:
+            built[local] = build_records(conversations[local], local, settings.record_policy)
+        record = built[local][row - first_row[local]]
+        whole = EncodedOutcome(np.asarray(ids[span]), np.asarray(weights[span], dtype=np.float64), None, length, 0)
+        _add_fitted(rows, result, local, record, chat, settings, whole)
+    rows.into(result)
+    if result.ids_file is not None:  # the pool's token files: written again, the new tokens in place of the old
+        result.ids.tofile(result.ids_file)
+        result.weights.tofile(result.weights_file)
+        result.ids = result.weights = None
+
+
+def _buffers(result: ChunkResult) -> tuple[np.ndarray, np.ndarray]:
+    if result.ids_file is None:
+        return result.ids, result.weights
+    return np.fromfile(result.ids_file, dtype=np.int32), np.fromfile(result.weights_file, dtype=np.float32)
 
 
 def _read_chunk(chunk: Chunk, format: str | None = None) -> tuple[list[Conversation] | None, str | None]:
@@ -186,6 +253,12 @@ def _read_chunk(chunk: Chunk, format: str | None = None) -> tuple[list[Conversat
     if chunk.first_line > 1:  # parse_bytes numbers the chunk's lines from 1
         conversations = [dataclasses.replace(c, line=c.line + chunk.first_line - 1) for c in conversations]
     return conversations, parsed.format
+
+
+def read_chunk_conversations(chunk: Chunk, format: str | None = None) -> list[Conversation]:
+    """A chunk's conversations again (one that was read fine before), for `refit`."""
+    conversations, _ = _read_chunk(chunk, format)
+    return conversations or []
 
 
 _CHAT = None  # the ChatTokenizer of the pool's workers: inherited through fork, or loaded by _init_worker

@@ -16,7 +16,6 @@ the same side. Problem codes are stable (docs/formats.md).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,8 +24,7 @@ from finetune.data.formats.conversation import finish_conversation
 from finetune.data.formats.lines import Line, json_type
 from finetune.data.formats.openai import check_message, check_tools
 from finetune.data.read import problems_text
-from finetune.data.split import auto_val_fraction, split_conversations
-from finetune.data.types import Conversation, DataSummary, Message, Problem, Record, TokenizedRecord
+from finetune.data.types import Conversation, Message, Problem, Record, TokenizedRecord
 from finetune.errors import UserError
 
 OPENAI = "openai_preference"
@@ -325,128 +323,3 @@ def load_pairs(path: str, skip_invalid: bool = False) -> tuple[list[PreferencePa
             f"{problems}\n--skip-invalid: no line of the file is a valid pair, so there is nothing to train on."
         )
     return parsed.pairs, skipped_lines(parsed)
-
-
-# ----------------------------------------------------------------------------- split and tokenize
-
-
-def split_pairs(
-    pairs: list[PreferencePair], fraction: float, seed: int
-) -> tuple[list[PreferencePair], list[PreferencePair]]:
-    """Hold out whole prompts: the split of supervised data, on the pairs' prompts (duplicates group together)."""
-    split = split_conversations([p.prompt_conversation() for p in pairs], fraction, seed)
-    held_out = {c.line for c in split.val}
-    return [p for p in pairs if p.line not in held_out], [p for p in pairs if p.line in held_out]
-
-
-@dataclass
-class PreparedPairs:
-    train: list[TokenizedPair]
-    val: list[TokenizedPair]
-    summary: DataSummary
-    end_of_turn_id: int | None = None
-    skipped: list[dict] = field(default_factory=list)  # --skip-invalid: the lines left out, for OUT/skipped.jsonl
-    cache_entry: str | None = None  # pairs are not kept in the token cache (small files, tokenized in seconds)
-    from_cache: bool = False
-
-
-def _prompts(pairs: list[PreferencePair]) -> int:
-    return len({p.prompt_conversation().key() for p in pairs})
-
-
-def _tokenize_pairs(pairs: list[PreferencePair], chat, config) -> tuple[list[TokenizedPair], list[int]]:
-    kept, dropped = [], []
-    for i, pair in enumerate(pairs):
-        sides = [
-            chat.tokenize(pair.record(answer, i), config.max_seq_len, config.truncation)
-            for answer in (pair.chosen, pair.rejected)
-        ]
-        if any(side.record is None for side in sides):
-            dropped.append(pair.line)
-            continue
-        kept.append(TokenizedPair(sides[0].record, sides[1].record, pair.line))
-    return kept, dropped
-
-
-def _estimated(train: list[PreferencePair], val: list[PreferencePair], fraction: float, reason: str) -> PreparedPairs:
-    from finetune.data.stats import estimate_record_tokens
-
-    sides = [
-        [estimate_record_tokens(p.record(a, i), max_seq_len=0) for a in (p.chosen, p.rejected)]
-        for i, p in enumerate(train)
-    ]
-    lengths = [sum(e.total for e in pair) for pair in sides]
-    summary = DataSummary(
-        examples=len(train),
-        validation_examples=len(val),
-        conversations=_prompts(train),
-        validation_conversations=_prompts(val),
-        messages=sum(len(p.prompt) + 2 for p in train),
-        tokens_in_file=sum(lengths),
-        counted_with_tokenizer=False,
-        target_tokens=sum(e.target for pair in sides for e in pair),
-        max_record_tokens=max((e.total for pair in sides for e in pair), default=0) or None,
-        val_fraction=fraction,
-        val_fraction_reason=reason,
-    )
-    return PreparedPairs([], [], summary)
-
-
-def prepare_pairs(config, tokenizer=None) -> PreparedPairs:
-    """Read, validate, split by prompt and tokenize a preference file (and --val-file): the data of a dpo run."""
-    from finetune.config import AUTO
-    from finetune.data.tokenize import ChatTokenizer, check_masking
-
-    train, skipped = load_pairs(config.data, config.skip_invalid)
-    prompts = _prompts(train)
-    shared = 0  # validation pairs whose prompt is also trained on: left out, or validation would see training
-    if config.val_file:
-        val, val_skipped = load_pairs(config.val_file, config.skip_invalid)
-        skipped += val_skipped
-        fraction, reason = 0.0, f"your validation file {config.val_file}"
-        seen = {p.prompt_conversation().key() for p in train}
-        kept = [p for p in val if p.prompt_conversation().key() not in seen]
-        val, shared = kept, len(val) - len(kept)
-    else:
-        if config.val_fraction == AUTO:
-            fraction, reason = auto_val_fraction(prompts)
-            reason = reason.replace("conversations", "prompts")
-        else:
-            fraction = float(config.val_fraction)
-            reason = "validation off (--val-fraction 0)" if fraction == 0 else f"your --val-fraction {fraction}"
-        train, val = split_pairs(train, fraction, config.seed)
-    if tokenizer is None:  # `finetune plan PREFS.jsonl` without --model: token numbers from the text
-        estimated = _estimated(train, val, fraction, reason)
-        estimated.summary = dataclasses.replace(
-            estimated.summary, skipped_lines=len(skipped), duplicates_removed=shared
-        )
-        estimated.skipped = skipped
-        return estimated
-    chat = ChatTokenizer(tokenizer)
-    train_pairs, dropped = _tokenize_pairs(train, chat, config)
-    val_pairs, val_dropped = _tokenize_pairs(val, chat, config)
-    if not train_pairs:
-        raise UserError(f"{config.data}: every pair is longer than --max-seq-len {config.max_seq_len}")
-    records = [r for p in train_pairs for r in (p.chosen, p.rejected)]
-    check_masking(records, chat.end_of_turn_id, config.data)
-    lengths = [len(p) for p in train_pairs]
-    summary = DataSummary(
-        examples=len(train_pairs),
-        validation_examples=len(val_pairs),
-        conversations=_prompts(train),
-        validation_conversations=_prompts(val),
-        messages=sum(len(p.prompt) + 2 for p in train),
-        tokens_in_file=sum(lengths),
-        target_tokens=sum(r.num_targets for r in records),
-        max_record_tokens=max(len(r) for r in records),
-        p50_record_tokens=sorted(lengths)[len(lengths) // 2],
-        p95_record_tokens=sorted(lengths)[min(len(lengths) - 1, int(0.95 * len(lengths)))],
-        dropped_records=len(dropped) + len(val_dropped),
-        dropped_lines=tuple(dropped + val_dropped),
-        duplicates_removed=shared,
-        skipped_lines=len(skipped),
-        val_fraction=fraction,
-        val_fraction_reason=reason,
-    )
-    summary = dataclasses.replace(summary, context_tokens=summary.tokens_in_file - summary.target_tokens)
-    return PreparedPairs(train_pairs, val_pairs, summary, chat.end_of_turn_id, skipped)

@@ -2,12 +2,12 @@
 
     records = build_all_records(parsed.conversations, "all")
     counts = [estimate_record_tokens(r, 1024) for r in records]            # no tokenizer: estimates
-    counts = [count_record_tokens(r, ChatTokenizer(tok), 1024) for r in records]   # exact
     stats = summarize(parsed.conversations, counts, "all", 1024, tokens_exact=True)
 
-Messages are not records: a conversation of 3 replies is 1 record under the `all` policy and 3 under
-`each`, and the number of optimizer steps follows the records. Both are reported, clearly named.
-Token numbers are counted before truncation; `over_max_seq_len` says what truncation would cut.
+(Exact counts come from the model's tokenizer: validate.py fits each record to the limit with fitting.py and
+counts what training takes.) Messages are not records: a conversation of 3 replies is 1 record under the `all`
+policy and 3 under `each`, and the number of optimizer steps follows the records. Both are reported, clearly
+named. A record's tokens are counted before a cut from the left; `over_max_seq_len` says what would be cut.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 
 from finetune.data.records import build_records
-from finetune.data.types import Conversation, Message, Record, RecordPolicy, TokenizedRecord, Truncation
+from finetune.data.types import Conversation, Message, Record, RecordPolicy, TokenizedRecord
 
 BYTES_PER_TOKEN_ESTIMATE = 4  # typical for English BPE; only used without a tokenizer
 TEMPLATE_TOKENS_PER_MESSAGE_ESTIMATE = 4  # role header and end-of-turn around each message
@@ -65,25 +65,17 @@ def estimate_record_tokens(record: Record, max_seq_len: int) -> RecordTokens:
     """
     total = estimate_tokens(json.dumps(list(record.tools))) if record.tools else 0
     target = 0
+    before_first_target = None  # context tokens ahead of the first scored one: all a cut from the left may take
     for i, message in enumerate(record.messages):
         tokens = estimate_tokens(message_text(message))
+        if i in record.targets and before_first_target is None:
+            before_first_target = total + TEMPLATE_TOKENS_PER_MESSAGE_ESTIMATE
         total += tokens + TEMPLATE_TOKENS_PER_MESSAGE_ESTIMATE
         if i in record.targets:
             target += tokens + 1  # + end-of-turn
-    return RecordTokens(record, total, target, max(0, total - max_seq_len))
-
-
-def count_record_tokens(record: Record, chat_tokenizer, max_seq_len: int) -> RecordTokens:
-    """Exact numbers with the model's chat template (a finetune.data.tokenize.ChatTokenizer).
-
-    Truncation is `left` (cut context, never a target), as in training by default.
-    """
-    outcome = chat_tokenizer.tokenize(record, max_seq_len, Truncation.LEFT)
-    full = outcome.record
-    if full is None or outcome.cut_tokens:  # count the targets on the whole record, before any cut
-        full = chat_tokenizer.tokenize(record, outcome.total_tokens, Truncation.LEFT).record
-    target = full.num_targets if full is not None else 0
-    return RecordTokens(record, outcome.total_tokens, target, outcome.cut_tokens, outcome.record, outcome.dropped)
+    cut = max(0, total - max_seq_len)
+    dropped = "target_would_be_cut" if max_seq_len > 0 and cut and cut >= (before_first_target or 0) else None
+    return RecordTokens(record, total, target, cut, dropped=dropped)
 
 
 # ----------------------------------------------------------------------------- the file

@@ -392,38 +392,51 @@ class ChatTokenizer:
 
     def tokenize_arrays(self, record: Record, max_seq_len: int, truncation: Truncation | str) -> EncodedOutcome:
         """The record's token ids and weights as arrays (what `tokenize` returns, without per-token lists)."""
+        return cut_to_length(self.tokenize_whole(record), max_seq_len, truncation)
+
+    def tokenize_whole(self, record: Record) -> EncodedOutcome:
+        """The whole record as arrays, never cut: `cut_to_length` then fits it to a limit."""
         pieces = self._pieces(record)
         encoded = self.encode_arrays([text for text, _ in pieces])
         input_ids = np.concatenate(encoded) if encoded else np.zeros(0, np.int32)
         piece_weights = np.array([weight for _, weight in pieces], dtype=np.float64)
         weights = np.repeat(piece_weights, [len(ids) for ids in encoded])
-
-        total = len(input_ids)
-        cut = max(0, total - max_seq_len)
-        if cut:
-            first_target = int(np.flatnonzero(weights > 0)[0])  # a target token is one with a weight above 0
-            if Truncation(truncation) is Truncation.DROP:
-                return EncodedOutcome(None, None, "too_long", total, cut)
-            # the first token is never predicted (nothing precedes it): it must stay context after the cut
-            if cut >= first_target:
-                return EncodedOutcome(None, None, "target_would_be_cut", total, cut)
-            input_ids, weights = input_ids[cut:], weights[cut:]
-        return EncodedOutcome(input_ids, weights, None, total, cut)
+        return EncodedOutcome(input_ids, weights, None, len(input_ids), 0)
 
     def tokenize(self, record: Record, max_seq_len: int, truncation: Truncation | str) -> TokenizeOutcome:
-        outcome = self.tokenize_arrays(record, max_seq_len, truncation)
-        if outcome.input_ids is None:
-            return TokenizeOutcome(None, outcome.dropped, outcome.total_tokens, outcome.cut_tokens)
-        labels = np.where(outcome.weights > 0, outcome.input_ids, IGNORE_INDEX)
-        tokenized = TokenizedRecord(
-            outcome.input_ids.tolist(),
-            labels.tolist(),
-            outcome.weights.tolist(),
-            record.conversation,
-            record.line,
-            outcome.cut_tokens,
-        )
-        return TokenizeOutcome(tokenized, None, outcome.total_tokens, outcome.cut_tokens)
+        return as_lists(record, self.tokenize_arrays(record, max_seq_len, truncation))
+
+
+def as_lists(record: Record, outcome: EncodedOutcome) -> TokenizeOutcome:
+    """An EncodedOutcome of `record` as a TokenizeOutcome (a TokenizedRecord of lists, labels included)."""
+    if outcome.input_ids is None:
+        return TokenizeOutcome(None, outcome.dropped, outcome.total_tokens, outcome.cut_tokens)
+    labels = np.where(outcome.weights > 0, outcome.input_ids, IGNORE_INDEX)
+    tokenized = TokenizedRecord(
+        outcome.input_ids.tolist(),
+        labels.tolist(),
+        outcome.weights.tolist(),
+        record.conversation,
+        record.line,
+        outcome.cut_tokens,
+    )
+    return TokenizeOutcome(tokenized, None, outcome.total_tokens, outcome.cut_tokens)
+
+
+def cut_to_length(whole: EncodedOutcome, max_seq_len: int, truncation: Truncation | str) -> EncodedOutcome:
+    """A whole record (`tokenize_whole`) fitted to `max_seq_len`: context cut from the left, never a target;
+    dropped ("target_would_be_cut") when the cut would reach a target, or ("too_long") with truncation drop."""
+    input_ids, weights, total = whole.input_ids, whole.weights, whole.total_tokens
+    cut = max(0, total - max_seq_len)
+    if not cut:
+        return whole
+    first_target = int(np.flatnonzero(weights > 0)[0])  # a target token is one with a weight above 0
+    if Truncation(truncation) is Truncation.DROP:
+        return EncodedOutcome(None, None, "too_long", total, cut)
+    # the first token is never predicted (nothing precedes it): it must stay context after the cut
+    if cut >= first_target:
+        return EncodedOutcome(None, None, "target_would_be_cut", total, cut)
+    return EncodedOutcome(input_ids[cut:], weights[cut:], None, total, cut)
 
 
 def check_masking(records: list[TokenizedRecord], end_of_turn_id: int, source: str) -> None:

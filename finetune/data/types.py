@@ -23,9 +23,9 @@ class RecordPolicy(StrEnum):
 
 
 class Truncation(StrEnum):
-    """What happens to a record longer than the max sequence length."""
+    """What happens to a record longer than the max sequence length (data/fitting.py)."""
 
-    LEFT = "left"  # drop context tokens from the left; drop the record if a target would be cut
+    LEFT = "left"  # split it into records that fit, by whole turns; cut from the left only a turn too long alone
     DROP = "drop"  # drop the whole record
 
 
@@ -162,17 +162,31 @@ class DataSummary:
     target_tokens: int | None = None
     """Scored tokens of the training records."""
     max_record_tokens: int | None = None
-    """Longest training record: sizes the activation estimate (else --max-seq-len)."""
+    """Longest training record (after fitting to max_seq_len): sizes the activation estimate."""
     p50_record_tokens: int | None = None
     p95_record_tokens: int | None = None
     truncated_records: int = 0
-    """Training records whose context was cut from the left to fit --max-seq-len."""
+    """Training records shortened to fit max_seq_len: replies kept, earlier turns left out (or a long one cut)."""
     truncated_tokens: int = 0
-    """Context tokens cut in total."""
+    """Context tokens cut from the left inside a message, in those records."""
     dropped_records: int = 0
-    """Records (training and validation) left out because they could not fit without cutting a reply."""
+    """Records (training and validation) left out: a reply alone does not fit max_seq_len (or --truncation drop)."""
     dropped_lines: tuple[int, ...] = ()
     """File lines of the dropped records."""
+    max_seq_len: int | None = None
+    """The record length limit the data was fitted to (the plan's max_seq_len); None for a what-if plan."""
+    max_seq_len_reason: str | None = None
+    """Why that limit, when Auto chose it."""
+    split_at: tuple[str, ...] = ()
+    """FILE:LINE of each conversation longer than max_seq_len split into several records (docs/formats.md)."""
+    split_records: int = 0
+    """The records those conversations became (training and validation)."""
+    shortened_at: tuple[str, ...] = ()
+    """FILE:LINE of each record shortened to fit (training and validation)."""
+    dropped_at: tuple[str, ...] = ()
+    """FILE:LINE of each dropped record."""
+    dropped_need_tokens: int = 0
+    """The max_seq_len that would keep every dropped record."""
     duplicates_removed: int = 0
     """Validation conversations dropped as exact copies of training ones (no leak across sides)."""
     skipped_lines: int = 0

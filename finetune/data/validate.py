@@ -1,13 +1,15 @@
 """`finetune validate`: is this file usable for training, and what will the model learn from it?
 
-    finetune validate FILE [--model DIR] [--show N] [--max-seq-len L] [--record-policy all|last|each]
-                           [--format chat|prompt_completion|sharegpt|alpaca] [--json]
+    finetune validate FILE [--model DIR] [--show N] [--max-seq-len L|auto] [--record-policy all|last|each]
+                           [--truncation left|drop] [--strict] [--format chat|prompt_completion|sharegpt|alpaca] [--json]
 
 Every problem is reported (never only the first) as `FILE:LINE [code] message`; the codes are listed
 in docs/formats.md. Exit code 0 when the file is usable (warnings allowed), 1 when it is not.
 Without --model, token numbers are estimates and torch/transformers are not imported; with --model,
 they are exact and the masks are proven before any training: every record scores something, the
-end-of-turn token is scored, and truncation never cuts a scored reply.
+end-of-turn token is scored. Records longer than the limit are fitted to it exactly as training fits them
+(fitting.py: split, shortened, or dropped when one reply alone is too long) and summed up in the same
+warnings the plan gives; with --strict each is an error instead.
 """
 
 from __future__ import annotations
@@ -15,25 +17,25 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from finetune import config as configuration  # (not AUTO by name: this module's upper-case strings are its codes)
+from finetune.config import RunConfig
+from finetune.data.fitting import Fit, LongRecords, fit, fit_tokenized, strict_line_message
 from finetune.data.read import read_file
+from finetune.data.seq_len import choose_max_seq_len
 from finetune.data.show import ShownRecord, print_records, shown_record
-from finetune.data.stats import (
-    RecordTokens,
-    build_all_records,
-    count_record_tokens,
-    estimate_record_tokens,
-    summarize,
-)
-from finetune.data.types import IGNORE_INDEX, ParsedFile, Problem, Record, RecordPolicy
+from finetune.data.stats import RecordTokens, build_all_records, estimate_record_tokens, summarize
+from finetune.data.types import IGNORE_INDEX, ParsedFile, Problem, Record, RecordPolicy, Truncation
 from finetune.errors import RecordError, UserError
 
 # Codes found with the model's tokenizer (the reader's codes live in finetune.data.read).
-TOO_LONG = "too_long"  # warning
-TARGET_TRUNCATED = "target_truncated"
+TOO_LONG = "too_long"  # error with --strict only: the record would be split, shortened or dropped
+NOTHING_TRAINABLE = "nothing_trainable"  # every record was dropped: a reply alone is over the limit in each
 NO_TARGET_TOKENS = "no_target_tokens"
 FIRST_TOKEN_SCORED = "first_token_scored"
 END_OF_TURN_NOT_SCORED = "end_of_turn_not_scored"
@@ -56,7 +58,7 @@ class Validation:
     errors: list[Problem] = field(default_factory=list)
     warnings: list[Problem] = field(default_factory=list)
     stats: dict = field(default_factory=dict)
-    counts: list[RecordTokens] = field(default_factory=list)
+    counts: list[RecordTokens] = field(default_factory=list)  # the records training would take, fitted to the limit
 
     @property
     def ok(self) -> bool:
@@ -77,42 +79,133 @@ class Validation:
 def validate_file(
     path: str,
     tokenizer=None,
-    max_seq_len: int = 1024,
+    max_seq_len: int | str = configuration.AUTO,
     record_policy: RecordPolicy | str = RecordPolicy.ALL,
     format: str | None = None,
+    config: RunConfig | None = None,
 ) -> Validation:
-    """Read and check `path`; with a tokenizer, count tokens exactly and prove the masks."""
-    return validate_parsed(read_file(path, format), tokenizer, max_seq_len, record_policy)
+    """Read and check `path`; with a tokenizer, count tokens exactly and prove the masks (see validate_parsed)."""
+    return validate_parsed(read_file(path, format), tokenizer, max_seq_len, record_policy, config)
 
 
 def validate_parsed(
     parsed: ParsedFile,
     tokenizer=None,
-    max_seq_len: int = 1024,
+    max_seq_len: int | str = configuration.AUTO,
     record_policy: RecordPolicy | str = RecordPolicy.ALL,
+    config: RunConfig | None = None,
 ) -> Validation:
-    """Build the records of a read file, count their tokens and check lengths (and, with a tokenizer, the masks)."""
-    policy = RecordPolicy(record_policy)
+    """Build the records of a read file, count their tokens, fit them to the limit as training would
+    (fitting.py: split, shortened or dropped, summed up as warnings; errors with `strict`), and, with a
+    tokenizer, prove the masks.
+
+    `config`: the run's settings when there is a run (max_seq_len, record_policy, truncation, strict, and what
+    Auto's limit looks at: the model and the device); without one, `max_seq_len` and `record_policy`."""
+    config = config or RunConfig(max_seq_len=max_seq_len, record_policy=record_policy)
+    policy = RecordPolicy(config.record_policy)
     result = Validation(parsed.path, parsed.format, list(parsed.errors), list(parsed.warnings))
     records = build_all_records(parsed.conversations, policy)
+    chat = None
     if tokenizer is None:
-        result.counts = [estimate_record_tokens(r, max_seq_len) for r in records]
+        whole = [estimate_record_tokens(r, 0).total for r in records]
     else:
         from finetune.data.tokenize import ChatTokenizer
 
         chat = ChatTokenizer(tokenizer)  # UserError when the template never closes a reply with a special token
         records = _without_unrenderable_tools(records, chat, result)
-        result.counts = _count_exact(records, chat, max_seq_len, result)
+        records, whole = _tokenize_whole(records, chat, result)
+    limit = choose_max_seq_len(config, np.array([_total(w) for w in whole], dtype=np.int64))
+    long = LongRecords(limit.value, str(config.truncation), longest=max((_total(w) for w in whole), default=0))
+    name = Path(parsed.path).name
+    over = 0
+    for record, measured in zip(records, whole, strict=True):
+        over += _total(measured) > limit.value
+        try:
+            kept = _fit(record, measured, chat, limit.value, config, long, f"{name}:{record.line}", result)
+        except RecordError as exc:  # a part the template refuses (the whole record it rendered)
+            result.errors.append(Problem(exc.line, TEMPLATE_MISMATCH, exc.reason))
+            continue
+        result.counts += kept
+    if not config.strict:
+        result.warnings += [Problem(None, code, message) for code, message in long.warnings()]
+    if records and not result.counts and long.dropped_at:
+        result.errors.append(Problem(None, NOTHING_TRAINABLE, f"nothing trainable remains: {long.sentence()}"))
+    if chat is not None:
         _check_masks(result, chat.end_of_turn_id, chat.end_of_turn_text)
-    exact = tokenizer is not None
-    for counts in result.counts:
-        _check_length(counts, max_seq_len, exact, policy, result)
     result.stats = {"format": parsed.format} | summarize(
-        parsed.conversations, result.counts, policy, max_seq_len, exact
+        parsed.conversations, result.counts, policy, limit.value, tokenizer is not None
     )
+    result.stats |= {"max_seq_len_reason": limit.reason or None, "over_max_seq_len": _over(over, result.counts)}
+    result.stats["long_records"] = {
+        "split_conversations": len(long.split_at),
+        "split_records": long.split_records,
+        "shortened_records": len(long.shortened_at),
+        "dropped_records": len(long.dropped_at),
+    }
     result.errors.sort(key=_file_order)
     result.warnings.sort(key=_file_order)
     return result
+
+
+def _total(measured) -> int:
+    return measured if isinstance(measured, int) else measured.total_tokens
+
+
+def _over(records: int, counts: list[RecordTokens]) -> dict:
+    """The records built longer than the limit, and the context tokens fitting them cut inside a message."""
+    return {"records": records, "tokens_cut": sum(c.cut for c in counts)}
+
+
+def _tokenize_whole(records: list[Record], chat, result: Validation) -> tuple[list[Record], list]:
+    """Each record tokenized whole, never cut; a record the template refuses is an error, and left out."""
+    kept, whole = [], []
+    for record in records:
+        try:
+            whole.append(chat.tokenize_whole(record))
+        except RecordError as exc:  # the template refuses the record, or does not reproduce a reply verbatim
+            result.errors.append(Problem(exc.line, TEMPLATE_MISMATCH, exc.reason))
+            continue
+        kept.append(record)
+    return kept, whole
+
+
+def _fit(
+    record: Record, measured, chat, limit: int, config: RunConfig, long: LongRecords, place: str, result: Validation
+) -> list[RecordTokens]:
+    """The record fitted to the limit as training would (fitting.py): its kept parts counted; what happened
+    noted in `long`, or, with --strict, an error on its line."""
+    total = _total(measured)
+    if chat is None:
+        parts = fit(record, total, limit, config.truncation, lambda part: estimate_record_tokens(part, 0).total)
+        kept, dropped = [], []
+        for part, kind in parts or []:
+            counted = estimate_record_tokens(part, limit)
+            (dropped if counted.dropped else kept).append((counted, kind))
+        if parts is None:
+            dropped.append((estimate_record_tokens(record, limit), Fit.WHOLE))
+    else:
+        kept_outcomes, dropped_outcomes = fit_tokenized(record, chat, limit, config.truncation, measured)
+        kept = [(_exact_counts(part, outcome), kind) for part, outcome, kind in kept_outcomes]
+        dropped = [(RecordTokens(part, o.total_tokens, 0, o.cut_tokens, dropped=o.dropped), Fit.WHOLE)
+                   for part, o in dropped_outcomes]  # fmt: skip
+    if total <= limit:
+        return [counts for counts, _ in kept]
+    parts_made = len(kept) + len(dropped)
+    if config.strict:
+        what = f"split into {parts_made} records" if parts_made > 1 else "shortened"
+        if dropped:
+            what = "dropped" if parts_made == 1 else what + f", {len(dropped)} of them dropped"
+        result.errors.append(Problem(record.line, TOO_LONG, strict_line_message(total, limit, what)))
+    long.note(place, parts_made, len(kept), [counts.total for counts, _ in dropped])
+    return [counts for counts, _ in kept]
+
+
+def _exact_counts(part: Record, outcome) -> RecordTokens:
+    """A kept part's numbers: its length before any cut, its scored tokens (a cut never takes one)."""
+    from finetune.data.tokenize import as_lists
+
+    targets = int((outcome.weights > 0).sum())
+    return RecordTokens(part, outcome.total_tokens, targets, outcome.cut_tokens, as_lists(part, outcome).record)
 
 
 def _file_order(problem: Problem) -> tuple[bool, int]:
@@ -147,16 +240,6 @@ def _without_unrenderable_tools(records: list[Record], chat, result: Validation)
     return kept
 
 
-def _count_exact(records: list[Record], chat, max_seq_len: int, result: Validation) -> list[RecordTokens]:
-    counts = []
-    for record in records:
-        try:
-            counts.append(count_record_tokens(record, chat, max_seq_len))
-        except RecordError as exc:  # the template refuses the record, or does not reproduce a reply verbatim
-            result.errors.append(Problem(exc.line, TEMPLATE_MISMATCH, exc.reason))
-    return counts
-
-
 def _check_masks(result: Validation, end_of_turn_id: int, end_of_turn_text: str) -> None:
     """The pre-flight proof that training will learn what the file says, before any GPU time is spent."""
     trained = [c.tokenized for c in result.counts if c.tokenized is not None]
@@ -179,33 +262,6 @@ def _check_masks(result: Validation, end_of_turn_id: int, end_of_turn_text: str)
         )
 
 
-def _check_length(
-    counts: RecordTokens, max_seq_len: int, exact: bool, policy: RecordPolicy, result: Validation
-) -> None:
-    if not counts.cut:
-        return
-    about = "" if exact else "about "
-    which = f"the record ending at message {len(counts.record.messages)}: " if policy is RecordPolicy.EACH else ""
-    line = counts.record.line
-    result.warnings.append(
-        Problem(
-            line,
-            TOO_LONG,
-            f"{which}{about}{counts.total} tokens, over --max-seq-len {max_seq_len}: "
-            f"{about}{counts.cut} tokens would be cut from the left" + ("" if exact else " (estimate; see --model)"),
-        )
-    )
-    if counts.dropped == "target_would_be_cut":
-        result.errors.append(
-            Problem(
-                line,
-                TARGET_TRUNCATED,
-                f"{which}cutting {counts.cut} tokens from the left would cut a scored reply, so training would drop "
-                f"this record; raise --max-seq-len to at least {counts.total} or shorten the conversation",
-            )
-        )
-
-
 # ----------------------------------------------------------------------------- command
 
 
@@ -214,36 +270,43 @@ def run_validate(
     model: str | None = None,
     show: int = 0,
     as_json: bool = False,
-    max_seq_len: int = 1024,
+    max_seq_len: int | str = configuration.AUTO,
     record_policy: str = "all",
     format: str | None = None,
+    truncation: str = "left",
+    strict: bool = False,
 ) -> int:
     """The `finetune validate` command: print the report; 0 when the file is usable, 1 when not."""
-    _check_flags(show, max_seq_len, record_policy)
+    _check_flags(show, max_seq_len, record_policy, truncation)
     parsed = read_file(file, format)  # a missing file is reported before a model is loaded
     tokenizer = None
     if model is not None:
         from finetune.data.tokenize import load_tokenizer
 
         tokenizer = load_tokenizer(model)
-    result = validate_parsed(parsed, tokenizer, max_seq_len, record_policy)
+    config = RunConfig(
+        model=model, max_seq_len=max_seq_len, record_policy=record_policy, truncation=truncation, strict=strict
+    )
+    result = validate_parsed(parsed, tokenizer, config=config)
     shown = _shown(result, show, tokenizer)
     if as_json:
         document = result.to_dict() | ({"shown": [s.to_dict() for s in shown]} if show else {})
         print(json.dumps(document, ensure_ascii=True))  # ASCII: safe whatever the terminal's encoding
     else:
         forced = format not in (None, "auto")
-        _print_report(result, shown, max_seq_len, show, "--format" if forced else "detected")
+        _print_report(result, shown, show, "--format" if forced else "detected")
     return 0 if result.ok else 1
 
 
-def _check_flags(show: int, max_seq_len: int, record_policy: str) -> None:
+def _check_flags(show: int, max_seq_len: int | str, record_policy: str, truncation: str) -> None:
     if show < 0:
         raise UserError(f"--show must be 0 or more, got {show}")
-    if max_seq_len < 1:
-        raise UserError(f"--max-seq-len must be at least 1, got {max_seq_len}")
+    if max_seq_len != configuration.AUTO and (not isinstance(max_seq_len, int) or max_seq_len < 1):
+        raise UserError(f"--max-seq-len must be at least 1 or 'auto', got {max_seq_len}")
     if record_policy not in set(RecordPolicy):
         raise UserError(f"--record-policy must be one of {', '.join(RecordPolicy)}, got {record_policy!r}")
+    if truncation not in set(Truncation):
+        raise UserError(f"--truncation must be one of {', '.join(Truncation)}, got {truncation!r}")
 
 
 def _shown(result: Validation, show: int, tokenizer) -> list[ShownRecord]:
@@ -259,7 +322,7 @@ def _shown(result: Validation, show: int, tokenizer) -> list[ShownRecord]:
 # ----------------------------------------------------------------------------- human output
 
 
-def _print_report(result: Validation, shown: list[ShownRecord], max_seq_len: int, show: int, how: str) -> None:
+def _print_report(result: Validation, shown: list[ShownRecord], show: int, how: str) -> None:
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(errors="replace")  # a terminal that cannot show a character gets '?', not a crash
     console = Console(highlight=False, soft_wrap=True)  # one problem per line, greppable
@@ -310,9 +373,16 @@ def _stats_table(stats: dict) -> Table:
         f"tokens, max (p50 {lengths['p50']:,} · p90 {lengths['p90']:,} · p95 {lengths['p95']:,})",
     )
     table.add_row(
-        f"over --max-seq-len {stats['max_seq_len']:,}",
+        "max sequence length",
+        f"{stats['max_seq_len']:,}",
+        f"tokens: {stats['max_seq_len_reason'] or 'your --max-seq-len'}",
+    )
+    long = stats["long_records"]
+    table.add_row(
+        "longer than that",
         f"{over['records']:,}",
-        f"records; {about}{over['tokens_cut']:,} tokens would be cut",
+        f"records: {long['split_conversations']:,} split into {long['split_records']:,}, "
+        f"{long['shortened_records']:,} shortened, {long['dropped_records']:,} dropped (docs/formats.md)",
     )
     return table
 

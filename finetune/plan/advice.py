@@ -169,27 +169,37 @@ def val_file_emptied(ctx: AdviceContext) -> dict | None:
     )
 
 
-def truncated_examples(ctx: AdviceContext) -> dict | None:
+def _long_record_warning(ctx: AdviceContext, code: str) -> dict | None:
+    """The warning `code` of the one summary of what the limit did to the data (data/fitting.py's words, the
+    same validate prints)."""
+    from finetune.data.fitting import LongRecords
+
     d = ctx.data
-    if not d.truncated_records:
-        return None
-    return _warning(
-        "truncated_examples",
-        f"{d.truncated_records} training record(s) are longer than --max-seq-len {ctx.config.max_seq_len}: "
-        f"{d.truncated_tokens} context tokens are cut from the left (targets are never cut).",
+    summary = LongRecords(
+        d.max_seq_len or 0,
+        str(ctx.config.truncation),
+        list(d.split_at),
+        d.split_records,
+        list(d.shortened_at),
+        list(d.dropped_at),
+        d.dropped_need_tokens,
     )
+    return next((_warning(c, message) for c, message in summary.warnings() if c == code), None)
+
+
+def conversations_split(ctx: AdviceContext) -> dict | None:
+    """Conversations longer than max_seq_len became several records (each reply scored once)."""
+    return _long_record_warning(ctx, "conversations_split")
+
+
+def truncated_examples(ctx: AdviceContext) -> dict | None:
+    """Records kept their replies but not all their earlier context, to fit max_seq_len."""
+    return _long_record_warning(ctx, "truncated_examples")
 
 
 def dropped_examples(ctx: AdviceContext) -> dict | None:
-    d = ctx.data
-    if not d.dropped_records:
-        return None
-    return _warning(
-        "dropped_examples",
-        f"{d.dropped_records} record(s) do not fit --max-seq-len {ctx.config.max_seq_len} without cutting a reply "
-        f"(--truncation {ctx.config.truncation}) and are left out (lines "
-        f"{', '.join(str(line) for line in d.dropped_lines[:10])}{', ...' if len(d.dropped_lines) > 10 else ''}).",
-    )
+    """Records left out: a reply alone is longer than max_seq_len (or --truncation drop)."""
+    return _long_record_warning(ctx, "dropped_examples")
 
 
 def skipped_lines(ctx: AdviceContext) -> dict | None:
@@ -319,6 +329,7 @@ CHECKS: tuple[Callable[[AdviceContext], dict | None], ...] = (
     small_validation_set,
     no_validation_set,
     val_file_emptied,
+    conversations_split,
     truncated_examples,
     dropped_examples,
     records_differ_from_conversations,

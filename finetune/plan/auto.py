@@ -7,7 +7,7 @@ whole policy; docs/auto.md explains each one and compares it with OpenAI's, Tink
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -44,6 +44,10 @@ TOKENS_PER_RECORD_GUESS = 500
 # A small model's output layer is a large share of it (21% on the toy base, 2-7% on 7-8B models): LoRA also trains
 # it from this share on (on the toy base: best validation loss 1.97 with the adapter alone, 0.26 with the head).
 HEAD_SHARE_TRAINED = 0.10  # used when the token count is unknown (what-if without --tokens)
+
+# ---- max sequence length: every record whole when the model and the memory allow it, else a high percentile
+NO_DATA_MAX_SEQ_LEN = 1024  # a what-if plan has no records to measure
+LONG_RECORD_PERCENTILE = 99  # when the longest record cannot train whole: the longer 1% are split, not all of them
 
 # ---- warmup and evaluation
 DEFAULT_WARMUP_RATIO = 0.05
@@ -263,3 +267,65 @@ def auto_eval_every(total: int, has_validation: bool) -> Choice[int]:
 def auto_save_every(eval_every: int) -> Choice[int]:
     """Checkpoint at every evaluation, so the best step by validation loss is always on disk."""
     return Choice(eval_every, "at every evaluation, so the best checkpoint by validation loss is kept")
+
+
+def _largest_fitting(fits: Callable[[int], bool], high: int) -> int:
+    """The largest length in [1, high] that `fits` (which is monotone); fits(1) must hold."""
+    low = 1
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle - 1)
+    return low
+
+
+def data_max_seq_len(limit: int | None, reason: str | None, context_length: int | None = None) -> Choice[int]:
+    """The limit the data path fitted the records to (with Auto's reason), or the what-if rule when no data was
+    read (`limit` None)."""
+    if limit is None:
+        return auto_max_seq_len(None, context_length)
+    return Choice(limit, reason or "")
+
+
+def auto_max_seq_len(
+    lengths: Sequence[int] | None,
+    context_length: int | None = None,
+    fits: Callable[[int], bool] | None = None,
+    device_name: str | None = None,
+) -> Choice[int]:
+    """Longest record in tokens: the longest record of the data (`lengths`, ascending) when it is within the
+    model's context window and one micro-batch of one such record fits the device (`fits`, None: not checked);
+    otherwise the 99th percentile of the lengths, at most what the window and the memory allow. Without data,
+    1,024 (at most the window)."""
+    window = f"the model's {context_length:,}-token context window" if context_length else None
+    if lengths is None or not len(lengths):
+        value = min(NO_DATA_MAX_SEQ_LEN, context_length or NO_DATA_MAX_SEQ_LEN)
+        return Choice(
+            value, f"no data to measure: {value:,} tokens" + (f" ({window})" if value < NO_DATA_MAX_SEQ_LEN else "")
+        )
+    longest = int(lengths[-1])
+    device = device_name or "the device"
+    if fits is not None and not fits(1):
+        fits = None  # the model alone does not fit: the length is not what to change (the memory warning says so)
+    within = [window] if window else []
+    if fits is not None:
+        within.append(f"{device}'s memory at one record per micro-batch")
+    over_window = context_length is not None and longest > context_length
+    if not over_window and (fits is None or fits(longest)):
+        checked = f", within {' and '.join(within)}" if within else ""
+        return Choice(longest, f"the longest record is {longest:,} tokens{checked}: every record trains whole")
+    percentile = int(lengths[min(len(lengths) - 1, math.ceil(LONG_RECORD_PERCENTILE / 100 * len(lengths)) - 1)])
+    value, limits = percentile, []
+    if over_window:
+        value = min(value, context_length)
+        limits.append(f"over {window}")
+    if fits is not None:
+        high = min(longest, context_length or longest)
+        room = _largest_fitting(fits, high)
+        if room < high:
+            value = min(value, room)
+            limits.append(f"more than {device}'s memory holds in one micro-batch (at most {room:,} tokens)")
+    return Choice(
+        value,
+        f"the longest record ({longest:,} tokens) is {' and '.join(limits)}: the {LONG_RECORD_PERCENTILE}th percentile "
+        f"of record lengths{', capped' if value < percentile else ''}, {value:,} tokens; longer records are split",
+    )

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from finetune.config import AUTO, RunConfig
+from finetune.data.seq_len import model_context_length
 from finetune.data.types import DataSummary
 from finetune.errors import UserError
 from finetune.plan import arithmetic
@@ -31,6 +32,7 @@ from finetune.plan.auto import (
     auto_lr,
     auto_save_every,
     auto_warmup_steps,
+    data_max_seq_len,
 )
 from finetune.plan.cost import estimate_cost
 from finetune.plan.memory import MemoryEstimate, decide_gradient_checkpointing, decide_shard, estimate_memory
@@ -61,8 +63,7 @@ class _Resolving:
         self.dtype = (
             self.config.dtype if self.config.dtype != AUTO else ("fp32" if self.device.name == "cpu" else "bf16")
         )
-        longest = self.data.max_record_tokens
-        self.seq_len = min(self.config.max_seq_len, longest) if longest else self.config.max_seq_len
+        self.seq_len = 0  # the longest record as trained (_sequence_length)
         self.dpo = self.config.objective == "dpo"
         self.lora = self.config.trained_weights == "lora"
 
@@ -88,6 +89,15 @@ class _Resolving:
 
 
 # ----------------------------------------------------------------------------- the steps
+
+
+def _sequence_length(r: _Resolving) -> None:
+    """The limit the data path fitted the records to (its own Auto choice, from the records' lengths), or the
+    what-if rule without data; the longest record as trained sizes the activations."""
+    context = model_context_length(r.config.model, r.facts)
+    limit = r.resolve("max_seq_len", data_max_seq_len(r.data.max_seq_len, r.data.max_seq_len_reason, context))
+    longest = r.data.max_record_tokens
+    r.seq_len = min(limit, longest) if longest else limit
 
 
 def _epochs_and_adapter(r: _Resolving) -> None:
@@ -229,7 +239,16 @@ def _tokens_and_cost(r: _Resolving) -> None:
     )  # fmt: skip
 
 
-STEPS = (_epochs_and_adapter, _batch, _steps, _learning_rate, _warmup_and_intervals, _memory, _tokens_and_cost)
+STEPS = (
+    _sequence_length,
+    _epochs_and_adapter,
+    _batch,
+    _steps,
+    _learning_rate,
+    _warmup_and_intervals,
+    _memory,
+    _tokens_and_cost,
+)
 
 
 def build_plan(

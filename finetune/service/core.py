@@ -106,7 +106,7 @@ def validate_training_file(path: Path, shown_name: str, config: RunConfig, param
             result = read_preferences(path)
         else:
             tokenizer = load_tokenizer(config.model, config.trust_remote_code)
-            result = validate_file(str(path), tokenizer, config.max_seq_len, config.record_policy)
+            result = validate_file(str(path), tokenizer, format=config.format, config=config)  # long: only strict fails
     except UserError as exc:
         return {
             "code": f"invalid_{param}",

@@ -21,7 +21,7 @@ from safetensors.torch import load_file
 
 from finetune.cli import main
 from finetune.config import RunConfig
-from finetune.data.preference import prepare_pairs
+from finetune.data.pairs import prepare_pairs
 from finetune.data.tokenize import load_tokenizer
 from finetune.errors import UserError
 from finetune.run import train

@@ -6,18 +6,21 @@ import json
 import logging
 from pathlib import Path
 
+import pytest
+
 from finetune.cli import main
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def test_plan_then_train_tokenizes_once(toy_model, tmp_path, caplog, monkeypatch):
+@pytest.mark.parametrize("limit", [["--max-seq-len", "512"], []], ids=["given", "auto"])
+def test_plan_then_train_tokenizes_once(toy_model, tmp_path, caplog, monkeypatch, limit):
     import finetune.data.prepare as prepare
 
     cache = tmp_path / "cache"
-    data = ["--model", str(toy_model), "--max-seq-len", "512", "--cache-dir", str(cache)]
+    data = ["--model", str(toy_model), *limit, "--cache-dir", str(cache)]
     assert main(["plan", str(EXAMPLES / "train.jsonl"), *data, "--json"]) == 0
-    assert len([p for p in cache.iterdir() if not p.name.startswith(".")]) == 1
+    assert len([p for p in cache.iterdir() if (p / "ids.npy").exists()]) == 1  # (and the records' whole lengths)
 
     def no_tokenizing(*args, **kwargs):
         raise AssertionError("train tokenized the data again instead of reading the token cache")

@@ -9,11 +9,15 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import openai
 import pytest
 from openai import OpenAI
 from service_helpers import EXAMPLES, Server
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared export generator
+from long_export import HUGE_REPLY_LINE, LONG_LINES, write_support_export  # noqa: E402
 
 TERMINAL = {"succeeded", "failed", "cancelled"}
 SMALL = {"n_epochs": 1, "batch_size": 4, "max_seq_len": 256, "val_fraction": 0.25, "eval_every": 1, "save_every": 1}
@@ -287,3 +291,37 @@ def test_files_and_models_routes(client):
         assert client.models.retrieve(name).id == name
     with pytest.raises(openai.NotFoundError):
         client.models.retrieve("no-such-model")
+
+
+def test_a_long_export_trains_and_its_events_say_what_was_split_and_dropped(client, tmp_path, toy_model):
+    """Issue 26 with the official SDK: 40 support conversations, two longer than the model's window and one reply
+    longer than it by itself, no length setting: the job splits, drops one record, succeeds, and its events give
+    the summary `finetune validate` gives for the same bytes. With `strict` the same file fails, naming lines."""
+    from finetune.config import RunConfig
+    from finetune.data.tokenize import load_tokenizer
+    from finetune.data.validate import validate_file
+
+    export = write_support_export(tmp_path / "support.jsonl")
+    f = client.files.create(file=("support.jsonl", export.read_bytes()), purpose="fine-tune")
+    hyper = {"n_epochs": 1, "batch_size": 2, "max_steps": 1, "val_fraction": 0}
+    method = {"type": "supervised", "supervised": {"hyperparameters": hyper}}
+    job = client.fine_tuning.jobs.create(model="toy", training_file=f.id, method=method)
+    strict = {"type": "supervised", "supervised": {"hyperparameters": hyper | {"strict": True}}}
+    refused = client.fine_tuning.jobs.create(model="toy", training_file=f.id, method=strict)
+
+    job = _wait(client, job.id, lambda j: j.status in TERMINAL, timeout=480)
+    assert job.status == "succeeded", job.error
+    events = [e.message for e in client.fine_tuning.jobs.list_events(job.id, limit=100)]
+    stored = tmp_path / f.id  # the service keeps the upload under its file id: summaries name it so
+    stored.write_bytes(export.read_bytes())
+    validated = validate_file(str(stored), load_tokenizer(str(toy_model)), config=RunConfig(model=str(toy_model)))
+    expected = [f"[{p.code}] {p.message}" for p in validated.warnings if p.line is None]
+    assert [e.split("]")[0] + "]" for e in expected] == ["[conversations_split]", "[dropped_examples]"]
+    assert all(message in events for message in expected), (expected, events)
+    assert f"{f.id}:{LONG_LINES[0]}" in expected[0] and f"{f.id}:{HUGE_REPLY_LINE}" in expected[1]
+    assert "/" not in " ".join(expected)  # no server path
+
+    refused = _wait(client, refused.id, lambda j: j.status in TERMINAL, timeout=480)
+    assert refused.status == "failed" and refused.error.code == "invalid_training_file"
+    assert refused.error.param == "training_file" and "support.jsonl" in refused.error.message
+    assert all(f"line {line} [too_long]" in refused.error.message for line in (*LONG_LINES, HUGE_REPLY_LINE))

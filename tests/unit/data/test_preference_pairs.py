@@ -8,7 +8,8 @@ import pytest
 
 from finetune.cli import main
 from finetune.config import RunConfig
-from finetune.data.preference import is_preference_file, prepare_pairs, read_preferences, split_pairs
+from finetune.data.pairs import prepare_pairs, split_pairs
+from finetune.data.preference import is_preference_file, read_preferences
 from finetune.data.tokenize import load_tokenizer
 from finetune.errors import UserError
 

@@ -1,7 +1,9 @@
 """The data path at scale: chunked, multi-process tokenization gives exactly the records of the one-pass path.
 
 The reference below is the data path as it was before chunking (read the whole file, split the conversations,
-tokenize record by record); the chunked path must agree with it token for token, line for line.
+tokenize record by record, each fitted to the limit by fitting.py); the chunked path must agree with it token
+for token, line for line, also when Auto's limit is chosen after tokenizing and the over-long records are
+fitted afterwards (refit).
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ import pytest
 from finetune.config import RunConfig
 from finetune.data import parallel
 from finetune.data.arrays import TokenArrays
+from finetune.data.fitting import fit_tokenized
 from finetune.data.prepare import prepare_data, read_conversations
 from finetune.data.records import build_records
 from finetune.data.split import remove_overlap, split_conversations
-from finetune.data.tokenize import ChatTokenizer, load_tokenizer
+from finetune.data.tokenize import ChatTokenizer, as_lists, load_tokenizer
 from finetune.errors import UserError
 
 WORDS = ["router", "invoice", "refund", "password", "login", "outage", "plan", "delivery", "export", "key", "app"]
@@ -55,8 +58,8 @@ def _write_data(tmp_path, n: int = 80, seed: int = 0, duplicates: int = 6, name:
     return str(path)
 
 
-def _reference(config: RunConfig, tokenizer) -> tuple[list, list]:
-    """(train, val) TokenizedRecords the way the one-process path produced them."""
+def _reference(config: RunConfig, tokenizer, limit: int) -> tuple[list, list]:
+    """(train, val) TokenizedRecords the way the one-process path produced them, fitted to `limit`."""
     chat = ChatTokenizer(tokenizer)
     conversations = read_conversations(config.data)[0]
     if config.val_file:
@@ -66,8 +69,8 @@ def _reference(config: RunConfig, tokenizer) -> tuple[list, list]:
 
     def side(convs):
         records = [r for i, c in enumerate(convs) for r in build_records(c, i, config.record_policy)]
-        outcomes = [chat.tokenize(r, config.max_seq_len, config.truncation) for r in records]
-        return [o.record for o in outcomes if o.record is not None]
+        fitted = [fit_tokenized(r, chat, limit, config.truncation)[0] for r in records]
+        return [as_lists(part, outcome).record for kept in fitted for part, outcome, _ in kept]
 
     return side(split.train), side(split.val)
 
@@ -99,21 +102,30 @@ def small_chunks(monkeypatch):
     "settings",
     [
         {"val_fraction": 0.2, "max_seq_len": 1024},
-        {"val_fraction": 0.25, "max_seq_len": 60, "record_policy": "each", "seed": 3},  # truncation and drops
+        {"val_fraction": 0.25, "max_seq_len": 60, "record_policy": "each", "seed": 3},  # shortened and dropped
         {"val_fraction": 0.0, "max_seq_len": 60, "truncation": "drop"},
+        {"val_fraction": 0.2, "max_seq_len": 90},  # conversations split
+        {"val_fraction": 0.2, "window": 90},  # Auto: over the model's window, chosen after tokenizing, then refit
     ],
 )
 def test_chunked_tokenization_equals_the_one_pass_path(tmp_path, tokenizer, small_chunks, workers, settings):
+    settings = dict(settings)
+    if "window" in settings:  # a model whose config.json has a small context window (no weights needed)
+        (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": settings.pop("window")}))
+        settings["model"] = str(tmp_path / "config.json")
     config = RunConfig(data=_write_data(tmp_path), cache=False, **settings)
     assert len(parallel.scan_file(config.data)[1]) > 4
     prepared = prepare_data(config, tokenizer, workers=workers)
-    train, val = _reference(config, tokenizer)
+    summary = prepared.summary
+    if config.max_seq_len == "auto":
+        assert summary.max_seq_len <= 90 and summary.split_at and "context window" in summary.max_seq_len_reason
+    train, val = _reference(config, tokenizer, summary.max_seq_len)
     _same_records(prepared.train, train)
     _same_records(prepared.val, val)
-    summary = prepared.summary
+    assert max(len(r) for r in train) <= summary.max_seq_len
     assert summary.tokens_in_file == sum(len(r) for r in train)
     assert summary.target_tokens == sum(r.num_targets for r in train)
-    assert summary.truncated_records == sum(1 for r in train if r.truncated_tokens)
+    assert summary.truncated_tokens == sum(r.truncated_tokens for r in train)
     assert summary.conversations + summary.validation_conversations == 86
 
 
@@ -125,7 +137,7 @@ def test_validation_file_loses_its_copies_of_training_conversations(tmp_path, to
     extra.write_text(Path(val).read_text() + Path(new).read_text())
     config = RunConfig(data=data, val_file=str(extra), cache=False)
     prepared = prepare_data(config, tokenizer, workers=2)
-    train, val_records = _reference(config, tokenizer)
+    train, val_records = _reference(config, tokenizer, prepared.summary.max_seq_len)
     _same_records(prepared.train, train)
     _same_records(prepared.val, val_records)
     assert prepared.summary.duplicates_removed == 20 and prepared.summary.validation_conversations == 5

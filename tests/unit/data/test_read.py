@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from finetune.cli import main
-from finetune.data import validate
+from finetune.data import fitting, validate
 from finetune.data.formats import lines as lines_module
 from finetune.data.read import parse_bytes, read_file
 from finetune.errors import UserError
@@ -174,7 +174,7 @@ def test_every_code_is_documented() -> None:
     documented = set(re.findall(r"^\| `([a-z_0-9]+)` \| (?:error|warning) \|", doc, flags=re.M))
     constants = {
         value
-        for module in (lines_module, validate)
+        for module in (lines_module, validate, fitting)
         for name, value in vars(module).items()
         if name.isupper() and isinstance(value, str) and re.fullmatch(r"[a-z][a-z_0-9]+", value)
     }

@@ -44,7 +44,12 @@ def run(tmp_path, tokenizer):
 
 
 def _entries(store) -> list:
-    return sorted(p for p in store.iterdir() if not p.name.startswith(".")) if store.exists() else []
+    """The token entries (the small entries of whole lengths, Auto's max_seq_len is chosen from, left out)."""
+    return sorted(p for p in store.iterdir() if (p / "ids.npy").exists()) if store.exists() else []
+
+
+def _lengths_entries(store) -> list:
+    return sorted(p for p in store.iterdir() if (p / "lengths.npy").exists()) if store.exists() else []
 
 
 def test_second_run_reads_the_cache_even_with_other_hyperparameters(run):
@@ -70,6 +75,28 @@ def test_changed_data_bytes_are_a_new_key(run):
     with open(run.data, "a") as f:
         f.write(json.dumps(LINES[0] | {"messages": LINES[0]["messages"][:1] + [LINES[1]["messages"][1]]}) + "\n")
     assert not run().from_cache
+
+
+def test_a_changed_auto_limit_is_a_new_key_and_tokenizes_again(run, tmp_path, monkeypatch):
+    """Auto's max_seq_len depends on more than the data (the model's context window, the device's memory): the
+    key holds the limit as resolved, so another resolved limit never reads tokens fitted to the old one."""
+    first = run()
+    assert first.summary.max_seq_len == max(first.train.lengths.max(), first.val.lengths.max())
+    assert len(_lengths_entries(run.store)) == 1
+    assert run().from_cache  # the same resolved limit: found without tokenizing
+    window = tmp_path / "config.json"
+    window.write_text(json.dumps({"max_position_embeddings": first.summary.max_seq_len - 5}))
+    from finetune.data import parallel
+
+    tokenized = []
+    original = parallel.tokenize_conversations
+    monkeypatch.setattr(parallel, "tokenize_conversations", lambda *a, **k: tokenized.append(1) or original(*a, **k))
+    smaller = run(model=str(window))
+    assert not smaller.from_cache and smaller.cache_entry != first.cache_entry and tokenized
+    assert smaller.summary.max_seq_len < first.summary.max_seq_len
+    assert max(smaller.train.lengths.max(), smaller.val.lengths.max()) <= smaller.summary.max_seq_len
+    assert len(_entries(run.store)) == 2 and len(_lengths_entries(run.store)) == 1  # the lengths are shared
+    assert run(model=str(window)).from_cache
 
 
 def test_another_chat_template_is_a_new_key(run, tokenizer):
@@ -135,3 +162,4 @@ def test_every_setting_is_in_the_key_unless_declared_not_to_touch_the_data():
     key_settings = set(tokenizing_settings())
     assert {"max_seq_len", "truncation", "record_policy", "val_fraction", "seed", "format"} <= key_settings
     assert not {"lr", "epochs", "batch_size", "lora_rank", "out", "model", "data"} & key_settings
+    assert "strict" not in key_settings  # it raises or not; the records are the same

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +15,7 @@ from finetune.data.stats import (
     percentile,
     summarize,
 )
-from finetune.data.types import IGNORE_INDEX, Conversation, Message
+from finetune.data.types import Conversation, Message
 from finetune.data.validate import validate_file
 
 
@@ -96,18 +97,19 @@ def test_cli_stats_name_conversations_messages_and_records(write_file, chat, cap
     assert "≈" in out  # estimated without --model
 
 
-def test_too_long_without_model_is_an_estimated_warning(write_file, chat, capsys) -> None:
+def test_too_long_without_model_is_shortened_on_estimates(write_file, chat, capsys) -> None:
     path = write_file([chat(("user", "q" * 400), ("assistant", "a" * 40))])
     rc, report = run_json([path, "--max-seq-len", "50"], capsys)
     assert rc == 0
     (warning,) = report["warnings"]
-    assert warning["code"] == "too_long" and warning["line"] == 1
-    total = (100 + 4) + (10 + 4)
+    assert warning["code"] == "truncated_examples" and warning["line"] is None
     assert (
-        f"about {total} tokens" in warning["message"]
-        and f"about {total - 50} tokens would be cut" in warning["message"]
+        warning["message"].startswith("1 record longer than 50 tokens shortened")
+        and f"{Path(path).name}:1" in warning["message"]
     )
+    total = (100 + 4) + (10 + 4)
     assert report["stats"]["over_max_seq_len"] == {"records": 1, "tokens_cut": total - 50}
+    assert report["stats"]["long_records"]["shortened_records"] == 1
 
 
 def test_stats_count_only_usable_conversations(write_file, chat, capsys) -> None:
@@ -140,35 +142,48 @@ def test_exact_stats_with_model(toy_model_dir, write_file, chat, capsys) -> None
     assert stats["record_tokens"]["max"] == stats["target_tokens"] + stats["context_tokens"]
 
 
-def test_exact_too_long_and_target_truncated(toy_model_dir, write_file, chat, capsys) -> None:
+def test_exact_too_long_is_shortened_or_dropped_never_an_error(toy_model_dir, write_file, chat, capsys) -> None:
+    """Issue 26: an over-long record is fitted as training fits it and summed up as a warning (exit 0); only a
+    file where nothing trainable remains is unusable, and --strict makes each such line an error."""
     long_context = chat(("user", "tell me " * 60), ("assistant", "Sure."))
     path = write_file([long_context])
     rc, report = run_json([path, "--model", toy_model_dir, "--max-seq-len", "40"], capsys)
     assert rc == 0  # only context is cut: a warning
     (warning,) = report["warnings"]
-    assert warning["code"] == "too_long" and "about" not in warning["message"]
-    cut = report["stats"]["over_max_seq_len"]["tokens_cut"]
-    assert cut > 0 and f"{cut} tokens would be cut" in warning["message"]
+    assert warning["code"] == "truncated_examples" and "about" not in warning["message"]
+    assert report["stats"]["over_max_seq_len"]["tokens_cut"] > 0
 
     rc, report = run_json([path, "--model", toy_model_dir, "--max-seq-len", "4"], capsys)
-    assert rc == 1  # the reply itself would be cut
-    assert [(e["code"], e["line"]) for e in report["errors"]] == [("target_truncated", 1)]
+    assert rc == 1  # the reply itself would be cut, and it is the only record: nothing trainable remains
+    assert [(e["code"], e["line"]) for e in report["errors"]] == [("nothing_trainable", None)]
+
+    short = chat(("user", "hi"), ("assistant", "Hello."))  # 19 tokens with the toy template
+    long_reply = chat(("user", "hi"), ("assistant", "word " * 40))
+    path = write_file([short, long_reply, chat(("user", "hey"), ("assistant", "Hi."))])
+    rc, report = run_json([path, "--model", toy_model_dir, "--max-seq-len", "20"], capsys)
+    assert rc == 0 and report["errors"] == [], report["errors"]  # the others still train
+    (dropped,) = report["warnings"]
+    assert dropped["code"] == "dropped_examples" and "1 record dropped" in dropped["message"]
+    assert dropped["message"].endswith(f": {Path(path).name}:2") and report["stats"]["records"] == 2
+
+    rc, report = run_json([path, "--model", toy_model_dir, "--max-seq-len", "20", "--strict"], capsys)
+    assert rc == 1 and [(e["code"], e["line"]) for e in report["errors"]] == [("too_long", 2)]
+    assert "--strict" in report["errors"][0]["message"] and "dropped" in report["errors"][0]["message"]
 
 
 def test_preflight_catches_masking_bugs(toy_model_dir, write_file, chat, capsys, monkeypatch) -> None:
     """Simulate masking bugs (end-of-turn never scored; a record with nothing scored): validation must refuse."""
     from finetune.data.tokenize import ChatTokenizer
 
-    original = ChatTokenizer.tokenize
+    original = ChatTokenizer.tokenize_whole
 
-    def broken(self, record, max_seq_len, truncation):
-        outcome = original(self, record, max_seq_len, truncation)
-        labels = outcome.record.labels
-        unscored = (self.end_of_turn_id,) if record.line == 1 else tuple(labels)
-        labels[:] = [IGNORE_INDEX if label in unscored else label for label in labels]
+    def broken(self, record):
+        outcome = original(self, record)
+        unscored = outcome.input_ids == self.end_of_turn_id if record.line == 1 else outcome.weights > 0
+        outcome.weights[unscored] = 0
         return outcome
 
-    monkeypatch.setattr(ChatTokenizer, "tokenize", broken)
+    monkeypatch.setattr(ChatTokenizer, "tokenize_whole", broken)
     path = write_file(
         [chat(("user", "Question?"), ("assistant", "Answer.")), chat(("user", "Why?"), ("assistant", "Because."))]
     )

@@ -244,12 +244,21 @@ def test_save_every_follows_eval_every():
 def test_every_auto_value_has_a_reason_and_user_values_have_none():
     plan = make(800, 400_000)
     for field in ("epochs", "batch_size", "learning_rate", "lora_rank", "lora_alpha", "warmup_steps", "eval_every",
-                  "save_every", "gradient_checkpointing", "shard", "val_fraction"):  # fmt: skip
+                  "save_every", "gradient_checkpointing", "shard", "val_fraction", "max_seq_len"):  # fmt: skip
         assert plan.auto[field], field
     data = plan.to_dict()
     assert set(data["auto"]) <= set(data)  # every key names a field of the plan
-    plan = make(800, epochs=2, batch_size=8, lr=1e-4, lora_rank=16, eval_every=10, warmup_ratio=0.1)
-    assert not {"epochs", "batch_size", "learning_rate", "lora_rank", "eval_every", "warmup_steps"} & set(plan.auto)
+    plan = make(800, epochs=2, batch_size=8, lr=1e-4, lora_rank=16, eval_every=10, warmup_ratio=0.1, max_seq_len=512)
+    assert not {
+        "epochs",
+        "batch_size",
+        "learning_rate",
+        "lora_rank",
+        "eval_every",
+        "warmup_steps",
+        "max_seq_len",
+    } & set(plan.auto)
+    assert plan.max_seq_len == 512
     assert plan.lora_alpha == 32 and "lora_alpha" in plan.auto
 
 
@@ -261,3 +270,52 @@ def test_full_fine_tuning_has_no_rank():
 def test_auto_batch_does_not_shrink_when_nothing_fits():
     choice = auto.auto_batch_size(800, 3, 1, 1, fits=lambda b: False, device_name="l4-24gb")
     assert choice.value == 8 and "even at 1" in choice.reason
+
+
+# ----------------------------------------------------------------------------- max_seq_len (issue 26)
+
+LENGTHS = sorted([100] * 95 + [900, 1_200, 2_000, 3_000, 40_000])  # 100 records, one far longer than the rest
+
+
+def test_max_seq_len_is_the_longest_record_when_it_fits():
+    choice = auto.auto_max_seq_len(sorted([120, 300, 1_556]), 4_096, fits=lambda n: True, device_name="h100-80gb")
+    assert choice.value == 1_556
+    assert "1,556" in choice.reason and "4,096-token context window" in choice.reason and "h100-80gb" in choice.reason
+    assert auto.auto_max_seq_len([5, 9], None, None).value == 9  # nothing known to check: every record whole
+
+
+def test_max_seq_len_over_the_context_window_is_the_99th_percentile():
+    choice = auto.auto_max_seq_len(LENGTHS, 32_768, fits=lambda n: True)
+    assert choice.value == 3_000  # the 99th of 100 records by nearest rank; the 40,000-token one is split
+    assert "40,000" in choice.reason and "32,768-token context window" in choice.reason and "99th" in choice.reason
+    capped = auto.auto_max_seq_len(LENGTHS, 1_000, None)
+    assert capped.value == 1_000 and "capped" in capped.reason  # never over the window
+
+
+def test_max_seq_len_over_the_memory_is_at_most_what_fits():
+    choice = auto.auto_max_seq_len(LENGTHS, 131_072, fits=lambda n: n <= 2_500, device_name="l4-24gb")
+    assert choice.value == 2_500 and "l4-24gb's memory" in choice.reason and "2,500" in choice.reason
+    # when the model alone does not fit, the length is not what to change: every record whole
+    assert auto.auto_max_seq_len(LENGTHS, None, fits=lambda n: False).value == 40_000
+
+
+@given(st.lists(st.integers(1, 100_000), min_size=1, max_size=300), st.integers(1, 200_000))
+def test_max_seq_len_never_exceeds_the_window_or_the_longest_record(lengths, window):
+    choice = auto.auto_max_seq_len(sorted(lengths), window)
+    assert 1 <= choice.value <= min(window, max(lengths)) and choice.reason
+
+
+def test_max_seq_len_of_a_what_if_plan_is_1024_for_want_of_data():
+    assert auto.auto_max_seq_len(None) == auto.Choice(1024, "no data to measure: 1,024 tokens")
+    assert auto.auto_max_seq_len(None, 512).value == 512
+    plan = make(800)
+    assert plan.max_seq_len == 1024 and plan.auto["max_seq_len"].startswith("no data to measure")
+
+
+def test_the_plan_takes_the_limit_the_data_was_fitted_to():
+    from dataclasses import replace
+
+    data = replace(what_if_summary(RunConfig(), 800, 400_000), max_seq_len=1_556, max_seq_len_reason="longest")
+    plan = build_plan(RunConfig(), replace(data, what_if=False, max_record_tokens=1_556))
+    assert plan.max_seq_len == 1_556 and plan.auto["max_seq_len"] == "longest"
+    assert build_plan(RunConfig(max_seq_len=2_048), data).max_seq_len == 2_048

@@ -107,7 +107,8 @@ def test_data_file_uses_prepare_data(monkeypatch, capsys):
 
     def fake_prepare(config, tokenizer=None, workers=None):
         seen["data"] = config.data
-        return PreparedData([], [], _summary(truncated_records=2, truncated_tokens=50))
+        shortened = dict(truncated_records=2, truncated_tokens=50, shortened_at=("train.jsonl:3", "train.jsonl:8"))
+        return PreparedData([], [], _summary(max_seq_len=700, **shortened))
 
     monkeypatch.setattr("finetune.data.dispatch.prepare_data", fake_prepare)
     monkeypatch.setattr("finetune.data.dispatch.is_preference_file", lambda path: False)

@@ -48,8 +48,10 @@ CASES = [
     ("no_validation_set", dict(examples=800, val_fraction=0), dict(examples=800, val_fraction=0.1)),
     ("val_file_emptied", dict(data=replace(DATA, validation_examples=0, duplicates_removed=5), val_file="v.jsonl"),
      dict(data=DATA, val_file="v.jsonl")),
-    ("truncated_examples", dict(data=replace(DATA, truncated_records=3, truncated_tokens=700)), dict(data=DATA)),
-    ("dropped_examples", dict(data=replace(DATA, dropped_records=2, dropped_lines=(4, 9))), dict(data=DATA)),
+    ("conversations_split", dict(data=replace(DATA, split_at=("t.jsonl:2",), split_records=2)), dict(data=DATA)),
+    ("truncated_examples", dict(data=replace(DATA, truncated_records=1, shortened_at=("t.jsonl:3",))), dict(data=DATA)),
+    ("dropped_examples", dict(data=replace(DATA, dropped_records=2, dropped_at=("t.jsonl:4", "t.jsonl:9"))),
+     dict(data=DATA)),
     ("skipped_lines", dict(data=replace(DATA, skipped_lines=1)), dict(data=DATA)),
     ("records_differ_from_conversations", dict(data=replace(DATA, conversations=300)), dict(data=DATA)),
     ("model_size_unknown", dict(examples=800, model=None), dict(examples=800)),
@@ -94,11 +96,24 @@ def test_batch_changed_lr_not_says_what_auto_would_use():
 
 
 def test_data_warnings_are_given_once_by_the_advice():
-    data = replace(DATA, truncated_records=3, truncated_tokens=700, dropped_records=2, dropped_lines=(4, 9))
+    data = replace(
+        DATA,
+        max_seq_len=1024,
+        split_at=("t.jsonl:2", "t.jsonl:17"),
+        split_records=5,
+        dropped_records=5,
+        dropped_at=("t.jsonl:4", "t.jsonl:9", "t.jsonl:10", "t.jsonl:12", "t.jsonl:30"),
+        dropped_need_tokens=1556,
+    )
     plan = build_plan(RunConfig(), data, QWEN_05B)
     codes = [w["code"] for w in plan.warnings]
-    assert codes.count("truncated_examples") == 1 and codes.count("dropped_examples") == 1
-    assert "lines 4, 9" in next(w["message"] for w in plan.warnings if w["code"] == "dropped_examples")
+    assert codes.count("conversations_split") == 1 and codes.count("dropped_examples") == 1
+    messages = {w["code"]: w["message"] for w in plan.warnings}
+    assert messages["conversations_split"].startswith("2 conversations longer than 1,024 tokens split into 5 records")
+    assert messages["conversations_split"].endswith(": t.jsonl:2, t.jsonl:17")
+    assert messages["dropped_examples"].startswith("5 records dropped")
+    assert "--max-seq-len 1,556 would keep them" in messages["dropped_examples"]
+    assert messages["dropped_examples"].endswith(": t.jsonl:4, t.jsonl:9, t.jsonl:10 and 2 more")
 
 
 def test_warnings_have_code_and_message():

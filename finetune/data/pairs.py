@@ -1,0 +1,173 @@
+"""A preference file's pairs split by prompt and tokenized: the data of a preference-tuning (DPO) run.
+
+prepared = prepare_pairs(config, tokenizer)     # PreparedPairs: train, val, summary (preference.py reads them)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from finetune.data.fitting import LongRecords
+from finetune.data.preference import PreferencePair, TokenizedPair, load_pairs
+from finetune.data.seq_len import choose_max_seq_len
+from finetune.data.split import auto_val_fraction, split_conversations
+from finetune.data.types import DataSummary
+from finetune.errors import UserError
+
+
+def split_pairs(
+    pairs: list[PreferencePair], fraction: float, seed: int
+) -> tuple[list[PreferencePair], list[PreferencePair]]:
+    """Hold out whole prompts: the split of supervised data, on the pairs' prompts (duplicates group together)."""
+    split = split_conversations([p.prompt_conversation() for p in pairs], fraction, seed)
+    held_out = {c.line for c in split.val}
+    return [p for p in pairs if p.line not in held_out], [p for p in pairs if p.line in held_out]
+
+
+@dataclass
+class PreparedPairs:
+    train: list[TokenizedPair]
+    val: list[TokenizedPair]
+    summary: DataSummary
+    end_of_turn_id: int | None = None
+    skipped: list[dict] = field(default_factory=list)  # --skip-invalid: the lines left out, for OUT/skipped.jsonl
+    cache_entry: str | None = None  # pairs are not kept in the token cache (small files, tokenized in seconds)
+    from_cache: bool = False
+
+
+def _prompts(pairs: list[PreferencePair]) -> int:
+    return len({p.prompt_conversation().key() for p in pairs})
+
+
+def _whole_pairs(pairs: list[PreferencePair], chat) -> list[tuple[PreferencePair, list]]:
+    """Each pair's two sides (chosen, rejected), tokenized whole: (record, EncodedOutcome) each."""
+    wholes = []
+    for i, pair in enumerate(pairs):
+        records = [pair.record(answer, i) for answer in (pair.chosen, pair.rejected)]
+        wholes.append((pair, [(record, chat.tokenize_whole(record)) for record in records]))
+    return wholes
+
+
+def _fit_pairs(wholes, limit: int, truncation, long: LongRecords, name: str) -> list[TokenizedPair]:
+    """The pairs whose sides fit the limit (a side's prompt cut from the left, never its answer); the others
+    are dropped. What happened is noted in `long` (a pair is one answer: it is never split)."""
+    from finetune.data.tokenize import as_lists, cut_to_length
+
+    kept = []
+    for pair, sides in wholes:
+        fitted = [as_lists(record, cut_to_length(whole, limit, truncation)) for record, whole in sides]
+        place = f"{name}:{pair.line}"
+        if any(side.record is None for side in fitted):
+            long.dropped_at.append(place)
+            long.dropped_need = max(long.dropped_need, *(side.total_tokens for side in fitted))
+            continue
+        if any(side.cut_tokens for side in fitted):
+            long.shortened_at.append(place)
+        kept.append(TokenizedPair(fitted[0].record, fitted[1].record, pair.line))
+    return kept
+
+
+def _estimated(
+    train: list[PreferencePair], val: list[PreferencePair], fraction: float, reason: str, config
+) -> PreparedPairs:
+    from finetune.data.stats import estimate_record_tokens
+
+    sides = [
+        [estimate_record_tokens(p.record(a, i), max_seq_len=0) for a in (p.chosen, p.rejected)]
+        for i, p in enumerate(train)
+    ]
+    lengths = [sum(e.total for e in pair) for pair in sides]
+    summary = DataSummary(
+        examples=len(train),
+        validation_examples=len(val),
+        conversations=_prompts(train),
+        validation_conversations=_prompts(val),
+        messages=sum(len(p.prompt) + 2 for p in train),
+        tokens_in_file=sum(lengths),
+        counted_with_tokenizer=False,
+        target_tokens=sum(e.target for pair in sides for e in pair),
+        max_record_tokens=max((e.total for pair in sides for e in pair), default=0) or None,
+        val_fraction=fraction,
+        val_fraction_reason=reason,
+    )
+    limit = choose_max_seq_len(config, np.array([e.total for pair in sides for e in pair]), rows_per_record=2)
+    summary = dataclasses.replace(summary, max_seq_len=limit.value, max_seq_len_reason=limit.reason or None)
+    return PreparedPairs([], [], summary)
+
+
+def prepare_pairs(config, tokenizer=None) -> PreparedPairs:
+    """Read, validate, split by prompt and tokenize a preference file (and --val-file): the data of a dpo run."""
+    from finetune.config import AUTO
+    from finetune.data.tokenize import ChatTokenizer, check_masking
+
+    train, skipped = load_pairs(config.data, config.skip_invalid)
+    prompts = _prompts(train)
+    shared = 0  # validation pairs whose prompt is also trained on: left out, or validation would see training
+    if config.val_file:
+        val, val_skipped = load_pairs(config.val_file, config.skip_invalid)
+        skipped += val_skipped
+        fraction, reason = 0.0, f"your validation file {config.val_file}"
+        seen = {p.prompt_conversation().key() for p in train}
+        kept = [p for p in val if p.prompt_conversation().key() not in seen]
+        val, shared = kept, len(val) - len(kept)
+    else:
+        if config.val_fraction == AUTO:
+            fraction, reason = auto_val_fraction(prompts)
+            reason = reason.replace("conversations", "prompts")
+        else:
+            fraction = float(config.val_fraction)
+            reason = "validation off (--val-fraction 0)" if fraction == 0 else f"your --val-fraction {fraction}"
+        train, val = split_pairs(train, fraction, config.seed)
+    if tokenizer is None:  # `finetune plan PREFS.jsonl` without --model: token numbers from the text
+        estimated = _estimated(train, val, fraction, reason, config)
+        estimated.summary = dataclasses.replace(
+            estimated.summary, skipped_lines=len(skipped), duplicates_removed=shared
+        )
+        estimated.skipped = skipped
+        return estimated
+    chat = ChatTokenizer(tokenizer)
+    train_whole, val_whole = _whole_pairs(train, chat), _whole_pairs(val, chat)
+    lengths = [whole.total_tokens for _, sides in train_whole + val_whole for _, whole in sides]
+    limit = choose_max_seq_len(config, np.array(lengths, dtype=np.int64), rows_per_record=2)
+    long = LongRecords(limit.value, str(config.truncation), longest=max(lengths, default=0))
+    names = (Path(config.data).name, Path(config.val_file or config.data).name)
+    train_pairs = _fit_pairs(train_whole, limit.value, config.truncation, long, names[0])
+    dropped = [int(place.rpartition(":")[2]) for place in long.dropped_at]
+    val_pairs = _fit_pairs(val_whole, limit.value, config.truncation, long, names[1])
+    val_dropped = [int(place.rpartition(":")[2]) for place in long.dropped_at[len(dropped) :]]
+    if config.strict and (error := long.strict_error(limit.reason or None)):
+        raise UserError(error)
+    if not train_pairs:
+        raise UserError(f"{config.data}: nothing trainable remains: {long.sentence()}")
+    records = [r for p in train_pairs for r in (p.chosen, p.rejected)]
+    check_masking(records, chat.end_of_turn_id, config.data)
+    lengths = [len(p) for p in train_pairs]
+    summary = DataSummary(
+        examples=len(train_pairs),
+        validation_examples=len(val_pairs),
+        conversations=_prompts(train),
+        validation_conversations=_prompts(val),
+        messages=sum(len(p.prompt) + 2 for p in train),
+        tokens_in_file=sum(lengths),
+        target_tokens=sum(r.num_targets for r in records),
+        max_record_tokens=max(len(r) for r in records),
+        p50_record_tokens=sorted(lengths)[len(lengths) // 2],
+        p95_record_tokens=sorted(lengths)[min(len(lengths) - 1, int(0.95 * len(lengths)))],
+        dropped_records=len(dropped) + len(val_dropped),
+        dropped_lines=tuple(dropped + val_dropped),
+        duplicates_removed=shared,
+        skipped_lines=len(skipped),
+        val_fraction=fraction,
+        val_fraction_reason=reason,
+        max_seq_len=limit.value,
+        max_seq_len_reason=limit.reason or None,
+        shortened_at=tuple(long.shortened_at),
+        dropped_at=tuple(long.dropped_at),
+        dropped_need_tokens=long.dropped_need,
+    )
+    summary = dataclasses.replace(summary, context_tokens=summary.tokens_in_file - summary.target_tokens)
+    return PreparedPairs(train_pairs, val_pairs, summary, chat.end_of_turn_id, skipped)
