@@ -146,11 +146,27 @@ def run_details(job_id: str, request: Request, tenant: str = Depends(current_ten
     report = view.report()
     if report:  # server paths are nobody's business
         report = {k: v for k, v in report.items() if k not in ("out_dir", "final_weights")}
+    return {
+        "object": "dashboard.run",
+        "plan": view.plan(),
+        "report": report,
+        "gguf": _gguf_offer(run_folder(request, job_id)),
+    }
+
+
+def _gguf_offer(run: Path) -> dict:
+    plan = run / "plan.json"
+    return dict(_gguf_offer_cached(str(run), plan.stat().st_mtime_ns if plan.exists() else 0))
+
+
+@functools.lru_cache(maxsize=256)
+def _gguf_offer_cached(run: str, plan_stamp: int) -> dict:
+    """Whether the run's model can be downloaded as GGUF: read once per plan, not on every poll of the page
+    (a real model's tokenizer.json is megabytes)."""
     from finetune.export.gguf import gguf_problem
 
-    problem = gguf_problem(run_folder(request, job_id))
-    gguf = {"supported": problem is None, "reason": problem}
-    return {"object": "dashboard.run", "plan": view.plan(), "report": report, "gguf": gguf}
+    problem = gguf_problem(Path(run))
+    return {"supported": problem is None, "reason": problem}
 
 
 def _weights_folder(request: Request, tenant: str, job_id: str, checkpoint: str | None) -> tuple[Path, str, int | None]:
@@ -208,10 +224,8 @@ def download(
 ) -> FileResponse:
     folder, name, step = _weights_folder(request, tenant, job_id, checkpoint)
     if format == "gguf":
-        from finetune.export.gguf import gguf_problem
-
         run = run_folder(request, job_id)
-        problem = gguf_problem(run)
+        problem = _gguf_offer(run)["reason"]
         if problem:
             raise APIError(400, problem, "gguf_not_supported", "format")
         try:

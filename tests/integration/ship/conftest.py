@@ -27,3 +27,17 @@ def full_run(toy_model, tmp_path_factory) -> Path:
     args = ["train", str(EXAMPLES / "train.jsonl"), "--model", str(toy_model), "--out", str(out), "--method", "full"]
     assert main([*args, "--batch-size", "8", "--max-seq-len", "512", "--max-steps", "2", "--val-fraction", "0"]) == 0
     return out
+
+
+@pytest.fixture(scope="session", params=["qwen2", "qwen3"])
+def qwen_lora_run(request, tmp_path_factory) -> Path:
+    """A Qwen toy (tied output layer; Qwen2: q/k/v biases; Qwen3: q/k norms) and two LoRA steps on it."""
+    from finetune.toy import ToySize, build_toy_model
+
+    root = tmp_path_factory.mktemp(request.param)
+    size = ToySize(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=128)
+    base = build_toy_model(root / "base", data=EXAMPLES / "train.jsonl", size=size, architecture=request.param)
+    out = root / "run"
+    args = ["train", str(EXAMPLES / "train.jsonl"), "--model", str(base), "--out", str(out), "--max-steps", "2"]
+    assert main([*args, "--batch-size", "8", "--max-seq-len", "512", "--lr", "0.01", "--val-fraction", "0"]) == 0
+    return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -29,29 +30,40 @@ def _greedy(model, ids: list[int]) -> list[int]:
     return out[0, len(ids) :].tolist()
 
 
-def read_back(folder: Path, gguf_file: Path, answers: bool = True) -> dict:
-    """The folder's model and transformers' reading of the GGUF file, on the same held-out prompts
-    (with `answers`, also both models' greedy answers)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+@functools.lru_cache(maxsize=4)
+def _reference(folder: str) -> tuple[list[list[int]], list[torch.Tensor], list[list[int]], list[str]]:
+    """The exported folder's prompts, logits, greedy answers and prompt texts: once per folder, for every file type."""
+    from transformers import AutoModelForCausalLM
 
     from finetune.data.tokenize import load_tokenizer
 
-    tokenizer = load_tokenizer(str(folder))
+    tokenizer = load_tokenizer(folder)
     prompts = held_out_prompts(tokenizer)
-    reference = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits = [model(input_ids=torch.tensor([ids])).logits for ids in prompts]
+    return prompts, logits, [_greedy(model, ids) for ids in prompts], [tokenizer.decode(ids) for ids in prompts]
+
+
+def read_back(folder: Path, gguf_file: Path, answers: bool = True) -> dict:
+    """transformers' reading of the GGUF file against the exported folder, on the same held-out prompts: the
+    largest logit difference, whether the file's tokenizer encodes the prompts alike, and (`answers`) both
+    models' greedy answers."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    prompts, logits, expected, texts = _reference(str(folder))
     loaded = AutoModelForCausalLM.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name, dtype=torch.float32)
     loaded.eval()
     gguf_tokenizer = AutoTokenizer.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name)
-    worst = 0.0
     with torch.no_grad():
-        for ids in prompts:
-            x = torch.tensor([ids])
-            worst = max(worst, (reference(input_ids=x).logits - loaded(input_ids=x).logits).abs().max().item())
-    encoded = [gguf_tokenizer(tokenizer.decode(ids), add_special_tokens=False)["input_ids"] for ids in prompts]
+        worst = max(
+            (logit - loaded(input_ids=torch.tensor([ids])).logits).abs().max().item()
+            for ids, logit in zip(prompts, logits, strict=True)
+        )
     return {
         "max_abs_diff": worst,
-        "same_tokens": encoded == prompts,
-        "answers": [_greedy(reference, ids) for ids in prompts] if answers else None,
+        "same_tokens": [gguf_tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts] == prompts,
+        "answers": expected if answers else None,
         "gguf_answers": [_greedy(loaded, ids) for ids in prompts] if answers else None,
     }
 

@@ -12,8 +12,7 @@ import json
 import os
 from pathlib import Path
 
-import pytest
-from gguf_helpers import EXAMPLES, metadata, read_back
+from gguf_helpers import metadata, read_back
 
 from finetune.cli import main
 
@@ -70,20 +69,6 @@ def test_full_run_round_trips_with_the_default_f16(full_run, tmp_path):
     _check(read_back(out, out / "model.gguf"), "f16")
     meta = metadata(out / "model.gguf")
     assert meta["general.name"] == full_run.name and meta["tensor types"]["blk.1.ffn_up.weight"] == "F16"
-
-
-@pytest.fixture(scope="module", params=["qwen2", "qwen3"])
-def qwen_lora_run(request, tmp_path_factory) -> Path:
-    """A Qwen toy (tied output layer; Qwen2: q/k/v biases; Qwen3: q/k norms) and two LoRA steps on it."""
-    from finetune.toy import ToySize, build_toy_model
-
-    root = tmp_path_factory.mktemp(request.param)
-    size = ToySize(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=128)
-    base = build_toy_model(root / "base", data=EXAMPLES / "train.jsonl", size=size, architecture=request.param)
-    out = root / "run"
-    args = ["train", str(EXAMPLES / "train.jsonl"), "--model", str(base), "--out", str(out), "--max-steps", "2"]
-    assert main([*args, "--batch-size", "8", "--max-seq-len", "512", "--lr", "0.01", "--val-fraction", "0"]) == 0
-    return out
 
 
 def test_qwen_lora_runs_round_trip(qwen_lora_run, tmp_path):
