@@ -67,7 +67,7 @@ def run_export(
                 from finetune.export.gguf import write_gguf
 
                 write_gguf(tmp, tmp / "model.gguf", gguf_type, name=Path(run).resolve().name, base=weights.base)
-        (tmp / "README.md").write_text(model_card(weights, kind), encoding="utf-8")
+        (tmp / "README.md").write_text(model_card(weights, kind, gguf_type if gguf else None), encoding="utf-8")
         share_like_other_files(tmp)
         copy_into_place(tmp, dest)
     except FileExistsError:

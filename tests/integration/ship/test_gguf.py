@@ -44,6 +44,8 @@ def test_lora_run_round_trips_through_transformers(lora_run, tmp_path, capsys):
     ]
     result = read_back(out, out / "model.gguf")
     _check(result, "f32")
+    card = (out / "README.md").read_text()
+    assert "- gguf" in card and "`model.gguf` in this folder" in card and "(weights f32)" in card
 
     meta = metadata(out / "model.gguf")
     assert meta["general.architecture"] == "llama" and meta["general.name"] == lora_run.name
