@@ -12,6 +12,7 @@ family, see docs/gguf.md.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from finetune.errors import UserError
@@ -29,10 +30,16 @@ class Family:
 
     def tensor_name(self, hf_name: str, layers: int) -> str | None:
         """The GGUF name of a transformers tensor (`model.layers.0.self_attn.q_proj.weight` -> `blk.0.attn_q.weight`)."""
-        import gguf
+        return _name_map(self.arch, layers).get_name(hf_name, try_suffixes=(".weight", ".bias"))
 
-        arch = next(key for key, name in gguf.MODEL_ARCH_NAMES.items() if name == self.arch)
-        return gguf.get_tensor_name_map(arch, layers).get_name(hf_name, try_suffixes=(".weight", ".bias"))
+
+@functools.lru_cache(maxsize=8)
+def _name_map(arch_name: str, layers: int):
+    """gguf's tensor-name map for one architecture and depth (built once: it lists every name of every layer)."""
+    import gguf
+
+    arch = next(key for key, name in gguf.MODEL_ARCH_NAMES.items() if name == arch_name)
+    return gguf.get_tensor_name_map(arch, layers)
 
 
 LLAMA = Family("Llama", "llama", rotary_permute=True, must_be=(("attention_bias", False), ("mlp_bias", False)))
