@@ -6,7 +6,7 @@ finetune plan DATA.jsonl [--model M] ... [--json]      |   finetune plan --examp
 finetune train DATA.jsonl --model M --out DIR [...]    |   finetune train --config run.yaml
 finetune convert IN --out OUT.jsonl [--format F]
 finetune demo [--out DIR] [--base DIR]
-finetune export RUN --out DIR [--merge | --adapter] [--dtype D]   |   finetune chat RUN [--system TEXT]
+finetune export RUN --out DIR [--merge | --adapter] [--dtype D] [--gguf [--gguf-type T]]   |   finetune chat RUN [--system TEXT]
 """
 
 from __future__ import annotations
@@ -206,7 +206,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from finetune.export.command import run_export
 
-    run_export(args.run, args.out, args.mode, args.dtype, args.checkpoint, args.gguf)
+    run_export(args.run, args.out, args.mode, args.dtype, args.checkpoint, args.gguf, args.gguf_type)
     return 0
 
 
@@ -323,7 +323,13 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--adapter", dest="mode", action="store_const", const="adapter", help="the adapter alone")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None, help="default: the base's")
     p.add_argument("--checkpoint", type=int, default=None, metavar="STEP", help="export a kept checkpoint")
-    p.add_argument("--gguf", action="store_true", help="also write model.gguf (llama.cpp, Ollama)")
+    p.add_argument("--gguf", action="store_true", help="also write model.gguf (llama.cpp, Ollama, LM Studio)")
+    p.add_argument(
+        "--gguf-type",
+        choices=["f16", "bf16", "f32", "q8_0"],
+        default=None,
+        help="with --gguf: the type of the weight matrices in model.gguf (default f16; 1-D tensors stay f32)",
+    )
     p.set_defaults(func=cmd_export, mode=None)
 
     p = sub.add_parser("chat", help="talk to a run's model in the terminal, streaming its answers")

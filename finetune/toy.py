@@ -8,6 +8,7 @@ The folder is written with `save_pretrained` and loads back through `AutoModelFo
 `AutoTokenizer` exactly like a model from a hub: the demo and the tests use nothing else.
 The pretrained base is bit-for-bit reproducible from its seed (on the same torch build and thread
 count); `pretrained_base()` keeps one in a cache folder keyed by every parameter of the build.
+The GGUF export's tests also build Qwen2 and Qwen3 toys: `build_toy_model(DIR, architecture="qwen2")`.
 """
 
 from __future__ import annotations
@@ -117,13 +118,27 @@ def _strings(obj: object) -> Iterator[str]:
             yield from _strings(value)
 
 
-def build_tokenizer(texts: list[str], vocab_size: int):
-    """Train a GPT-2-style byte-level BPE and wrap it as a transformers fast tokenizer with a chat template."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+def build_tokenizer(texts: list[str], vocab_size: int, architecture: str = "llama"):
+    """Train a GPT-2-style byte-level BPE and wrap it as a transformers fast tokenizer with a chat template.
+
+    The Qwen toys split text the way Qwen's tokenizer does (NFC, then Qwen2's regex): transformers rebuilds a
+    Qwen model's tokenizer with that pipeline whatever tokenizer.json says, so the toy's must be the same.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    if architecture in ("qwen2", "qwen3"):
+        from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
+
+        tok.normalizer = normalizers.NFC()
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(
@@ -240,6 +255,24 @@ def pretrain(model, tokenizer, conversations: list[dict], plan: Pretraining, see
     return losses
 
 
+ARCHITECTURES = ("llama", "qwen2", "qwen3")
+
+
+def _model(architecture: str, **shape):
+    """The toy's (untrained) transformers model. The Qwen toys have the traits of their small real models: the output
+    layer tied to the embedding (Qwen2.5-0.5B, Qwen3-0.6B), q/k/v biases (Qwen2), q/k norms and 128-wide heads (Qwen3).
+    """
+    import transformers as t
+
+    if architecture == "llama":
+        return t.LlamaForCausalLM(t.LlamaConfig(**shape, tie_word_embeddings=False))
+    if architecture == "qwen2":
+        return t.Qwen2ForCausalLM(t.Qwen2Config(**shape, tie_word_embeddings=True))
+    if architecture == "qwen3":
+        return t.Qwen3ForCausalLM(t.Qwen3Config(**shape, head_dim=128, tie_word_embeddings=True))
+    raise AssertionError(architecture)  # build_toy_model checked it
+
+
 def build_toy_model(
     out_dir: str | Path,
     data: str | Path | None = None,
@@ -247,16 +280,19 @@ def build_toy_model(
     seed: int = 0,
     pretraining: Pretraining | None = None,
     log=None,
+    architecture: str = "llama",
 ):
-    """Write a Llama model and its tokenizer to `out_dir`; return the folder.
+    """Write a Llama model (or a Qwen2 / Qwen3 one: `architecture`) and its tokenizer to `out_dir`; return the folder.
 
     Without `pretraining` the weights are random (fast: plumbing tests). With it, the tokenizer is trained on
     the general corpus and the model is pretrained on it: a base that answers plainly before any fine-tuning.
     """
     import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
+    if architecture not in ARCHITECTURES:  # before the tokenizer is trained
+        raise ValueError(f"toy architecture must be one of {', '.join(ARCHITECTURES)}, got {architecture!r}")
     hf_logging.disable_progress_bar()
     size = size or ToySize()
     out = Path(out_dir)
@@ -264,10 +300,12 @@ def build_toy_model(
     texts = list(_strings(corpus)) if corpus else DEFAULT_CORPUS.splitlines()
     if data is not None:
         texts += list(_corpus_from_file(Path(data)))
-    tokenizer = build_tokenizer(texts, size.vocab)
+    tokenizer = build_tokenizer(texts, size.vocab, architecture)
 
     vocab = len(tokenizer)
-    config = LlamaConfig(
+    torch.manual_seed(seed)
+    model = _model(
+        architecture,
         vocab_size=max(vocab, size.model_vocab or 0),
         hidden_size=size.hidden,
         intermediate_size=size.intermediate,
@@ -276,13 +314,11 @@ def build_toy_model(
         num_key_value_heads=size.kv_heads,
         max_position_embeddings=size.max_positions,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
-        tie_word_embeddings=False,
         bos_token_id=None,
         eos_token_id=tokenizer.convert_tokens_to_ids(END_OF_TURN),
         pad_token_id=tokenizer.convert_tokens_to_ids(PAD),
     )
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(config)
+    config = model.config
     if pretraining:
         pretrain(model, tokenizer, corpus, pretraining, seed, log=log)
     model.generation_config.eos_token_id = config.eos_token_id

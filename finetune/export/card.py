@@ -25,8 +25,9 @@ def _number(value) -> str:
     return str(value)
 
 
-def _front_matter(base: str, kind: str, method: str | None) -> list[str]:
+def _front_matter(base: str, kind: str, method: str | None, gguf: bool = False) -> list[str]:
     tags = ["finetune", "chat", *([method] if method else []), *(["peft"] if kind == "adapter" else [])]
+    tags += ["gguf"] if gguf else []
     library = "peft" if kind == "adapter" else "transformers"
     return (
         ["---", f"base_model: {base}", f"library_name: {library}", "pipeline_tag: text-generation", "tags:"]
@@ -65,6 +66,21 @@ def _usage(kind: str, base: str) -> list[str]:
         'print(tokenizer.decode(output[0][inputs["input_ids"].shape[1] :], skip_special_tokens=True))',
     ]
     return ["## How to use it", "", note, "", "```python", *code, "```", ""]
+
+
+def _gguf_usage(gguf_type: str) -> list[str]:
+    return [
+        "### With llama.cpp, Ollama or LM Studio",
+        "",
+        f"`model.gguf` in this folder is the same model in one GGUF file (weights {gguf_type}), with its tokenizer "
+        "and chat template:",
+        "",
+        "```bash",
+        "llama-cli -m model.gguf -cnv              # llama.cpp: chat in the terminal",
+        'printf "FROM ./model.gguf\n" > Modelfile && ollama create my-model -f Modelfile   # Ollama',
+        "```",
+        "",
+    ]
 
 
 def _data(plan: dict, test_split: dict) -> list[str]:
@@ -154,8 +170,8 @@ def _evaluation(evaluation: dict) -> list[str]:
     return [*lines, ""]
 
 
-def model_card(weights: RunWeights, kind: str) -> str:
-    """README.md for an export of `kind` "merged", "full" or "adapter"."""
+def model_card(weights: RunWeights, kind: str, gguf_type: str | None = None) -> str:
+    """README.md for an export of `kind` "merged", "full" or "adapter" (with `gguf_type`: and its model.gguf)."""
     plan = read_json(weights.run / "plan.json")
     report = read_json(weights.run / "report.json")
     evaluation = read_json(weights.run / "eval.json")
@@ -167,7 +183,7 @@ def model_card(weights: RunWeights, kind: str) -> str:
         "adapter": "a LoRA adapter (PEFT format) for the base model",
     }[kind]
     title = Path(weights.run).resolve().name
-    lines = _front_matter(weights.base, kind, method)
+    lines = _front_matter(weights.base, kind, method, gguf=gguf_type is not None)
     lines += [
         f"# {title}",
         "",
@@ -181,9 +197,8 @@ def model_card(weights: RunWeights, kind: str) -> str:
         f"| export | {kind} |",
         "",
     ]
-    lines += (
-        _usage(kind, weights.base) + _data(plan, test_split) + _hyperparameters(plan) + _results(report, weights.step)
-    )
+    lines += _usage(kind, weights.base) + (_gguf_usage(gguf_type) if gguf_type else [])
+    lines += _data(plan, test_split) + _hyperparameters(plan) + _results(report, weights.step)
     lines += _evaluation(evaluation)
     lines += [
         "## Limits",

@@ -1,7 +1,9 @@
-"""`finetune export RUN --out DIR [--merge | --adapter] [--dtype float32|bfloat16|float16] [--gguf]`.
+"""`finetune export RUN --out DIR [--merge | --adapter] [--dtype float32|bfloat16|float16] [--gguf [--gguf-type T]]`.
 
     --merge    (default for LoRA) the adapter folded into the base: a plain transformers folder, no peft needed
     --adapter  the PEFT adapter alone, its base recorded as an absolute path
+    --gguf     also DIR/model.gguf (llama.cpp, Ollama, LM Studio), converted from the folder; --gguf-type
+               f16 (default), bf16, f32 or q8_0
     a full run exports its model as it is; every export carries a model card (README.md)
 
 The export is written to a temporary folder beside --out and renamed at the end: --out is never
@@ -26,6 +28,7 @@ def run_export(
     dtype: str | None = None,
     checkpoint: int | None = None,
     gguf: bool = False,
+    gguf_type: str | None = None,
     show=print,
 ) -> Path:
     """Export one run; returns the --out folder. `mode` is "merge", "adapter" or None (the run's natural kind)."""
@@ -37,11 +40,16 @@ def run_export(
         raise UserError(f"{run} is a full fine-tuning run: there is no adapter to export (drop --adapter)")
     if gguf and mode == "adapter":
         raise UserError("--gguf converts a whole model: use it with --merge (or a full run), not --adapter")
+    if gguf_type is not None and not gguf:
+        raise UserError("--gguf-type says which weights go into model.gguf: add --gguf")
     kind = "adapter" if mode == "adapter" else ("merged" if weights.is_lora else "full")
     if gguf:
-        from finetune.export.gguf import check_gguf_supported
+        from finetune.export.gguf import DEFAULT_GGUF_TYPE, GGUF_TYPES, check_gguf_supported
 
-        check_gguf_supported(weights.base)  # before any work: say plainly when it cannot be done
+        gguf_type = gguf_type or DEFAULT_GGUF_TYPE
+        if gguf_type not in GGUF_TYPES:
+            raise UserError(f"--gguf-type must be one of {', '.join(GGUF_TYPES)}, got {gguf_type!r}")
+        check_gguf_supported(weights)  # before any weights load: say plainly when it cannot be done
 
     tmp = dest.with_name(f".{dest.name}.partial")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -58,8 +66,8 @@ def run_export(
             if gguf:
                 from finetune.export.gguf import write_gguf
 
-                write_gguf(tmp, tmp / "model.gguf")
-        (tmp / "README.md").write_text(model_card(weights, kind), encoding="utf-8")
+                write_gguf(tmp, tmp / "model.gguf", gguf_type, name=Path(run).resolve().name, base=weights.base)
+        (tmp / "README.md").write_text(model_card(weights, kind, gguf_type if gguf else None), encoding="utf-8")
         share_like_other_files(tmp)
         copy_into_place(tmp, dest)
     except FileExistsError:
@@ -70,5 +78,6 @@ def run_export(
         shutil.rmtree(tmp, ignore_errors=True)
     what = {"adapter": "adapter", "merged": "merged model", "full": "model"}[kind]
     source = f"checkpoint step {checkpoint}" if checkpoint is not None else "final weights"
-    show(f"exported the {what} ({source} of {run}) to {dest}")
+    also = f" and {dest / 'model.gguf'} ({gguf_type})" if gguf else ""
+    show(f"exported the {what} ({source} of {run}) to {dest}{also}")
     return dest

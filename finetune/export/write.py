@@ -15,21 +15,27 @@ from finetune.run_folder import RunWeights, load_for_generation, read_json
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+def model_file(model: str, name: str) -> Path | None:
+    """One file of a model folder, or of a hub id from the local cache (no network); None if neither has it."""
+    found = Path(model) / name
+    if found.exists():
+        return found
+    from huggingface_hub import try_to_load_from_cache  # no network: the run's base is in the cache
+
+    try:
+        cached = try_to_load_from_cache(model, name)
+    except ValueError:  # not a hub id either
+        cached = None
+    return Path(cached) if isinstance(cached, str) else None
+
+
 def saved_dtype(model: str) -> str:
     """The dtype a model folder (or a hub id, from the local cache) was saved in; float32 if unknown.
 
     Exports keep it unless told otherwise: a merged model in its base's dtype, a full run's model as it is.
     """
-    config_file = Path(model) / "config.json"
-    if not config_file.exists():
-        from huggingface_hub import try_to_load_from_cache  # no network: the run's base is in the cache
-
-        try:
-            cached = try_to_load_from_cache(model, "config.json")
-        except ValueError:  # not a hub id either
-            cached = None
-        config_file = Path(cached) if isinstance(cached, str) else config_file
-    config = read_json(config_file)
+    config_file = model_file(model, "config.json")
+    config = read_json(config_file) if config_file else {}
     saved = str(config.get("dtype") or config.get("torch_dtype") or "float32")
     return saved if saved in DTYPES else "float32"
 

@@ -230,13 +230,19 @@ def test_checkpoints_best_badge_pick_and_download(alice, service):
     steps = sorted(int(s) for s in table.locator("tr").evaluate_all("rows => rows.map(r => r.dataset.step)"))
     assert picked.get_attribute("data-step") == str(steps[0])
 
-    link = best.get_by_role("link")
+    link = best.get_by_role("link", name=f"Download {best_step}", exact=True)
     response = page.request.get(service.base + link.get_attribute("href"))
     assert response.status == 200 and response.headers["content-type"] == "application/zip"
     names = zipfile.ZipFile(io.BytesIO(response.body())).namelist()
     assert "adapter_model.safetensors" in names and "optimizer.pt" not in names
     final = page.request.get(f"{service.base}/v1/dashboard/jobs/{job_id}/download")
     assert "adapter_config.json" in zipfile.ZipFile(io.BytesIO(final.body())).namelist()
+
+    # beside each folder, the same weights merged into one GGUF file (the toy is a Llama: supported)
+    gguf = best.get_by_role("link", name=f"GGUF {best_step}", exact=True)
+    response = page.request.get(service.base + gguf.get_attribute("href"))
+    assert response.status == 200 and response.body()[:4] == b"GGUF"
+    assert page.get_by_role("link", name="Download as GGUF").count() == 1
 
 
 def test_jobs_list_and_compare_two_runs(alice, service, screenshots):
@@ -318,6 +324,7 @@ def test_another_tenant_sees_none_of_it(alice, browser, service):
     for path in (
         f"/v1/dashboard/jobs/{shared['first']}/curve",
         f"/v1/dashboard/jobs/{shared['first']}/download",
+        f"/v1/dashboard/jobs/{shared['first']}/download?format=gguf",
         f"/v1/dashboard/files/{shared['examples_file']}/preview",
     ):
         assert page.request.get(service.base + path).status == 404, path

@@ -155,3 +155,49 @@ def test_preview_lists_problems_with_lines_and_renders_records(app, tmp_path):
     assert page["split"]["val_conversations"] == 30 and len(page["split"]["val_lines"]) == 30
     assert alice.get(f"/v1/dashboard/files/{examples}/preview", params={"model": "other"}).status_code == 400
     assert bob.get(f"/v1/dashboard/files/{examples}/preview").status_code == 404
+
+
+def test_gguf_download_is_a_file_transformers_reads_and_belongs_to_the_tenant(app, toy_model, tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from finetune.cli import main
+    from finetune.prompting import prompt_ids
+    from finetune.run_folder import load_for_generation, locate_weights
+
+    alice, bob = _client(app, "alice"), _client(app, "bob")
+    file_id = _upload(alice, EXAMPLES / "train.jsonl")
+    job_id = alice.post("/v1/fine_tuning/jobs", json={"model": "toy", "training_file": file_id}).json()["id"]
+    run = app.state.settings.runs_dir / job_id  # trained where the worker would train it
+    args = ["train", str(EXAMPLES / "train.jsonl"), "--model", str(toy_model), "--out", str(run), "--max-steps", "2"]
+    assert main([*args, "--batch-size", "8", "--max-seq-len", "512", "--lr", "0.01", "--val-fraction", "0"]) == 0
+    assert alice.get(f"/v1/dashboard/jobs/{job_id}/run").json()["gguf"] == {"supported": True, "reason": None}
+
+    response = alice.get(f"/v1/dashboard/jobs/{job_id}/download", params={"format": "gguf"})
+    assert response.status_code == 200, response.text
+    assert f'filename="{job_id}.gguf"' in response.headers["content-disposition"]
+    assert response.content[:4] == b"GGUF"
+    downloaded = tmp_path / "downloaded" / "model.gguf"
+    downloaded.parent.mkdir()
+    downloaded.write_bytes(response.content)
+    read = AutoModelForCausalLM.from_pretrained(downloaded.parent, gguf_file=downloaded.name, dtype=torch.float32)
+    tuned, tokenizer = load_for_generation(locate_weights(run))
+    ids = torch.tensor([prompt_ids(tokenizer, [{"role": "user", "content": "Where is my order BR-1234?"}])])
+    with torch.no_grad():
+        assert (read(input_ids=ids).logits - tuned(input_ids=ids).logits).abs().max() <= 2e-2  # f16, the default
+
+    cached = run / "gguf" / "final-f16.gguf"  # converted once, kept for the next download
+    stamp = cached.stat().st_mtime_ns
+    again = alice.get(f"/v1/dashboard/jobs/{job_id}/download", params={"format": "gguf"})
+    assert again.content == response.content and cached.stat().st_mtime_ns == stamp
+    assert bob.get(f"/v1/dashboard/jobs/{job_id}/download", params={"format": "gguf"}).status_code == 404
+    assert alice.get(f"/v1/dashboard/jobs/{job_id}/download", params={"format": "tar"}).status_code == 400
+
+
+def test_gguf_of_a_run_that_cannot_be_converted_says_why(app):
+    alice = _client(app, "alice")
+    job_id, _ = _job_with_run(app, alice)  # its plan.json names no base model
+    gguf = alice.get(f"/v1/dashboard/jobs/{job_id}/run").json()["gguf"]
+    assert gguf["supported"] is False and "base model" in gguf["reason"]
+    response = alice.get(f"/v1/dashboard/jobs/{job_id}/download", params={"format": "gguf"})
+    assert response.status_code == 400 and response.json()["error"]["code"] == "gguf_not_supported"

@@ -7,7 +7,8 @@ as every other route (the key as a Bearer header or the sign-in cookie), plus th
     GET    /v1/dashboard/progress?job_id=...         the jobs list's live columns, for many jobs in one call
     GET    /v1/dashboard/jobs/{id}/curve?points=N    down-sampled metrics for the charts
     GET    /v1/dashboard/jobs/{id}/run               the frozen plan (settings + Auto reasons) and the report
-    GET    /v1/dashboard/jobs/{id}/download          a zip of the final weights, or ?checkpoint=ID of one checkpoint
+    GET    /v1/dashboard/jobs/{id}/download          a zip of the final weights, or ?checkpoint=ID of one checkpoint;
+                                                     ?format=gguf[&gguf_type=f16|bf16|f32|q8_0]: one .gguf file instead
     GET    /v1/dashboard/files/{id}/preview          validation problems, counts, histogram, records, split
 """
 
@@ -145,23 +146,44 @@ def run_details(job_id: str, request: Request, tenant: str = Depends(current_ten
     report = view.report()
     if report:  # server paths are nobody's business
         report = {k: v for k, v in report.items() if k not in ("out_dir", "final_weights")}
-    return {"object": "dashboard.run", "plan": view.plan(), "report": report}
+    return {
+        "object": "dashboard.run",
+        "plan": view.plan(),
+        "report": report,
+        "gguf": _gguf_offer(run_folder(request, job_id)),
+    }
 
 
-def _weights_folder(request: Request, tenant: str, job_id: str, checkpoint: str | None) -> tuple[Path, str]:
+def _gguf_offer(run: Path) -> dict:
+    plan = run / "plan.json"
+    return dict(_gguf_offer_cached(str(run), plan.stat().st_mtime_ns if plan.exists() else 0))
+
+
+@functools.lru_cache(maxsize=256)
+def _gguf_offer_cached(run: str, plan_stamp: int) -> dict:
+    """Whether the run's model can be downloaded as GGUF: read once per plan, not on every poll of the page
+    (a real model's tokenizer.json is megabytes)."""
+    from finetune.export.gguf import gguf_problem
+
+    problem = gguf_problem(Path(run))
+    return {"supported": problem is None, "reason": problem}
+
+
+def _weights_folder(request: Request, tenant: str, job_id: str, checkpoint: str | None) -> tuple[Path, str, int | None]:
+    """(folder, download name, checkpoint step or None for the final weights)."""
     job = _job(request, tenant, job_id)
     run = run_folder(request, job_id)
     if checkpoint is None:
         for name in ("adapter", "model"):
             if (run / name).is_dir():
-                return run / name, f"{job_id}-{name}"
+                return run / name, f"{job_id}-{name}", None
         raise APIError(400, f"Job {job_id} has no final weights yet (status {job['status']}).", "not_ready", "job")
     page = store_of(request).list_checkpoints(tenant, job_id, None, 10_000)
     step = next((row["step"] for row in (page.rows if page else []) if row["id"] == checkpoint), None)
     folder = run / "checkpoints" / f"step-{step:06d}" if step is not None else None
     if folder is None or not folder.is_dir():
         raise not_found("checkpoint", checkpoint, "checkpoint")
-    return folder, f"{job_id}-step-{step}"
+    return folder, f"{job_id}-step-{step}", step
 
 
 def _zip(folder: Path) -> str:
@@ -175,11 +197,43 @@ def _zip(folder: Path) -> str:
     return path
 
 
+# one conversion at a time: each holds a whole model in memory while it merges
+_gguf_lock = threading.Lock()
+
+
+def _gguf(run: Path, step: int | None, gguf_type: str) -> Path:
+    """The run's weights as GGUF, converted on the first request and kept in the run folder for the next ones."""
+    from finetune.export.gguf import gguf_of_run
+
+    target = run / "gguf" / f"{'final' if step is None else f'step-{step:06d}'}-{gguf_type}.gguf"
+    with _gguf_lock:
+        if not target.is_file():
+            target.parent.mkdir(exist_ok=True)
+            gguf_of_run(run, step, target, gguf_type)
+    return target
+
+
 @router.get("/jobs/{job_id}/download")
 def download(
-    job_id: str, request: Request, tenant: str = Depends(current_tenant), checkpoint: str | None = None
+    job_id: str,
+    request: Request,
+    tenant: str = Depends(current_tenant),
+    checkpoint: str | None = None,
+    format: str = Query("zip", pattern="^(zip|gguf)$"),
+    gguf_type: str = Query("f16", pattern="^(f16|bf16|f32|q8_0)$"),
 ) -> FileResponse:
-    folder, name = _weights_folder(request, tenant, job_id, checkpoint)
+    folder, name, step = _weights_folder(request, tenant, job_id, checkpoint)
+    if format == "gguf":
+        run = run_folder(request, job_id)
+        problem = _gguf_offer(run)["reason"]
+        if problem:
+            raise APIError(400, problem, "gguf_not_supported", "format")
+        try:
+            path = _gguf(run, step, gguf_type)
+        except UserError as exc:  # said with the job's id, not the server's folders
+            raise APIError(400, str(exc).replace(str(run), job_id), "gguf_not_supported", "format") from None
+        gguf_name = f"{job_id}.gguf" if step is None else f"{job_id}-step-{step}.gguf"
+        return FileResponse(path, media_type="application/octet-stream", filename=gguf_name)
     path = _zip(folder)
     return FileResponse(
         path, media_type="application/zip", filename=f"{name}.zip", background=BackgroundTask(os.unlink, path)

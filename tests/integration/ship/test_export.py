@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import torch
 
 from finetune.cli import main
@@ -175,22 +174,6 @@ def test_export_keeps_the_saved_dtype_unless_told(tmp_path):
     assert saved_dtype(str(folder)) == "float16"
     assert saved_dtype("nobody/not-in-the-cache") == "float32"
     assert saved_dtype(str(tmp_path / "missing")) == "float32"
-
-
-def test_gguf_says_plainly_what_it_cannot_do(lora_run, tmp_path, capsys):
-    out = tmp_path / "gguf"
-    assert main(["export", str(lora_run), "--out", str(out), "--gguf"]) == 1
-    err = capsys.readouterr().err
-    assert "GGUF" in err and "PyPI" in err and "Traceback" not in err
-    assert not out.exists()
-
-
-@pytest.fixture(scope="module")
-def full_run(toy_model, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("full") / "run"
-    args = ["train", str(EXAMPLES / "train.jsonl"), "--model", str(toy_model), "--out", str(out), "--method", "full"]
-    assert main([*args, "--batch-size", "8", "--max-seq-len", "512", "--max-steps", "2", "--val-fraction", "0"]) == 0
-    return out
 
 
 def test_full_run_exports_as_is(full_run, tmp_path, capsys):

@@ -16,7 +16,7 @@ function xOf(curve, mode, steps) {
 export async function render(main, [jobId], signal) {
   const schema = await settingsSchema();  // settings named by their form fields' labels (util.js inDashboardTerms)
   let job = await api(`/v1/fine_tuning/jobs/${jobId}`);
-  const state = { xMode: "step", smoothing: 0.6, raw: true, picked: null, curve: null, checkpoints: [], best: null };
+  const state = { xMode: "step", smoothing: 0.6, raw: true, picked: null, curve: null, checkpoints: [], best: null, gguf: null };
 
   // ---- header and actions
   const statusEl = h("span");
@@ -178,16 +178,29 @@ export async function render(main, [jobId], signal) {
         h("td", { class: "num" }, fmt.num(m.train_loss, 4)),
         h("td", { class: "num" }, fmt.num(m.valid_loss ?? m.full_valid_loss, 4)),
         h("td", {}, isBest ? h("span", { class: "badge best" }, "best") : ""),
-        h("td", {}, h("a", { href: `/v1/dashboard/jobs/${jobId}/download${qs({ checkpoint: ck.id })}`, download: "" }, `Download ${ck.step_number}`)));
+        h("td", {}, h("a", { href: `/v1/dashboard/jobs/${jobId}/download${qs({ checkpoint: ck.id })}`, download: "" }, `Download ${ck.step_number}`),
+          ...ggufLink({ checkpoint: ck.id }, `GGUF ${ck.step_number}`, `Step ${ck.step_number} as one GGUF file (llama.cpp, Ollama, LM Studio)`)));
       return tr;
     });
     ckBody.replaceChildren(...rows);
     if (!rows.length) ckBody.append(h("tr", {}, h("td", { colspan: 5, class: "muted" }, "No checkpoint yet.")));
+    const gguf = state.gguf;
     finalLink.replaceChildren(job.status === "succeeded"
       ? h("span", {}, h("a", { class: "button primary", href: `/v1/dashboard/jobs/${jobId}/download`, download: "" },
         `Download the final ${job.hyperparameters?.method === "full" ? "model" : "adapter"}`),
-        h("span", { class: "muted small" }, ` ${job.fine_tuned_model || ""}`))
+        gguf?.supported ? " " : "",
+        gguf?.supported ? h("a", { class: "button", href: `/v1/dashboard/jobs/${jobId}/download${qs({ format: "gguf" })}`, download: "",
+          title: "The merged model as one GGUF file (f16) for llama.cpp, Ollama and LM Studio; the first download converts it" },
+        "Download as GGUF") : "",
+        h("span", { class: "muted small" }, ` ${job.fine_tuned_model || ""}`),
+        gguf && !gguf.supported ? h("span", { class: "muted small", "data-testid": "gguf-reason" }, ` No GGUF: ${gguf.reason}`) : "")
       : "");
+  }
+
+  // the checkpoint as one .gguf file, beside its folder, when the model's architecture and tokenizer allow it
+  function ggufLink(query, text, title) {
+    if (!state.gguf?.supported) return [];
+    return [" · ", h("a", { href: `/v1/dashboard/jobs/${jobId}/download${qs({ ...query, format: "gguf" })}`, download: "", title }, text)];
   }
 
   async function loadCheckpoints() {
@@ -282,6 +295,7 @@ export async function render(main, [jobId], signal) {
       api(`/v1/dashboard/jobs/${jobId}/run`),
     ]);
     const p = prog.data[jobId] || {};
+    state.gguf = run.gguf;
     const changed = !state.curve || curve.steps_logged !== state.curve.steps_logged || curve.checkpoints.length !== state.curve.checkpoints.length || curve.best_step !== state.best;
     state.curve = curve;
     state.best = curve.best_step;
