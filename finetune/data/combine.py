@@ -25,6 +25,7 @@ from finetune.data.split import auto_val_fraction
 from finetune.data.types import DataSummary, TokenizedRecord
 from finetune.errors import UserError
 from finetune.plan.auto import Choice
+from finetune.wording import ref
 
 TRAIN, VAL, LEFT_OUT = 0, 1, -1  # the side of a record: validation-file duplicates of training are left out
 _RECORD_ARRAYS = ("starts", "lengths", "num_targets", "conversation", "line", "truncated")
@@ -59,8 +60,8 @@ def val_fraction(config: RunConfig, unique_conversations: int) -> tuple[float, s
     if config.val_fraction == AUTO:
         return auto_val_fraction(unique_conversations)
     if config.val_fraction == 0:
-        return 0.0, "validation off (--val-fraction 0)"
-    return float(config.val_fraction), f"your --val-fraction {config.val_fraction}"
+        return 0.0, f"validation off ({ref('val_fraction', 0)})"
+    return float(config.val_fraction), f"your {ref('val_fraction')} {config.val_fraction}"
 
 
 def _digests(results: list[ChunkResult]) -> tuple[list[bytes], np.ndarray, np.ndarray]:

@@ -21,6 +21,7 @@ from enum import IntEnum
 
 from finetune.data.records import fit_record
 from finetune.data.types import Record, Truncation
+from finetune.wording import ref
 
 SHOWN_LINES = 3  # FILE:LINEs a summary names before "and N more"
 # The summary's warning codes: `validate` reports them, and the plan's advice (docs/auto.md, docs/formats.md)
@@ -147,10 +148,10 @@ class LongRecords:
         if self.dropped_at:
             n = len(self.dropped_at)
             if Truncation(self.truncation) is Truncation.DROP:
-                why = f"longer than {limit} (--truncation drop)"
+                why = f"longer than {limit} ({ref('truncation', 'drop')})"
             else:
                 why = (
-                    f"one reply with the turn that prompts it is longer than {limit} by itself; --max-seq-len "
+                    f"one reply with the turn that prompts it is longer than {limit} by itself; {ref('max_seq_len')} "
                     f"{self.dropped_need:,} would keep {'it' if n == 1 else 'them'}"
                 )
             found.append((DROPPED_EXAMPLES, f"{_records(n)} dropped ({why}): {where(self.dropped_at)}"))
@@ -168,8 +169,8 @@ class LongRecords:
         why = f" ({limit_reason})" if limit_reason else ""
         return (
             f"{where(places)}: longer than the {self.max_seq_len:,}-token limit{why}, so "
-            f"{_records(len(places), 'line')} would be split, shortened or dropped, and --strict forbids that; "
-            f"raise --max-seq-len to at least {self.longest:,}, or leave --strict off"
+            f"{_records(len(places), 'line')} would be split, shortened or dropped, and {ref('strict')} forbids that; "
+            f"raise {ref('max_seq_len')} to at least {self.longest:,}, or leave {ref('strict')} off"
         )
 
 
@@ -177,7 +178,7 @@ def strict_line_message(total: int, max_seq_len: int, outcome: str) -> str:
     """validate --strict's error for one line: `outcome` is what the policy would do ('split into 3 records')."""
     return (
         f"{total:,} tokens, longer than the {max_seq_len:,}-token limit: this record would be {outcome}, and "
-        f"--strict forbids that; raise --max-seq-len to at least {total:,}, or leave --strict off"
+        f"{ref('strict')} forbids that; raise {ref('max_seq_len')} to at least {total:,}, or leave {ref('strict')} off"
     )
 
 

@@ -17,6 +17,7 @@ from finetune.data.seq_len import choose_max_seq_len
 from finetune.data.split import auto_val_fraction, split_conversations
 from finetune.data.types import DataSummary
 from finetune.errors import UserError
+from finetune.wording import ref
 
 
 def split_pairs(
@@ -120,7 +121,11 @@ def prepare_pairs(config, tokenizer=None) -> PreparedPairs:
             reason = reason.replace("conversations", "prompts")
         else:
             fraction = float(config.val_fraction)
-            reason = "validation off (--val-fraction 0)" if fraction == 0 else f"your --val-fraction {fraction}"
+            reason = (
+                f"validation off ({ref('val_fraction', 0)})"
+                if fraction == 0
+                else f"your {ref('val_fraction')} {fraction}"
+            )
         train, val = split_pairs(train, fraction, config.seed)
     if tokenizer is None:  # `finetune plan PREFS.jsonl` without --model: token numbers from the text
         estimated = _estimated(train, val, fraction, reason, config)

@@ -26,6 +26,7 @@ from finetune.data.formats.openai import check_message, check_tools
 from finetune.data.read import problems_text
 from finetune.data.types import Conversation, Message, Problem, Record, TokenizedRecord
 from finetune.errors import UserError
+from finetune.wording import ref
 
 OPENAI = "openai_preference"
 PROMPT_CHOSEN_REJECTED = "prompt_chosen_rejected"
@@ -310,16 +311,16 @@ def load_pairs(path: str, skip_invalid: bool = False) -> tuple[list[PreferencePa
     if parsed.format is None and parsed.errors and all(p.code == UNKNOWN_SHAPE for p in parsed.errors):
         raise UserError(
             f"{path} holds no preference pairs (no line has preferred_output/non_preferred_output or "
-            "chosen/rejected): --method dpo trains on pairs of answers (docs/formats.md); train on "
-            "conversations without --method dpo"
+            f"chosen/rejected): {ref('method', 'dpo')} trains on pairs of answers (docs/formats.md); train on "
+            f"conversations without {ref('method', 'dpo')}"
         )
     problems = problems_text(parsed)  # the same report as a chat file's (path and errors)
     if not skip_invalid:
-        raise UserError(f"{problems}\nOr pass --skip-invalid to train on the valid pairs only.")
+        raise UserError(f"{problems}\nOr pass {ref('skip_invalid')} to train on the valid pairs only.")
     if any(p.line is None for p in parsed.errors):
-        raise UserError(f"{problems}\n--skip-invalid skips lines; it cannot skip a problem of the whole file.")
+        raise UserError(f"{problems}\n{ref('skip_invalid')} skips lines; it cannot skip a problem of the whole file.")
     if not parsed.pairs:
         raise UserError(
-            f"{problems}\n--skip-invalid: no line of the file is a valid pair, so there is nothing to train on."
+            f"{problems}\n{ref('skip_invalid')}: no line of the file is a valid pair, so there is nothing to train on."
         )
     return parsed.pairs, skipped_lines(parsed)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 from finetune.errors import UserError
+from finetune.wording import ref
 
 
 def effective_batch(batch_size: int, grad_accum: int, devices: int) -> int:
@@ -34,7 +35,7 @@ def steps_per_epoch(records: int, effective: int, last_batch: str = "keep") -> i
         return math.ceil(records / effective)
     if last_batch == "drop":
         return records // effective
-    raise UserError(f"--last-batch must be keep or drop, got {last_batch!r}")
+    raise UserError(f"{ref('last_batch')} must be keep or drop, got {last_batch!r}")
 
 
 def total_steps(per_epoch: int, epochs: int) -> int:

@@ -11,6 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from finetune.wording import ref
+
 T = TypeVar("T")
 
 # ---- epochs: 3 is the SFT default; tiny sets get one more pass, large ones fewer (never more for more data)
@@ -140,7 +142,7 @@ def auto_batch_size(
         if batch < start:
             reason += (
                 f"; cut to {batch} per device to fit {device_name or 'the device'} "
-                f"(raise --grad-accum to {math.ceil(target.value / (batch * devices))} to keep the effective batch)"
+                f"(raise {ref('grad_accum')} to {math.ceil(target.value / (batch * devices))} to keep the effective batch)"
             )
     return Choice(batch, reason)
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 
 from finetune.report.diagnosis import Diagnosis
+from finetune.wording import ref
 
 PREFERENCE_KINDS = ("healthy_preference", "preference_not_learning", "chosen_collapsing", "too_short", "unstable")
 MIN_STEPS = 4
@@ -60,7 +61,7 @@ def diagnose_preference(rows: list[dict]) -> Diagnosis:
         return Diagnosis(
             "unstable",
             "the loss or the reward margin became non-finite",
-            "lower --lr or raise --beta",
+            f"lower {ref('lr')} or raise {ref('beta')}",
             reminder=REMINDER,
         )
     acc0, acc1, where = _start_end(rows, "reward_accuracy")
@@ -81,7 +82,7 @@ def diagnose_preference(rows: list[dict]) -> Diagnosis:
         return Diagnosis(
             "chosen_collapsing",
             f"{numbers}: the margin grows by making the chosen answers unlikely too, not by preferring them",
-            "lower --lr, raise --beta, or add --sft-weight 0.5 to keep the chosen answers likely",
+            f"lower {ref('lr')}, raise {ref('beta')}, or add {ref('sft_weight', 0.5)} to keep the chosen answers likely",
             reminder=REMINDER,
             **best,
         )
@@ -89,7 +90,7 @@ def diagnose_preference(rows: list[dict]) -> Diagnosis:
         return Diagnosis(
             "preference_not_learning",
             f"{numbers}: the model does not yet prefer the chosen answers well above chance (0.5)",
-            "train longer (another epoch) or with a higher --lr; check that chosen and rejected differ in a "
+            f"train longer (another epoch) or with a higher {ref('lr')}; check that chosen and rejected differ in a "
             "consistent way",
             reminder=REMINDER,
             **best,
@@ -97,7 +98,7 @@ def diagnose_preference(rows: list[dict]) -> Diagnosis:
     return Diagnosis(
         "healthy_preference",
         f"{numbers}: accuracy well above chance, margins growing, chosen answers not collapsing",
-        "read a few answers with finetune eval; if they overdo the preferred style, raise --beta",
+        f"read a few answers with finetune eval; if they overdo the preferred style, raise {ref('beta')}",
         reminder=REMINDER,
         **best,
     )

@@ -18,12 +18,13 @@ import torch
 from finetune.errors import UserError
 from finetune.train.checkpoint import last_good_step, list_checkpoints, read_state
 from finetune.train.distributed import DistContext, all_reduce_sum
+from finetune.wording import ref
 
 
 def check_out_folder(out: Path) -> None:
     """--out must be a folder this process can write to (it is created when missing)."""
     if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} is a file, not a folder; choose a folder for the run's outputs")
+        raise UserError(f"{ref('out')} {out} is a file, not a folder; choose a folder for the run's outputs")
     probe = out / f".finetune-write-check-{os.getpid()}"
     created = [p for p in (out, *out.parents) if not p.exists()]  # made for the probe, removed after it
     try:
@@ -32,7 +33,7 @@ def check_out_folder(out: Path) -> None:
         probe.unlink()
     except OSError as exc:
         raise UserError(
-            f"--out {out}: cannot write there ({exc.strerror or exc}); choose a folder you can write to"
+            f"{ref('out')} {out}: cannot write there ({exc.strerror or exc}); choose a folder you can write to"
         ) from None
     finally:
         for folder in created:  # a run that fails later (bad data) must not leave an empty folder behind
@@ -62,7 +63,7 @@ def finished_message(out: Path, report: dict) -> str:
     steps = report.get("steps_taken")
     return (
         f"{out} holds a finished run ({steps} of {steps} steps; weights in {report.get('final_weights')}): "
-        "nothing to resume, and nothing was changed. Choose another --out to train again."
+        f"nothing to resume, and nothing was changed. Choose another {ref('out')} to train again."
     )
 
 
@@ -79,9 +80,7 @@ def diverged_message(what: str, step: int, out: Path, lr: float) -> str:
     """One sentence: what went wrong at which step, and the checkpoint to go back to (always a finite one)."""
     found = list_checkpoints(out)
     where = f"the last good checkpoint is {found[-1]}" if found else "no checkpoint was saved yet"
-    return (
-        f"{what} at step {step}; the step was not saved and {where}. Try a lower --lr (now {lr:g}) or check the data."
-    )
+    return f"{what} at step {step}; the step was not saved and {where}. Try a lower {ref('lr')} (now {lr:g}) or check the data."
 
 
 def disk_full_error(exc: OSError, out: Path) -> UserError | None:
@@ -90,5 +89,5 @@ def disk_full_error(exc: OSError, out: Path) -> UserError | None:
         return None
     return UserError(
         f"disk full while writing {exc.filename or out}; {last_good_step(out)}. "
-        "Free some space and run the same command with --resume."
+        f"Free some space and run the same command with {ref('resume')}."
     )
