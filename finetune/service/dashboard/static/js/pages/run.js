@@ -13,6 +13,15 @@ function xOf(curve, mode, steps) {
   return steps.map((s) => (spe ? +(s / spe).toFixed(4) : s));
 }
 
+// What the run cost against what its plan estimated: tokens at the server's price, device time at its hourly price.
+function costVersusEstimate(report, plan) {
+  const planned = (plan && plan.cost) || {};
+  const actual = (report.cost ?? 0) + (report.time_cost ?? 0);
+  const estimate = (planned.token_cost ?? 0) + (planned.time_cost ?? 0);
+  if (report.cost == null && report.time_cost == null) return "no price set on this server";
+  return `${fmt.money(actual)} (estimated ${fmt.money(estimate)})`;
+}
+
 export async function render(main, [jobId], signal) {
   const schema = await settingsSchema();  // settings named by their form fields' labels (util.js inDashboardTerms)
   let job = await api(`/v1/fine_tuning/jobs/${jobId}`);
@@ -268,7 +277,9 @@ export async function render(main, [jobId], signal) {
         h("dl", { class: "kv small" },
           h("dt", {}, "best step"), h("dd", {}, `${report.best_step ?? "–"} (validation loss ${fmt.num(report.best_val_loss, 4)})`),
           h("dt", {}, "tokens processed"), h("dd", {}, `${fmt.int(report.tokens_processed)} of ${fmt.int(report.tokens_planned)} planned`),
-          h("dt", {}, "time"), h("dd", {}, fmt.duration(report.wall_time_s))),
+          h("dt", {}, "time"), h("dd", { "data-testid": "time-vs-estimate" },
+            `${fmt.duration(report.wall_time_s)} (estimated ${fmt.duration(report.estimated_time_s)})`),
+          h("dt", {}, "cost"), h("dd", { "data-testid": "cost-vs-estimate" }, costVersusEstimate(report, run.plan))),
         h("p", { class: "small muted" }, report.reminder || ""));
     } else {
       diagnosis.replaceChildren(h("h2", {}, "Diagnosis"), h("p", { class: "muted" }, TERMINAL.has(job.status)
