@@ -36,6 +36,7 @@ from finetune.data.parallel import (
     tokenize_chunks,
     tokenize_conversations,
 )
+from finetune.data.read import DUPLICATE_LINES_SHOWN, find_duplicates
 from finetune.data.records import build_records
 from finetune.data.split import auto_val_fraction, remove_overlap, split_conversations
 from finetune.data.stats import estimate_record_tokens
@@ -152,6 +153,7 @@ def _split_and_count(
         duplicates_removed = int((val_side == LEFT_OUT).sum())
     counts = {
         "unique_conversations": len(first),
+        "duplicate_conversations": len(digests) - len(first),
         "train_conversations": int((train_side == TRAIN).sum()),
         "val_conversations": int((train_side == VAL).sum()) if val_side is None else int((val_side == VAL).sum()),
         "train_messages": int(messages[train_side == TRAIN].sum()),
@@ -225,9 +227,31 @@ def _combine(
     np.savez(folder / "records.npz", **{name: np.concatenate(values) for name, values in parts.items()})
     dropped.sort(key=lambda row: row[0])  # training side first, file order within each side
     data_format = next((r.format for r in train_results if r.format is not None), None)
+    meta["duplicate_lines"] = _first_copies(train_results)  # issue 26: train and plan warn of duplicates too
     meta.update(train_records_built=built_train, dropped=dropped, end_of_turn_id=end_of_turn_id, skipped=[])
     meta["data_format"] = data_format
     return meta
+
+
+def _first_copies(results: list[ChunkResult], shown: int = DUPLICATE_LINES_SHOWN) -> list[int]:
+    """The file lines of the first `shown` conversations that repeat an earlier one (from their records' lines)."""
+    digests, _, _ = _digests(results)
+    seen: set[bytes] = set()
+    copies = []
+    for index, digest in enumerate(digests):
+        if digest in seen:
+            copies.append(index)
+            if len(copies) == shown:
+                break
+        seen.add(digest)
+    lines: dict[int, int] = {}
+    base = 0
+    for result in results:
+        records = zip(result.rec_conv.tolist(), result.rec_line.tolist(), strict=True)
+        for local, line in [*records, *((c, n) for c, n, _, _ in result.dropped)]:
+            lines.setdefault(local + base, line)
+        base += result.conversations
+    return [lines[i] for i in copies if i in lines]
 
 
 def _load(folder: Path, meta: dict, in_memory: bool) -> TokenizedData:
@@ -301,6 +325,8 @@ def _prepared(data: TokenizedData, config: RunConfig) -> PreparedData:
         dropped_records=len(meta["dropped"]),
         dropped_lines=tuple(line for _, line, _, _ in meta["dropped"]),
         duplicates_removed=meta["duplicates_removed"],
+        duplicate_conversations=meta.get("duplicate_conversations", 0),  # cache entries made before count none
+        duplicate_lines=tuple(meta.get("duplicate_lines", ())),
         val_fraction=fraction,
         val_fraction_reason=reason,
         data_format=meta.get("data_format"),  # entries cached before it was recorded have none
@@ -447,6 +473,7 @@ def _estimate(
 ) -> PreparedData:
     """Token counts from text length alone, for planning without a tokenizer."""
     unique = len({c.key() for c in train_conversations})
+    copies = [line for line, _ in find_duplicates(train_conversations)]
     fraction, reason = _val_fraction(config, unique)
     if val_conversations is None:
         split = split_conversations(train_conversations, fraction, config.seed)
@@ -476,6 +503,8 @@ def _estimate(
         p50_record_tokens=_percentile(ordered, 0.5),
         p95_record_tokens=_percentile(ordered, 0.95),
         duplicates_removed=split.duplicates_removed,
+        duplicate_conversations=len(copies),
+        duplicate_lines=tuple(copies[:DUPLICATE_LINES_SHOWN]),
         val_fraction=fraction,
         val_fraction_reason=reason,
     )

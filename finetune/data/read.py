@@ -18,7 +18,7 @@ import gzip
 import json
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
@@ -40,7 +40,7 @@ from finetune.data.formats.lines import (
     json_type,
     quote,
 )
-from finetune.data.types import ParsedFile, Problem
+from finetune.data.types import Conversation, ParsedFile, Problem
 from finetune.errors import UserError
 
 UTF8_BOM = b"\xef\xbb\xbf"
@@ -374,15 +374,34 @@ def _check_line(line: Line, file_format: str | None, detected_at: int | None) ->
 
 
 def _warn_duplicates(lines: list[Line]) -> None:
+    usable = {line.number: line for line in lines if line.conversation is not None and not line.errors}
+    for number, first in find_duplicates(line.conversation for line in usable.values()):
+        usable[number].warn(DUPLICATE, f"the same conversation as line {first}")
+
+
+def find_duplicates(conversations: Iterable[Conversation]) -> list[tuple[int, int]]:
+    """(line, line of its first copy) of every conversation that repeats an earlier one, in file order."""
     first_seen: dict[tuple, int] = {}
-    for line in lines:
-        if line.conversation is None or line.errors:
-            continue
-        key = line.conversation.key()
-        if key in first_seen:
-            line.warn(DUPLICATE, f"the same conversation as line {first_seen[key]}")
-        else:
-            first_seen[key] = line.number
+    found = []
+    for conversation in conversations:
+        first = first_seen.setdefault(conversation.key(), conversation.line)
+        if first != conversation.line:
+            found.append((conversation.line, first))
+    return found
+
+
+DUPLICATE_LINES_SHOWN = 10
+
+
+def duplicates_summary(count: int, lines: Sequence[int]) -> str:
+    """One sentence for every copy at once (`validate` and the plan's warning): how many, and the first lines."""
+    shown = ", ".join(str(n) for n in lines[:DUPLICATE_LINES_SHOWN]) + (" ..." if count > DUPLICATE_LINES_SHOWN else "")
+    where = f"line {shown}" if count == 1 else f"first at lines {shown}"
+    noun = "conversation" if count == 1 else "conversations"
+    return (
+        f"{count:,} duplicate {noun} ({where}): each the same as an earlier line, so it is trained on once more "
+        "per epoch; remove the copies unless you mean to weight them"
+    )
 
 
 def problems_text(parsed: ParsedFile, limit: int = 10) -> str:
