@@ -21,7 +21,6 @@ import zipfile
 from collections import OrderedDict
 from pathlib import Path
 from typing import Annotated
-from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
@@ -30,7 +29,7 @@ from starlette.background import BackgroundTask
 
 from finetune.config import AUTO
 from finetune.errors import UserError
-from finetune.service.auth import COOKIE, current_tenant
+from finetune.service.auth import COOKIE, current_tenant, from_own_origin
 from finetune.service.dashboard.curve import RunViews
 from finetune.service.dashboard.preview import FilePreview
 from finetune.service.deps import settings_of, store_of
@@ -66,10 +65,7 @@ def _job(request: Request, tenant: str, job_id: str) -> dict:
 def _same_origin(request: Request) -> bool:
     """A sign-in form posted from another site would sign the browser in to the attacker's tenant. Browsers send
     Origin on every cross-site POST; a request without one (curl, the SDK) is not a browser's."""
-    origin = request.headers.get("origin")
-    if origin is None:
-        return True
-    return urlsplit(origin).netloc == request.headers.get("host")
+    return request.headers.get("origin") is None or from_own_origin(request)
 
 
 @session_router.post("/session")
