@@ -63,9 +63,14 @@ def _check_cookie_request(request: Request) -> None:
     raise APIError(415, "Send the request body as application/json.", "unsupported_media_type")
 
 
+def tenant_of_key(request: Request, key: str | None) -> str | None:
+    """The tenant a key belongs to (None: missing, unknown or revoked): here and at the dashboard's sign-in."""
+    return request.app.state.store.tenant_for_key(key) if key else None
+
+
 def current_tenant(request: Request) -> str:
     key, by_cookie = _presented_key(request)
-    tenant = request.app.state.store.tenant_for_key(key) if key else None
+    tenant = tenant_of_key(request, key)
     if tenant is None:
         # never echo the key: the message is the same for a missing, malformed, unknown or revoked one
         raise APIError(401, "Missing or invalid API key. Send it as 'Authorization: Bearer <key>'.", "invalid_api_key")
