@@ -129,10 +129,3 @@ def record_lengths(records: Sequence[TokenizedRecord]) -> list[int]:
     if isinstance(records, TokenArrays):
         return records.lengths.tolist()
     return [len(r) for r in records]
-
-
-def record_targets(records: Sequence[TokenizedRecord]) -> list[int]:
-    """Target-token count of every record; O(records) for TokenArrays."""
-    if isinstance(records, TokenArrays):
-        return records.num_targets.tolist()
-    return [r.num_targets for r in records]

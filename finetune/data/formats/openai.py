@@ -118,10 +118,6 @@ def tool_schema(item: object, wrapped: bool, where: str, line: Line) -> dict | N
     return {"type": "function", "function": function}
 
 
-def tool_names(tools: tuple[dict, ...]) -> set[str]:
-    return {tool["function"]["name"] for tool in tools}
-
-
 # ----------------------------------------------------------------------------- messages
 
 
