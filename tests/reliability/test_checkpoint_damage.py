@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -39,7 +40,7 @@ def _remove(name: str):
 
 def _empty(folder: Path) -> None:
     for path in folder.iterdir():
-        path.unlink()
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
 def _garble_manifest(folder: Path) -> None:
