@@ -59,3 +59,15 @@ def _hub_reachable(endpoint: str) -> bool:
             return True
     except OSError:
         return False
+
+
+def load_failure(subject: str, exc: Exception) -> UserError:
+    """One sentence for a model or tokenizer transformers would not load (`subject`: "the model 'NAME'"). A model that ships its own Python code
+    is refused by default, and transformers then asks for `trust_remote_code=True`, a Python argument: the
+    command line's way to say it is --trust-remote-code."""
+    if "trust_remote_code" in str(exc):
+        return UserError(
+            f"cannot load {subject}: it needs Python code from the model's own folder or repository, "
+            "which finetune runs only with --trust-remote-code (read that code first: it runs with your rights)"
+        )
+    return UserError(f"cannot load {subject}: {exc}")

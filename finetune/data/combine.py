@@ -21,6 +21,7 @@ from finetune.data.fitting import Fit, LongRecords
 from finetune.data.parallel import (
     ChunkResult,
 )
+from finetune.data.read import DUPLICATE_LINES_SHOWN
 from finetune.data.split import auto_val_fraction
 from finetune.data.types import DataSummary, TokenizedRecord
 from finetune.errors import UserError
@@ -95,6 +96,7 @@ def _split_and_count(
         duplicates_removed = int((val_side == LEFT_OUT).sum())
     counts = {
         "unique_conversations": len(first),
+        "duplicate_conversations": len(digests) - len(first),
         "train_conversations": int((train_side == TRAIN).sum()),
         "val_conversations": int((train_side == VAL).sum()) if val_side is None else int((val_side == VAL).sum()),
         "train_messages": int(messages[train_side == TRAIN].sum()),
@@ -166,10 +168,32 @@ def combine(
     np.savez(folder / "records.npz", **{name: np.concatenate(values) for name, values in parts.items()})
     dropped.sort(key=lambda row: row[0])  # training side first, file order within each side
     data_format = next((r.format for r in train_results if r.format is not None), None)
+    meta["duplicate_lines"] = _first_copies(train_results)  # train and plan warn of duplicates too
     meta.update(train_records_built=built_train, dropped=dropped, end_of_turn_id=end_of_turn_id, skipped=[])
     meta["longest"] = max((int(r.src_len.max()) for r in all_results if len(r.src_len)), default=0)
     meta["data_format"] = data_format
     return meta
+
+
+def _first_copies(results: list[ChunkResult], shown: int = DUPLICATE_LINES_SHOWN) -> list[int]:
+    """The file lines of the first `shown` conversations that repeat an earlier one (from their records' lines)."""
+    digests, _, _ = _digests(results)
+    seen: set[bytes] = set()
+    copies = []
+    for index, digest in enumerate(digests):
+        if digest in seen:
+            copies.append(index)
+            if len(copies) == shown:
+                break
+        seen.add(digest)
+    lines: dict[int, int] = {}
+    base = 0
+    for result in results:
+        records = zip(result.rec_conv.tolist(), result.rec_line.tolist(), strict=True)
+        for local, line in [*records, *((c, n) for c, n, _, _ in result.dropped)]:
+            lines.setdefault(local + base, line)
+        base += result.conversations
+    return [lines[i] for i in copies if i in lines]
 
 
 def load_tokenized(folder: Path, meta: dict, in_memory: bool) -> TokenizedData:
@@ -274,6 +298,8 @@ def prepared_data(data: TokenizedData, config: RunConfig, limit: Choice[int]) ->
         dropped_records=len(meta["dropped"]),
         dropped_lines=tuple(line for _, line, _, _ in meta["dropped"]),
         duplicates_removed=meta["duplicates_removed"],
+        duplicate_conversations=meta.get("duplicate_conversations", 0),  # cache entries made before count none
+        duplicate_lines=tuple(meta.get("duplicate_lines", ())),
         val_fraction=fraction,
         val_fraction_reason=reason,
         data_format=meta.get("data_format"),  # entries cached before it was recorded have none

@@ -7,6 +7,7 @@ import numpy as np
 from finetune.config import RunConfig
 from finetune.data.combine import TRAIN, VAL, PreparedData, display_name, limit_fields, percentile, val_fraction
 from finetune.data.fitting import Fit, LongRecords, fit
+from finetune.data.read import DUPLICATE_LINES_SHOWN, find_duplicates
 from finetune.data.records import build_records
 from finetune.data.seq_len import choose_max_seq_len
 from finetune.data.split import remove_overlap, split_conversations
@@ -21,6 +22,7 @@ def estimate(
     """Token counts from text length alone, for planning without a tokenizer; records fitted to the limit with
     the same policy (fitting.py), on the estimates."""
     unique = len({c.key() for c in train_conversations})
+    copies = [line for line, _ in find_duplicates(train_conversations)]
     fraction, reason = val_fraction(config, unique)
     if val_conversations is None:
         split = split_conversations(train_conversations, fraction, config.seed)
@@ -65,6 +67,8 @@ def estimate(
         truncated_tokens=sum(e.cut for e in train_records),
         dropped_records=len(long.dropped_at),
         duplicates_removed=split.duplicates_removed,
+        duplicate_conversations=len(copies),
+        duplicate_lines=tuple(copies[:DUPLICATE_LINES_SHOWN]),
         val_fraction=fraction,
         val_fraction_reason=reason,
         **limit_fields(limit, long),

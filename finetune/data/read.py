@@ -18,7 +18,10 @@ import gzip
 import json
 import re
 import zlib
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 from finetune.data.formats import CHECKERS, FORMAT_NAMES, FORMATS, line_format
 from finetune.data.formats.lines import (
@@ -37,7 +40,7 @@ from finetune.data.formats.lines import (
     json_type,
     quote,
 )
-from finetune.data.types import ParsedFile, Problem
+from finetune.data.types import Conversation, ParsedFile, Problem
 from finetune.errors import UserError
 
 UTF8_BOM = b"\xef\xbb\xbf"
@@ -46,6 +49,8 @@ BOM_MESSAGE = "the file starts with a byte-order mark (BOM); save it as UTF-8 wi
 # One conversation of 4 MB is about a million tokens, far beyond any model's context; a longer line is refused
 # before it is parsed or tokenized (a 50 MB line once took 10 GB and two minutes in the tokenizer).
 MAX_LINE_BYTES = 4 * 1024 * 1024
+GZIP_MAGIC = b"\x1f\x8b"
+READ_BLOCK = 1 << 20  # what is inflated at a time: a gzip file's memory is its lines, never its ratio
 
 
 # ----------------------------------------------------------------------------- the file
@@ -56,25 +61,88 @@ def read_file(path: str | Path, format: str | None = None) -> ParsedFile:
 
     `format` forces one of FORMATS; by default (None or "auto") the file's first valid line decides.
     """
-    return parse_bytes(load_bytes(path), str(path), format)
+    data, cut_at = _load(Path(path))
+    if cut_at is None:
+        return parse_bytes(data, str(path), format)
+    # a gzip file whose line `cut_at` passed the limit while decompressing: the lines before it are checked
+    parsed = parse_bytes(data, str(path), format) if data.strip() else ParsedFile(path=str(path), format=None)
+    parsed.errors.append(
+        Problem(
+            cut_at,
+            LINE_TOO_LONG,
+            f"once decompressed, the line passes the {MAX_LINE_BYTES // 2**20} MB a conversation may take, so "
+            "reading stopped there (the rest of the file was not decompressed); split it into shorter conversations",
+        )
+    )
+    return parsed
 
 
 def load_bytes(path: str | Path) -> bytes:
-    """The file as JSON Lines bytes: read as it is, gunzipped (.gz), or a Parquet table's rows as JSON lines."""
-    path = Path(path)
+    """The file as JSON Lines bytes: read as it is, gunzipped (.gz), or a Parquet table's rows as JSON lines.
+    A gzip file is only decompressed up to a line longer than MAX_LINE_BYTES (read_file reports that line)."""
+    return _load(Path(path))[0]
+
+
+def _load(path: Path) -> tuple[bytes, int | None]:
+    """(the JSON Lines bytes, the line a gzip file's reading stopped at because it passed the limit, or None)."""
     name = path.name.lower()
     if name.endswith(".parquet"):
         from finetune.data.parquet import parquet_as_jsonl
 
         _read_bytes(path, 0)  # a missing file or a folder is reported the same way as for JSONL
-        return parquet_as_jsonl(path)
-    data = _read_bytes(path)
-    if name.endswith(".gz"):
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise UserError(f"{path}: not a readable gzip file ({exc}); decompress it or export it again") from None
-    return json_array_as_jsonl(data)
+        return parquet_as_jsonl(path), None
+    if not name.endswith(".gz"):
+        return json_array_as_jsonl(_read_bytes(path)), None
+    data = bytearray()
+    try:
+        with _open(path) as handle:
+            for block in gunzip_bounded(handle):
+                data += block
+    except LineTooLong as exc:
+        del data[exc.start :]
+        return bytes(data), exc.line
+    except (OSError, EOFError, zlib.error) as exc:
+        raise UserError(f"{path}: not a readable gzip file ({exc}); decompress it or export it again") from None
+    return json_array_as_jsonl(bytes(data)), None
+
+
+class LineTooLong(Exception):
+    """A line of a gzip stream passed the limit while it was being decompressed."""
+
+    def __init__(self, line: int, start: int) -> None:
+        super().__init__(f"line {line} is over {MAX_LINE_BYTES} bytes")
+        self.line = line  # its number (1-based)
+        self.start = start  # the offset of its first byte in the decompressed stream
+
+
+def is_gzip(head: bytes) -> bool:
+    """Whether bytes start like a gzip stream (its magic number), whatever the file is called."""
+    return head.startswith(GZIP_MAGIC)
+
+
+def gunzip_bounded(source: BinaryIO, max_line_bytes: int | None = None) -> Iterator[bytes]:
+    """The decompressed bytes of a gzip stream, a block at a time (never more than one block is inflated at
+    once, whatever the compression ratio). Raises LineTooLong as soon as the line being read passes
+    `max_line_bytes` (default MAX_LINE_BYTES), after yielding the bytes before that line's start; a line that
+    ends within a block may pass it by up to a block (the line check of parse_bytes names its size).
+    OSError / EOFError / zlib.error for a damaged stream."""
+    limit = max_line_bytes or MAX_LINE_BYTES
+    line, line_bytes, offset = 1, 0, 0
+    with gzip.GzipFile(fileobj=source, mode="rb") as stream:
+        while block := stream.read(READ_BLOCK):
+            breaks = block.count(b"\n")
+            if breaks:
+                line += breaks
+                line_bytes = len(block) - block.rfind(b"\n") - 1
+            else:
+                line_bytes += len(block)
+            if line_bytes > limit:
+                start = offset + len(block) - line_bytes
+                if start > offset:
+                    yield block[: start - offset]
+                raise LineTooLong(line, start)
+            offset += len(block)
+            yield block
 
 
 def json_array_as_jsonl(data: bytes) -> bytes:
@@ -127,15 +195,25 @@ def _array_items(text: str) -> list[str]:
 
 
 def _read_bytes(path: Path, size: int = -1) -> bytes:
-    try:
-        with path.open("rb") as handle:
+    with _open(path) as handle:
+        try:
             return handle.read(size)
+        except OSError as exc:
+            raise UserError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+
+
+@contextmanager
+def _open(path: Path) -> Iterator[BinaryIO]:
+    try:
+        handle = path.open("rb")
     except FileNotFoundError:
         raise UserError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise UserError(f"{path}: is a folder, not a data file") from None
     except OSError as exc:
         raise UserError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    with handle:
+        yield handle
 
 
 def parse_bytes(data: bytes, path: str = "", format: str | None = None) -> ParsedFile:
@@ -296,15 +374,34 @@ def _check_line(line: Line, file_format: str | None, detected_at: int | None) ->
 
 
 def _warn_duplicates(lines: list[Line]) -> None:
+    usable = {line.number: line for line in lines if line.conversation is not None and not line.errors}
+    for number, first in find_duplicates(line.conversation for line in usable.values()):
+        usable[number].warn(DUPLICATE, f"the same conversation as line {first}")
+
+
+def find_duplicates(conversations: Iterable[Conversation]) -> list[tuple[int, int]]:
+    """(line, line of its first copy) of every conversation that repeats an earlier one, in file order."""
     first_seen: dict[tuple, int] = {}
-    for line in lines:
-        if line.conversation is None or line.errors:
-            continue
-        key = line.conversation.key()
-        if key in first_seen:
-            line.warn(DUPLICATE, f"the same conversation as line {first_seen[key]}")
-        else:
-            first_seen[key] = line.number
+    found = []
+    for conversation in conversations:
+        first = first_seen.setdefault(conversation.key(), conversation.line)
+        if first != conversation.line:
+            found.append((conversation.line, first))
+    return found
+
+
+DUPLICATE_LINES_SHOWN = 10
+
+
+def duplicates_summary(count: int, lines: Sequence[int]) -> str:
+    """One sentence for every copy at once (`validate` and the plan's warning): how many, and the first lines."""
+    shown = ", ".join(str(n) for n in lines[:DUPLICATE_LINES_SHOWN]) + (" ..." if count > DUPLICATE_LINES_SHOWN else "")
+    where = f"line {shown}" if count == 1 else f"first at lines {shown}"
+    noun = "conversation" if count == 1 else "conversations"
+    return (
+        f"{count:,} duplicate {noun} ({where}): each the same as an earlier line, so it is trained on once more "
+        "per epoch; remove the copies unless you mean to weight them"
+    )
 
 
 def problems_text(parsed: ParsedFile, limit: int = 10) -> str:

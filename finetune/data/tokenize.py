@@ -97,10 +97,12 @@ def load_tokenizer(model: str, trust_remote_code: bool = False):
     """The model's tokenizer, with a clear error instead of a traceback."""
     from transformers import AutoTokenizer
 
+    from finetune.model_source import load_failure
+
     try:
         tokenizer = AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
     except Exception as exc:  # transformers raises many types here (OSError, ValueError, HF hub errors)
-        raise UserError(f"cannot load the tokenizer of {model!r}: {exc}") from None
+        raise load_failure(f"the tokenizer of {model!r}", exc) from None  # issue 26: names --trust-remote-code
     if not getattr(tokenizer, "chat_template", None):
         raise UserError(f"the tokenizer of {model!r} has no chat template; use an instruct/chat model")
     return tokenizer

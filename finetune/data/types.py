@@ -189,6 +189,10 @@ class DataSummary:
     """The max_seq_len that would keep every dropped record."""
     duplicates_removed: int = 0
     """Validation conversations dropped as exact copies of training ones (no leak across sides)."""
+    duplicate_conversations: int = 0
+    """Training-file conversations that repeat an earlier one (kept: each is trained on once more per epoch)."""
+    duplicate_lines: tuple[int, ...] = ()
+    """File lines of the first of those copies (10 at most)."""
     skipped_lines: int = 0
     """Invalid lines of the data left out with --skip-invalid (each listed in OUT/skipped.jsonl)."""
     context_tokens: int | None = None

@@ -26,7 +26,8 @@ from rich.table import Table
 from finetune import config as configuration  # (not AUTO by name: this module's upper-case strings are its codes)
 from finetune.config import RunConfig
 from finetune.data.fitting import Fit, LongRecords, fit, fit_tokenized, strict_line_message
-from finetune.data.read import read_file
+from finetune.data.formats.lines import DUPLICATE
+from finetune.data.read import duplicates_summary, find_duplicates, read_file
 from finetune.data.seq_len import choose_max_seq_len
 from finetune.data.show import ShownRecord, print_records, shown_record
 from finetune.data.stats import RecordTokens, build_all_records, estimate_record_tokens, summarize
@@ -41,6 +42,7 @@ FIRST_TOKEN_SCORED = "first_token_scored"
 END_OF_TURN_NOT_SCORED = "end_of_turn_not_scored"
 TEMPLATE_MISMATCH = "template_mismatch"
 TEMPLATE_CANNOT_RENDER_TOOLS = "template_cannot_render_tools"
+DUPLICATES_LISTED = 1000  # --json's "duplicates" lists this many copies at most (the count is exact)
 
 POLICY_MEANING = {
     RecordPolicy.ALL: "one record per conversation, every weighted reply scored",
@@ -59,18 +61,23 @@ class Validation:
     warnings: list[Problem] = field(default_factory=list)
     stats: dict = field(default_factory=dict)
     counts: list[RecordTokens] = field(default_factory=list)  # the records training would take, fitted to the limit
+    duplicates: list[tuple[int, int]] = field(default_factory=list)  # (line, line of its first copy)
 
     @property
     def ok(self) -> bool:
         return not self.errors
 
     def to_dict(self) -> dict:
-        return {
+        document = {
             "ok": self.ok,
             "errors": [p.to_dict() for p in self.errors],
             "warnings": [p.to_dict() for p in self.warnings],
             "stats": self.stats,
         }
+        if self.duplicates:
+            listed = [{"line": line, "same_as": first} for line, first in self.duplicates[:DUPLICATES_LISTED]]
+            document["duplicates"] = {"count": len(self.duplicates), "lines": listed}
+        return document
 
 
 # ----------------------------------------------------------------------------- library
@@ -103,7 +110,9 @@ def validate_parsed(
     Auto's limit looks at: the model and the device); without one, `max_seq_len` and `record_policy`."""
     config = config or RunConfig(max_seq_len=max_seq_len, record_policy=record_policy)
     policy = RecordPolicy(config.record_policy)
-    result = Validation(parsed.path, parsed.format, list(parsed.errors), list(parsed.warnings))
+    duplicates = find_duplicates(parsed.conversations)
+    warnings = _with_duplicates_summarised(parsed.warnings, duplicates)
+    result = Validation(parsed.path, parsed.format, list(parsed.errors), warnings, duplicates=duplicates)
     records = build_all_records(parsed.conversations, policy)
     chat = None
     if tokenizer is None:
@@ -206,6 +215,15 @@ def _exact_counts(part: Record, outcome) -> RecordTokens:
 
     targets = int((outcome.weights > 0).sum())
     return RecordTokens(part, outcome.total_tokens, targets, outcome.cut_tokens, as_lists(part, outcome).record)
+
+
+def _with_duplicates_summarised(warnings: list[Problem], duplicates: list[tuple[int, int]]) -> list[Problem]:
+    """The reader's warnings with its one-per-copy `duplicate` warnings made one, at the first copy's line."""
+    warnings = [p for p in warnings if p.code != DUPLICATE]
+    copies = [line for line, _ in duplicates]
+    if copies:
+        warnings.append(Problem(copies[0], DUPLICATE, duplicates_summary(len(copies), copies)))
+    return warnings
 
 
 def _file_order(problem: Problem) -> tuple[bool, int]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from finetune.config import AUTO, RunConfig
+from finetune.data.read import duplicates_summary
 from finetune.plan.auto import DEFAULT_WARMUP_RATIO, USUAL_MAX_EPOCHS
 from finetune.plan.memory import gib
 from finetune.plan.model_facts import ModelFacts
@@ -214,6 +215,14 @@ def skipped_lines(ctx: AdviceContext) -> dict | None:
     )
 
 
+def duplicate_conversations(ctx: AdviceContext) -> dict | None:
+    """The training file's copies of its own conversations, in the words of `finetune validate`'s summary."""
+    d = ctx.data
+    if not d.duplicate_conversations:
+        return None
+    return _warning("duplicate_conversations", duplicates_summary(d.duplicate_conversations, d.duplicate_lines) + ".")
+
+
 def records_differ_from_conversations(ctx: AdviceContext) -> dict | None:
     p = ctx.plan
     if p.data.conversations is None or p.data.conversations == p.data.examples:
@@ -322,6 +331,7 @@ def unknown_device(ctx: AdviceContext) -> dict | None:
 
 CHECKS: tuple[Callable[[AdviceContext], dict | None], ...] = (
     skipped_lines,
+    duplicate_conversations,
     epochs_raised_for_small_data,
     few_total_steps,
     warmup_steps_large_share,

@@ -15,6 +15,10 @@ from finetune.service.settings import ServiceSettings
 from finetune.service.store import Store
 from finetune.service.upload import sweep_uploads
 
+NO_WORKER_WARNING = (
+    "no live worker: new jobs wait as queued until one starts (`finetune worker`, or `finetune serve --workers N`)"
+)
+
 
 def create_app(settings: ServiceSettings, store: Store | None = None) -> FastAPI:
     settings.make_dirs()
@@ -30,7 +34,13 @@ def create_app(settings: ServiceSettings, store: Store | None = None) -> FastAPI
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict:
-        return {"status": "ok"}
+        """Liveness (always 200 once serving), and how many workers are live (a heartbeat within the lease time
+        and not stopping): with none, jobs wait `queued`, and a warning says so."""
+        live = [w for w in store.live_workers(settings.lease_seconds) if not w["draining"]]
+        answer: dict = {"status": "ok", "workers": len(live)}
+        if not live:
+            answer["warnings"] = [NO_WORKER_WARNING]
+        return answer
 
     app.include_router(files.router)
     app.include_router(jobs.router)

@@ -41,10 +41,12 @@ def _open_store(settings: ServiceSettings) -> Store:
     return store
 
 
-def run_serve(args) -> int:
+def run_serve(args, worker_entry: list[str] | None = None) -> int:
+    """`worker_entry`: how a worker process starts (default: this Python's `-m finetune`; tests pass their own)."""
     import uvicorn
 
     from finetune.service.app import create_app
+    from finetune.service.supervise import Supervisor
 
     settings = settings_from(args)
     if not settings.models:
@@ -53,7 +55,9 @@ def run_serve(args) -> int:
     key = store.ensure_default_key()
     if key:
         print(f"created an API key for tenant 'default' (shown only this once): {key}", flush=True)
-    workers = [_start_worker(args, settings) for _ in range(args.workers)]
+    entry = worker_entry or [sys.executable, "-m", "finetune"]
+    workers = Supervisor(lambda: _start_worker(args, settings, entry), args.workers)  # restarted when one dies
+    workers.start()
     try:
         app = create_app(settings, store)
         print(
@@ -61,19 +65,13 @@ def run_serve(args) -> int:
         )
         uvicorn.run(app, host=args.host, port=args.port, log_level="info")
     finally:
-        for worker in workers:  # each checkpoints its job and queues it again
-            worker.send_signal(signal.SIGTERM)
-        for worker in workers:
-            try:
-                worker.wait(timeout=180)
-            except subprocess.TimeoutExpired:
-                worker.kill()
+        workers.stop()  # each checkpoints its job and queues it again
         store.close()
     return 0
 
 
-def _start_worker(args, settings: ServiceSettings) -> subprocess.Popen:
-    command = [sys.executable, "-m", "finetune", "worker", "--data-dir", str(settings.data_dir)]
+def _start_worker(args, settings: ServiceSettings, entry: list[str]) -> subprocess.Popen:
+    command = [*entry, "worker", "--data-dir", str(settings.data_dir)]
     for name in ("lease_seconds", "heartbeat_seconds"):
         if getattr(args, name, None) is not None:
             command += ["--" + name.replace("_", "-"), str(getattr(args, name))]
@@ -88,12 +86,14 @@ def _start_worker(args, settings: ServiceSettings) -> subprocess.Popen:
     return subprocess.Popen(command, env=env, preexec_fn=partial(die_with_parent, signal.SIGTERM))
 
 
-def run_worker_command(args) -> int:
+def run_worker_command(args, train_command=None) -> int:
+    """`train_command`: the trainer's command line builder (default: `finetune train`; tests pass a stand-in)."""
+    from finetune.service import core
     from finetune.service.worker import Worker
 
     settings = settings_from(args)
     store = _open_store(settings)
-    worker = Worker(settings, store)
+    worker = Worker(settings, store, train_command=train_command or core.train_command)
 
     def stop(_signum, _frame) -> None:
         worker.stopping.set()

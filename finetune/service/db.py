@@ -3,7 +3,7 @@
 Migrations are a short list of versioned steps (`MIGRATIONS`) recorded in `schema_version`, applied at
 every start of serve, worker and keys under a lock (PostgreSQL: an advisory lock; SQLite: BEGIN
 IMMEDIATE), so several workers starting together apply each step exactly once. Alembic would add a
-dependency, an ini file and an env.py for five tables; a new step here is one function appended to the list.
+dependency, an ini file and an env.py for seven tables; a new step here is one function appended to the list.
 
 Every write transaction on SQLite starts with BEGIN IMMEDIATE: it takes the write lock up front, so two
 workers claiming at once queue on busy_timeout instead of failing on a lock upgrade.
@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     Column,
     Connection,
     Engine,
@@ -31,6 +32,7 @@ from sqlalchemy import (
     UniqueConstraint,
     create_engine,
     event,
+    false,
     inspect,
     text,
 )
@@ -95,6 +97,7 @@ jobs = Table(
     Column("death_step", Integer),  # the step the trainer last died at
     Column("deaths_at_step", Integer, nullable=False, default=0),
     Column("devices", Integer, nullable=False, default=1, server_default="1"),  # what the job trains on (v2)
+    Column("model_deleted_at", BigInteger),  # DELETE /v1/models/{fine_tuned_model} (v3)
 )
 
 events = Table(
@@ -122,6 +125,37 @@ checkpoints = Table(
     UniqueConstraint("job_id", "step"),
 )
 
+# The workers alive (v3): each registers when it starts and beats every few seconds; "live" = a beat within the
+# lease time. /healthz counts them; plans can read what a job will run on (devices, device_kind, its speed).
+workers = Table(
+    "workers",
+    metadata,
+    Column("name", String(128), primary_key=True),  # host:pid, as in jobs.worker
+    Column("host", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("started_at", BigInteger, nullable=False),
+    Column("last_heartbeat", Float, nullable=False),
+    Column("devices", Integer),  # the devices a job may use on it (None: any number of CPU processes)
+    Column("device_kind", String(64), nullable=False),  # "cpu", "h100-80gb", ...
+    Column("measured_tokens_per_s", Float),  # filled by a later measurement; None until then
+    Column("draining", Boolean, nullable=False, default=False, server_default=false()),  # stopping: takes no job
+    Column("stopped_at", BigInteger),  # it said goodbye (a killed worker just stops beating)
+)
+
+# Idempotency-Key of a POST (v3): the same key and body within a day answer the first answer again.
+idempotency_keys = Table(
+    "idempotency_keys",
+    metadata,
+    Column("tenant", String(128), nullable=False),
+    Column("key", String(255), nullable=False),
+    Column("route", String(64), nullable=False),
+    Column("body_sha256", String(64), nullable=False),
+    Column("object_id", String(64)),  # what the first request made; None while it runs
+    Column("response", JSON),  # the first answer, replayed as it was
+    Column("created_at", BigInteger, nullable=False),
+    UniqueConstraint("tenant", "key", "route"),
+)
+
 schema_version = Table("schema_version", MetaData(), Column("version", Integer, nullable=False))
 
 
@@ -135,7 +169,15 @@ def _v2(conn: Connection) -> None:
         conn.execute(text("ALTER TABLE jobs ADD COLUMN devices INTEGER NOT NULL DEFAULT 1"))
 
 
-MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [(1, _v1), (2, _v2)]
+def _v3(conn: Connection) -> None:
+    """The workers registry, Idempotency-Key answers, and jobs.model_deleted_at (a deleted fine-tuned model)."""
+    workers.create(conn, checkfirst=True)
+    idempotency_keys.create(conn, checkfirst=True)
+    if "model_deleted_at" not in {column["name"] for column in inspect(conn).get_columns("jobs")}:
+        conn.execute(text("ALTER TABLE jobs ADD COLUMN model_deleted_at BIGINT"))
+
+
+MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [(1, _v1), (2, _v2), (3, _v3)]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 

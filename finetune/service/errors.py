@@ -1,6 +1,6 @@
 """Errors in OpenAI's envelope: {"error": {"message", "type", "param", "code"}}, always application/json.
 
-An illegal transition is 400, never 409: the SDK retries 409."""
+An illegal transition is 400, never 409: the SDK retries 409 (unless the answer says `x-should-retry: false`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 class APIError(Exception):
     def __init__(
-        self, status: int, message: str, code: str | None = None, param: str | None = None, kind: str | None = None
+        self,
+        status: int,
+        message: str,
+        code: str | None = None,
+        param: str | None = None,
+        kind: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -20,6 +26,7 @@ class APIError(Exception):
         self.code = code
         self.param = param
         self.kind = kind or ("invalid_request_error" if status < 500 else "server_error")
+        self.headers = headers
 
 
 def not_found(what: str, ident: str, param: str) -> APIError:
@@ -34,8 +41,8 @@ def envelope(status: int, message: str, kind: str, code: str | None, param: str 
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def _api_error(_request: Request, exc: APIError) -> JSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-        return envelope(exc.status, exc.message, exc.kind, exc.code, exc.param, headers)
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else {}
+        return envelope(exc.status, exc.message, exc.kind, exc.code, exc.param, headers | (exc.headers or {}))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -14,16 +14,48 @@ from typing import Any
 from sqlalchemy import Engine, and_, delete, func, insert, or_, select, true, update
 
 from finetune.service import keys as keyring
-from finetune.service.db import api_keys, checkpoints, events, files, jobs, make_engine, migrate, transaction
+from finetune.service.db import (
+    api_keys,
+    checkpoints,
+    events,
+    files,
+    idempotency_keys,
+    jobs,
+    make_engine,
+    migrate,
+    transaction,
+    workers,
+)
 
 TERMINAL = ("succeeded", "failed", "cancelled")
 CLAIMABLE = ("validating_files", "queued")
-# action -> (statuses it is legal from, status it leads to)
-TRANSITIONS = {
+# The job's state machine, in one table: every write of a status goes through it, the caller's actions
+# (cancel, pause, resume) and the worker's events alike.
+#   name -> (the statuses it is legal from, the status it leads to; None = the status stays)
+# A job is created `queued` (waiting for a worker); the worker that claims it moves it to `validating_files`.
+# The worker's writes are skipped (not errors) when the job has left those statuses meanwhile (a cancel or pause).
+TRANSITIONS: dict[str, tuple[tuple[str, ...], str | None]] = {
+    # the caller's actions
     "cancel": (("validating_files", "queued", "running", "paused"), "cancelled"),
     "pause": (("validating_files", "queued", "running"), "paused"),
     "resume": (("paused",), "queued"),
+    # the worker's events
+    "claim": (("queued",), "validating_files"),  # a job not validated yet (a planned one stays queued)
+    "validated": (("validating_files", "queued"), "queued"),
+    "planned": (("queued", "running"), None),
+    "start": (("queued", "running"), "running"),
+    "died": (("running",), "running"),  # its trainer died; it resumes from its last checkpoint
+    "progress": (("running",), None),  # metrics rows as events: after a cancel or pause those stay the last word
+    "requeue": (("running",), "queued"),  # its worker stops, or its trainer died: the next worker resumes it
+    "succeed": (("running",), "succeeded"),
+    "fail": (("validating_files", "queued", "running"), "failed"),
 }
+CREATED = "queued"
+ACTIONS = ("cancel", "pause", "resume")  # what a caller may do (the rest are the worker's)
+
+
+DAY = 24 * 3600
+IDEMPOTENCY_ABANDONED_S = 600  # a request that held its key this long without an answer died: a retry redoes it
 
 
 class IllegalTransition(Exception):
@@ -155,10 +187,6 @@ class Store:
         with self._write() as conn:
             return conn.execute(delete(files).where(files.c.tenant == tenant, files.c.id == file_id)).rowcount == 1
 
-    def all_file_ids(self) -> set[str]:
-        with self._read() as conn:
-            return set(conn.execute(select(files.c.id)).scalars())
-
     # ------------------------------------------------------------------ paging
 
     def _page(self, table, query, tenant: str, after: str | None, limit: int, ascending: bool = False) -> Page:
@@ -177,7 +205,7 @@ class Store:
 
     def create_job(self, tenant: str, values: dict[str, Any]) -> dict:
         job_id = new_id("ftjob")
-        row = dict(values, id=job_id, tenant=tenant, status="validating_files", created_at=now(), attempts=0)
+        row = dict(values, id=job_id, tenant=tenant, status=CREATED, created_at=now(), attempts=0)
         row.setdefault("events_step", 0)
         row.setdefault("deaths_at_step", 0)
         row.setdefault("devices", int((row.get("run_settings") or {}).get("devices", 1)))
@@ -206,7 +234,7 @@ class Store:
             job = _one(conn.execute(select(jobs).where(jobs.c.tenant == tenant, jobs.c.id == job_id).with_for_update()))
             if job is None:
                 return None
-            if job["status"] not in allowed:
+            if job["status"] not in allowed or action not in ACTIONS:
                 raise IllegalTransition(action, job["status"])
             values: dict[str, Any] = {"status": target}
             if target == "cancelled":
@@ -229,8 +257,9 @@ class Store:
                 return None
             if after is not None:
                 anchor = _event_row(after)
-                if anchor is None:
-                    return Page([], False)
+                known = select(events.c.row).where(events.c.job_id == job_id, events.c.row == anchor)
+                if anchor is None or conn.execute(known).first() is None:
+                    return Page([], False)  # an unknown cursor (or another job's event): an empty page
                 query = query.where(events.c.row < anchor)
             rows = _rows(conn.execute(query.order_by(events.c.row.desc()).limit(limit + 1)))
         return Page(rows[:limit], len(rows) > limit)
@@ -251,14 +280,37 @@ class Store:
         return Page(rows[:limit], len(rows) > limit)
 
     def succeeded_jobs(self, tenant: str) -> list[dict]:
+        """The tenant's jobs whose fine-tuned model exists (succeeded, and the model not deleted since)."""
         with self._read() as conn:
             return _rows(
                 conn.execute(
                     select(jobs)
-                    .where(jobs.c.tenant == tenant, jobs.c.status == "succeeded", jobs.c.fine_tuned_model.is_not(None))
+                    .where(
+                        jobs.c.tenant == tenant,
+                        jobs.c.status == "succeeded",
+                        jobs.c.fine_tuned_model.is_not(None),
+                        jobs.c.model_deleted_at.is_(None),
+                    )
                     .order_by(jobs.c.row)
                 )
             )
+
+    def delete_fine_tuned_model(self, tenant: str, name: str) -> dict | None:
+        """Mark the tenant's fine-tuned model `name` deleted; its job (None when there is no such model)."""
+        with self._write() as conn:
+            job = _one(
+                conn.execute(
+                    select(jobs).where(
+                        jobs.c.tenant == tenant,
+                        jobs.c.status == "succeeded",
+                        jobs.c.fine_tuned_model == name,
+                        jobs.c.model_deleted_at.is_(None),
+                    )
+                )
+            )
+            if job is not None:
+                conn.execute(update(jobs).where(jobs.c.id == job["id"]).values(model_deleted_at=now()))
+        return job
 
     def all_jobs(self, tenant: str) -> list[dict]:
         with self._read() as conn:
@@ -296,13 +348,13 @@ class Store:
             if job is None:
                 return None
             token = uuid.uuid4().hex
-            conn.execute(
-                update(jobs)
-                .where(jobs.c.id == job["id"])
-                .values(claim_token=token, worker=worker, lease_expires_at=t + lease_seconds)
-            )
-        job.update(claim_token=token, worker=worker, lease_expires_at=t + lease_seconds)
-        return Claim(job, token, was_running=job["status"] == "running")
+            was_running = job["status"] == "running"
+            values = {"claim_token": token, "worker": worker, "lease_expires_at": t + lease_seconds}
+            if job["resolved"] is None and job["status"] in TRANSITIONS["claim"][0]:
+                values["status"] = TRANSITIONS["claim"][1]  # not validated yet: the worker validates it now
+            conn.execute(update(jobs).where(jobs.c.id == job["id"]).values(**values))
+        job.update(values)
+        return Claim(job, token, was_running=was_running)
 
     def heartbeat(self, job_id: str, token: str, lease_seconds: float) -> str:
         """Renew the lease; returns the job's status (cancel/pause show up here)."""
@@ -320,13 +372,17 @@ class Store:
         self,
         job_id: str,
         token: str,
+        event: str | None = None,
         values: dict[str, Any] | None = None,
         new_events: list[dict] | None = None,
-        only_from: tuple[str, ...] | None = None,
         lease_seconds: float | None = None,
     ) -> bool:
-        """Apply a worker's write atomically: values, events. Refused (LeaseLost) without the current token;
-        skipped (False) when `only_from` is given and the job's status is no longer one of them (cancelled)."""
+        """Apply a worker's write atomically: the status `event` leads to (TRANSITIONS), values, events. Refused
+        (LeaseLost) without the current token; skipped (False) when the job's status is not one `event` is legal
+        from (it was cancelled or paused meanwhile). Without an event, the status is left alone and never checked."""
+        values = dict(values or {})
+        if "status" in values:
+            raise ValueError("a worker changes a job's status through an event of TRANSITIONS, not a value")
         with self._write() as conn:
             job = _one(
                 conn.execute(
@@ -335,12 +391,16 @@ class Store:
             )
             if job is None:
                 raise LeaseLost(job_id)
-            if only_from is not None and job["status"] not in only_from:
-                return False
+            if event is not None:
+                allowed, target = TRANSITIONS[event]
+                if job["status"] not in allowed:
+                    return False
+                if target is not None:
+                    values["status"] = target
             # any write of the holder also renews its lease
             lease = {"lease_expires_at": time.time() + lease_seconds} if lease_seconds else {}
             if values or lease:
-                conn.execute(update(jobs).where(jobs.c.id == job_id).values(**(values or {}), **lease))
+                conn.execute(update(jobs).where(jobs.c.id == job_id).values(**values, **lease))
             for e in new_events or []:
                 self._event(conn, job_id, e["message"], e.get("level", "info"), e.get("type", "message"), e.get("data"))
             return True
@@ -368,6 +428,101 @@ class Store:
                 update(jobs)
                 .where(jobs.c.id == job_id, jobs.c.claim_token == token)
                 .values(claim_token=None, worker=None, lease_expires_at=None, **(values or {}))
+            )
+
+    # ------------------------------------------------------------------ the workers registry
+
+    def register_worker(self, name: str, host: str, pid: int, devices: int | None, device_kind: str) -> None:
+        """A worker starting (a name seen before, e.g. a reused pid, starts afresh); goodbyes older than a day go."""
+        t = time.time()
+        with self._write() as conn:
+            conn.execute(delete(workers).where(or_(workers.c.name == name, workers.c.stopped_at < int(t) - DAY)))
+            conn.execute(
+                insert(workers).values(
+                    name=name,
+                    host=host,
+                    pid=pid,
+                    started_at=int(t),
+                    last_heartbeat=t,
+                    devices=devices,
+                    device_kind=device_kind,
+                    draining=False,
+                )  # fmt: skip
+            )
+
+    def worker_heartbeat(self, name: str, draining: bool = False) -> None:
+        with self._write() as conn:
+            conn.execute(
+                update(workers).where(workers.c.name == name).values(last_heartbeat=time.time(), draining=draining)
+            )
+
+    def live_workers(self, lease_seconds: float) -> list[dict]:
+        """Workers that beat within the lease time and have not said goodbye (draining ones included)."""
+        with self._read() as conn:
+            return _rows(
+                conn.execute(
+                    select(workers)
+                    .where(workers.c.stopped_at.is_(None), workers.c.last_heartbeat >= time.time() - lease_seconds)
+                    .order_by(workers.c.started_at, workers.c.name)
+                )
+            )
+
+    def forget_worker(self, name: str) -> None:
+        """A worker stopping cleanly says goodbye (kept a day, for the last heartbeat it gave)."""
+        with self._write() as conn:
+            conn.execute(update(workers).where(workers.c.name == name).values(stopped_at=now(), draining=True))
+
+    # ------------------------------------------------------------------ Idempotency-Key
+
+    def begin_idempotent(self, tenant: str, key: str, route: str, body_sha256: str) -> dict | None:
+        """Hold `key` for this request; None when it is new (go on, then finish_idempotent or drop_idempotent).
+        Otherwise the row of the first request with that key (its `response` is None while that one runs).
+        Keys live a day; one whose request never finished is taken over after IDEMPOTENCY_ABANDONED_S."""
+        t = now()
+        with self._write() as conn:
+            mine = (
+                idempotency_keys.c.tenant == tenant,
+                idempotency_keys.c.key == key,
+                idempotency_keys.c.route == route,
+            )
+            row = _one(conn.execute(select(idempotency_keys).where(*mine)))
+            expired = row is not None and (
+                row["created_at"] < t - DAY
+                or (row["response"] is None and row["created_at"] < t - IDEMPOTENCY_ABANDONED_S)
+            )
+            if row is not None and not expired:
+                return row
+            if row is not None:
+                conn.execute(delete(idempotency_keys).where(*mine))
+            conn.execute(
+                insert(idempotency_keys).values(
+                    tenant=tenant, key=key, route=route, body_sha256=body_sha256, created_at=t
+                )
+            )
+            return None
+
+    def finish_idempotent(self, tenant: str, key: str, route: str, object_id: str, response: dict) -> None:
+        with self._write() as conn:
+            conn.execute(
+                update(idempotency_keys)
+                .where(
+                    idempotency_keys.c.tenant == tenant,
+                    idempotency_keys.c.key == key,
+                    idempotency_keys.c.route == route,
+                )
+                .values(object_id=object_id, response=response)
+            )
+
+    def drop_idempotent(self, tenant: str, key: str, route: str) -> None:
+        """The request failed: a retry with the same key may try again."""
+        with self._write() as conn:
+            conn.execute(
+                delete(idempotency_keys).where(
+                    idempotency_keys.c.tenant == tenant,
+                    idempotency_keys.c.key == key,
+                    idempotency_keys.c.route == route,
+                    idempotency_keys.c.response.is_(None),
+                )
             )
 
     def get_job_any(self, job_id: str) -> dict | None:

@@ -1,5 +1,6 @@
 """Streaming multipart upload: the `file` part goes straight to a temporary file under uploads/, counted as it
-arrives (413 the moment it passes the limit), never held whole in memory. The caller moves the finished file
+arrives (413 the moment it passes the limit), never held whole in memory; a gzip upload is then stored
+decompressed (gunzip_upload, bounded like the data path's reader). The caller moves the finished file
 into files/<id> and commits the row last, so a server killed mid-upload leaves only a temporary file, which
 the next start removes (sweep_uploads)."""
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -108,11 +110,52 @@ async def receive_upload(request: Request, uploads_dir: Path, limit: int) -> Upl
     return upload
 
 
+def gunzip_upload(upload: Upload, limit: int) -> None:
+    """A gzip upload (known by its first bytes, whatever its name) is stored decompressed, so the worker and the
+    dashboard read it as JSON Lines like any other; decompressed a block at a time with the data path's bound (a
+    line over MAX_LINE_BYTES stops it, whatever the ratio: a gzip bomb costs a few MB) and the upload limit on
+    what comes out. Errors name the file as uploaded and leave nothing behind."""
+    from finetune.data.read import MAX_LINE_BYTES, LineTooLong, gunzip_bounded, is_gzip
+
+    with open(upload.temp, "rb") as handle:
+        if not is_gzip(handle.read(2)):
+            return
+    plain = upload.temp.with_name(upload.temp.name + ".plain")
+    size = 0
+    try:
+        with open(upload.temp, "rb") as source, open(plain, "wb") as out:
+            for block in gunzip_bounded(source):
+                size += len(block)
+                if size > limit:
+                    raise APIError(413, f"{upload.filename}: decompressed, the file is larger than this server's "
+                                        f"upload limit of {limit} bytes.", "file_too_large")  # fmt: skip
+                out.write(block)
+            out.flush()
+            os.fsync(out.fileno())
+    except LineTooLong as exc:
+        plain.unlink(missing_ok=True)
+        raise APIError(
+            400,
+            f"{upload.filename}: once decompressed, line {exc.line} passes the {MAX_LINE_BYTES // 2**20} MB a "
+            "conversation may take (reading stopped there); split it into shorter conversations.",
+            "invalid_file",
+            "file",
+        ) from None
+    except (OSError, EOFError, zlib.error) as exc:
+        plain.unlink(missing_ok=True)
+        raise APIError(400, f"{upload.filename}: not a readable gzip file ({exc}).", "invalid_file", "file") from None
+    except BaseException:
+        plain.unlink(missing_ok=True)
+        raise
+    os.replace(plain, upload.temp)
+    upload.size = size
+
+
 def sweep_uploads(uploads_dir: Path) -> int:
     """At start: remove uploads left by a server process that died mid-upload (its pid is no longer alive, or is
     this process's own, reused after a restart: nothing is being uploaded yet)."""
     removed = 0
-    for leftover in uploads_dir.glob("upload-*.part"):
+    for leftover in uploads_dir.glob("upload-*.part*"):
         pid = leftover.name.split("-")[1]
         if pid.isdigit() and (int(pid) == os.getpid() or not _alive(int(pid))):
             leftover.unlink(missing_ok=True)

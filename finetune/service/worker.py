@@ -1,8 +1,9 @@
 """A worker: claim a job, validate and plan it, run `finetune train` on it as a child process, and turn the run
 folder into events and checkpoints, renewing the lease all the while.
 
-    claim (lease + token) -> validating_files -> queued (planned) -> running -> succeeded | failed
+    queued -> claim (lease + token) -> validating_files -> queued (planned) -> running -> succeeded | failed
                                                      cancel / pause: SIGTERM -> the trainer checkpoints and stops
+Every status it writes is an event of the one table of transitions (store.TRANSITIONS).
 
 Every write carries the claim token, so a worker that lost its lease (stalled past it, and another worker took
 the job) has its writes refused and kills its trainer. A worker killed outright leaves the job `running` with
@@ -25,11 +26,13 @@ import subprocess
 import sys
 import threading
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 from finetune.errors import ERROR_FILE_ENV, UserError
 from finetune.service import core
 from finetune.service.objects import fine_tuned_model_name, method_type
+from finetune.service.presence import WorkerPresence
 from finetune.service.settings import ServiceSettings
 from finetune.service.store import Claim, LeaseLost, Store, new_id, now
 from finetune.wording import AUDIENCE_ENV, render
@@ -39,8 +42,8 @@ RESULTS_COLUMNS = ["step", "train_loss", "train_accuracy", "valid_loss", "valid_
 HEALTHY_DIAGNOSES = ("good_fit", "healthy_preference")
 # a preference (DPO) run's own per-step metrics, carried into metrics events as the run logged them
 PREFERENCE_METRICS = ("reward_margin", "reward_accuracy", "chosen_logp", "rejected_logp")
-# tests only: a stand-in for `python -m finetune train` (same arguments), to run many jobs in seconds
-TEST_TRAIN_COMMAND = "FINETUNE_TEST_TRAIN_COMMAND"
+# (config path, run folder, resume) -> the trainer's command line: `finetune train` (tests pass a stand-in)
+TrainCommand = Callable[[Path, Path, bool], list[str]]
 
 
 def die_with_parent(sig: int = signal.SIGKILL) -> None:
@@ -58,11 +61,19 @@ def local_gpus() -> int | None:
 
 
 class Worker:
-    def __init__(self, settings: ServiceSettings, store: Store, name: str | None = None, poll_seconds: float = 1.0):
+    def __init__(
+        self,
+        settings: ServiceSettings,
+        store: Store,
+        name: str | None = None,
+        poll_seconds: float = 1.0,
+        train_command: TrainCommand = core.train_command,
+    ):
         self.settings = settings
         self.store = store
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.poll_seconds = poll_seconds
+        self.train_command = train_command
         self.stopping = threading.Event()
         self.max_devices = settings.worker_devices or local_gpus()
         from finetune.train.speed import local_device_kind
@@ -72,14 +83,22 @@ class Worker:
     # ------------------------------------------------------------------ the loop
 
     def run_forever(self) -> None:
-        while not self.stopping.is_set():
-            try:
-                busy = self.run_once()
-            except Exception as exc:  # the database is unreachable for a while: keep trying, quietly
-                print(f"worker {self.name}: cannot claim jobs: {type(exc).__name__}", file=sys.stderr)
-                busy = False
-            if not busy:
-                self.stopping.wait(self.poll_seconds)
+        # in the workers registry (presence.py) while it runs: /healthz counts it, plans read its device
+        presence = WorkerPresence(
+            self.store, self.name, self.settings, self.max_devices, self.device_kind, self.stopping
+        )
+        presence.start()
+        try:
+            while not self.stopping.is_set():
+                try:
+                    busy = self.run_once()
+                except Exception as exc:  # the database is unreachable for a while: keep trying, quietly
+                    print(f"worker {self.name}: cannot claim jobs: {type(exc).__name__}", file=sys.stderr)
+                    busy = False
+                if not busy:
+                    self.stopping.wait(self.poll_seconds)
+        finally:
+            presence.stop()
 
     def run_once(self) -> bool:
         claim = self.store.claim(self.name, self.settings.lease_seconds, self.max_devices)
@@ -107,7 +126,7 @@ class Worker:
         if claim.was_running and not self._count_death(job, token, run, "its worker stopped answering"):
             return
         # a job paused or resumed before it was planned has not been validated either
-        unchecked = job["status"] == "validating_files" or job["resolved"] is None
+        unchecked = job["resolved"] is None
         if unchecked and not self._validate(job, token):
             return
         plan_path = self.settings.runs_dir / f"{job['id']}.plan.json"
@@ -120,11 +139,11 @@ class Worker:
         started = self._update(
             job["id"],
             token,
-            {"status": "running", "attempts": attempts},
+            "start",
+            {"attempts": attempts},
             [{"message": f"Resuming from step {(core.checkpoint_steps(run) or [0])[-1]} (attempt {attempts})"}]
             if resume
             else [{"message": f"Fine-tuning job started (attempt {attempts})"}],
-            only_from=("queued", "running"),
         )
         if not started:  # paused or cancelled meanwhile
             self.store.release(job["id"], token)
@@ -139,9 +158,9 @@ class Worker:
         self._update(
             job["id"],
             token,
-            {"status": "failed", "finished_at": now(), "error": {"code": code, "message": message, "param": param}},
+            "fail",
+            {"finished_at": now(), "error": {"code": code, "message": message, "param": param}},
             [{"message": f"Fine-tuning job failed: {message}", "level": "error"}],
-            only_from=("validating_files", "queued", "running"),
         )
         self.store.release(job["id"], token)
 
@@ -154,10 +173,11 @@ class Worker:
             message = f"the trainer died {deaths} times at step {step} ({why}); not retrying"
             self._fail(job, token, "training_died", message)
             return False
-        self._update(
+        counted = self._update(
             job["id"],
             token,
-            {"death_step": step, "deaths_at_step": deaths, "status": "running"},
+            "died",
+            {"death_step": step, "deaths_at_step": deaths},
             [
                 {
                     "message": f"The trainer died at step {step} ({why}); resuming from its last checkpoint",
@@ -165,6 +185,9 @@ class Worker:
                 }
             ],  # fmt: skip
         )
+        if not counted:  # cancelled or paused meanwhile
+            self.store.release(job["id"], token)
+            return False
         job.update(death_step=step, deaths_at_step=deaths, status="running")
         return True
 
@@ -196,13 +219,7 @@ class Worker:
             if error:
                 self._fail(job, token, error["code"], error["message"], error["param"])
                 return False
-        validated = self._update(
-            job["id"],
-            token,
-            {"status": "queued"},
-            [{"message": "Validated training file(s)"}],
-            only_from=("validating_files", "queued"),
-        )
+        validated = self._update(job["id"], token, "validated", new_events=[{"message": "Validated training file(s)"}])
         if not validated:  # cancelled or paused meanwhile
             self.store.release(job["id"], token)
             return False
@@ -241,17 +258,11 @@ class Worker:
         ]
         seconds = plan.cost.seconds
         values = {"resolved": resolved, "estimated_finish": now() + int(seconds) if seconds else None}
-        self._update(job["id"], token, values, new_events)
+        self._update(job["id"], token, "planned", values, new_events)
         job["resolved"] = resolved
         return True
 
     # ------------------------------------------------------------------ training
-
-    def _command(self, plan_path: Path, run: Path, resume: bool) -> list[str]:
-        fake = os.environ.get(TEST_TRAIN_COMMAND)
-        if fake:
-            return [*fake.split(), "--plan", str(plan_path), "--out", str(run), *(["--resume"] if resume else [])]
-        return core.train_command(plan_path, run, resume)
 
     def _train(
         self, job: dict, token: str, run: Path, plan_path: Path, resume: bool, attempt: int, keeper: LeaseKeeper
@@ -260,7 +271,7 @@ class Worker:
         error_path = log_path.with_suffix(".error.json")
         with open(log_path, "wb") as log:
             child = subprocess.Popen(
-                self._command(plan_path, run, resume),
+                self.train_command(plan_path, run, resume),
                 # its files, errors and messages in the API caller's terms (wording.py)
                 env={**os.environ, ERROR_FILE_ENV: str(error_path), AUDIENCE_ENV: f"api:{method_type(job)}"},
                 stdout=log,
@@ -304,7 +315,7 @@ class Worker:
         if stop_sent:
             if status == "running":  # this worker was told to stop: another one resumes the job
                 self._update(
-                    job["id"], token, {"status": "queued"}, [{"message": "Worker stopping; the job is queued again"}]
+                    job["id"], token, "requeue", new_events=[{"message": "Worker stopping; the job is queued again"}]
                 )
             self.store.release(job["id"], token)
             return
@@ -317,7 +328,7 @@ class Worker:
         job.update(self.store.get_job_any(job["id"]) or {})
         why = f"exit code {code}" if code >= 0 else f"killed by {signal.Signals(-code).name}"
         if self._count_death(job, token, run, why):
-            self._update(job["id"], token, {"status": "queued"}, only_from=("running",))
+            self._update(job["id"], token, "requeue")
             self.store.release(job["id"], token)
 
     def _succeed(self, job: dict, token: str, run: Path) -> None:
@@ -333,8 +344,8 @@ class Worker:
         done = self._update(
             job["id"],
             token,
+            "succeed",
             {
-                "status": "succeeded",
                 "finished_at": now(),
                 "fine_tuned_model": name,
                 "trained_tokens": report.get("tokens_processed"),
@@ -342,7 +353,6 @@ class Worker:
                 "report": _jsonable(report),
             },
             new_events,
-            only_from=("running",),
         )
         if not done:
             self.store.delete_file(job["tenant"], file_id)
@@ -365,7 +375,7 @@ class Worker:
         if fresh:
             last = fresh[-1]["step"]
             # after a cancel or pause the terminal or paused event stays the last word
-            if self._update(job["id"], token, {"events_step": last}, new_events, only_from=("running",)):
+            if self._update(job["id"], token, "progress", {"events_step": last}, new_events):
                 job["events_step"] = last
         by_step = {r["step"]: r for r in rows}
         kept = {step: checkpoint_metrics(by_step.get(step, {"step": step})) for step in core.checkpoint_steps(run)}

@@ -1,9 +1,10 @@
 """Resumable checkpoints: OUT/checkpoints/step-000120/ holding everything needed to continue exactly.
 
     weights      adapter (PEFT format, LoRA runs) or model (save_pretrained, full runs): trainable weights only
-    optimizer.pt AdamW moments and step counts (torch.save of tensors; loaded with weights_only=True)
-    rng.pt       torch / python RNG states (dropout, anything random), so a resumed run is bit-identical;
-                 on several processes rank 0's, plus every rank's under "ranks"
+    training_state/optimizer.safetensors + optimizer.json   AdamW's moments and step counts (tensors) and its
+                 param_groups (JSON): no pickle, so a forged file can be malformed but never run code
+    training_state/rng.safetensors + rng.json   torch / python RNG states (dropout, anything random), so a
+                 resumed run is bit-identical; on several processes rank 0's, plus every rank's under "ranks"
     state.json   step, best validation so far, the run's shape and fingerprint (to refuse resuming a different run)
     manifest.json size and SHA-256 of every other file: written last, so a checkpoint without it is incomplete
 
@@ -11,7 +12,9 @@ The data position needs no file: the records of step k depend only on (seed, epo
 A checkpoint is written to `step-N.tmp`, every file and the folder are fsynced, the manifest goes in
 last, and only then is the folder renamed to `step-N`: a crash or a full disk at any moment leaves
 either the whole checkpoint or a `.tmp` folder that the next start removes. `--resume` verifies the
-newest checkpoint against its manifest and falls back to the newest good one (see docs/reliability.md).
+newest checkpoint against its manifest, and that its state files read back, and falls back to the newest good
+one (see docs/reliability.md). A checkpoint of an earlier version (optimizer.pt, rng.pt: torch.save pickles) still
+resumes: loaded with torch's weights-only unpickler, where anything but tensors makes the checkpoint damaged.
 
 On several processes every rank calls save_checkpoint and rank 0 writes. A sharded (FSDP) model is
 gathered first, so its checkpoint holds the full weights (save_pretrained) and the full optimizer state
@@ -33,10 +36,21 @@ import torch
 
 from finetune.errors import UserError
 from finetune.train.distributed import DistContext, gather_full_state, gather_objects, is_sharded, scatter_full_state
+from finetune.train.state_files import (
+    StateFileError,
+    check_state_files,
+    read_state_files,
+    state_file_names,
+    write_state,
+)
 
 STEP_PREFIX = "step-"
 MANIFEST = "manifest.json"
-STATE_FILES = ("optimizer.pt", "rng.pt", "state.json", MANIFEST)  # everything in a checkpoint besides the weights
+STATE_DIR = (
+    "training_state"  # a folder of its own: nothing that globs a checkpoint's *.safetensors takes it for weights
+)
+LEGACY_STATE = ("optimizer.pt", "rng.pt")  # what checkpoints held before (torch.save pickles)
+STATE_FILES = (STATE_DIR, *LEGACY_STATE, "state.json", MANIFEST)  # everything in a checkpoint besides the weights
 TMP_SUFFIX = ".tmp"
 DAMAGED_SUFFIX = ".damaged"
 
@@ -175,8 +189,9 @@ def _step_of(folder: Path) -> int:
 
 def _write_checkpoint_files(tmp: Path, model, optimizer, state, is_lora, weights, optimizer_state, rngs) -> None:
     _save_weights(model, tmp, is_lora, weights)
-    torch.save(optimizer.state_dict() if optimizer_state is None else optimizer_state, tmp / "optimizer.pt")
-    torch.save({**rngs[0], "ranks": rngs} if len(rngs) > 1 else rngs[0], tmp / "rng.pt")
+    (tmp / STATE_DIR).mkdir()
+    write_state(tmp / STATE_DIR, "optimizer", optimizer.state_dict() if optimizer_state is None else optimizer_state)
+    write_state(tmp / STATE_DIR, "rng", {**rngs[0], "ranks": rngs} if len(rngs) > 1 else rngs[0])
     (tmp / "state.json").write_text(json.dumps(asdict(state), indent=2))
     _write_manifest(tmp)
 
@@ -243,10 +258,11 @@ def verify_checkpoint(folder: Path) -> str | None:
         expected = {str(name): (int(meta["bytes"]), str(meta["sha256"])) for name, meta in files.items()}
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError):
         return f"its {MANIFEST} is damaged"
-    for name in ("state.json", "optimizer.pt", "rng.pt"):
+    legacy = not any(name.startswith(f"{STATE_DIR}/") for name in expected)
+    for name in ("state.json", *(LEGACY_STATE if legacy else _state_file_paths())):
         if name not in expected:
             return f"its {MANIFEST} does not list {name}"
-    if not any(name.endswith(".safetensors") for name in expected):
+    if not any(name.endswith(".safetensors") and not name.startswith(f"{STATE_DIR}/") for name in expected):
         return f"its {MANIFEST} lists no weights"
     for name, (size, digest) in expected.items():
         path = folder / name
@@ -257,7 +273,36 @@ def verify_checkpoint(folder: Path) -> str | None:
             return f"{name} has {actual} bytes instead of {size} (truncated or overwritten)"
         if _sha256(path) != digest:
             return f"{name} does not match its checksum (damaged on disk)"
+    # a file can match a manifest written along with it and still not be state: it must read back
+    return _legacy_state_problem(folder) if legacy else _state_problem(folder)
+
+
+def _state_file_paths() -> list[str]:
+    return [f"{STATE_DIR}/{file}" for name in ("optimizer", "rng") for file in state_file_names(name)]
+
+
+def _state_problem(folder: Path) -> str | None:
+    for name in ("optimizer", "rng"):
+        try:
+            check_state_files(folder / STATE_DIR, name)
+        except StateFileError as exc:
+            return f"{STATE_DIR}/{exc}"
     return None
+
+
+def _legacy_state_problem(folder: Path) -> str | None:
+    """An earlier version's optimizer.pt / rng.pt, opened by torch's weights-only unpickler (memory-mapped: the
+    tensors are not read). Anything but tensors in it is refused before it runs: the checkpoint is damaged."""
+    for name in LEGACY_STATE:
+        try:
+            _load_legacy(folder / name, mmap=True)
+        except Exception:  # whatever the unpickler says (its advice to turn weights_only off is not ours)
+            return f"{name} does not load as plain tensors (forged or damaged; nothing in it was run)"
+    return None
+
+
+def _load_legacy(path: Path, mmap: bool = False):
+    return torch.load(path, weights_only=True, mmap=mmap, map_location="cpu")
 
 
 @dataclass
@@ -322,17 +367,31 @@ def load_checkpoint(folder: Path, model, optimizer, is_lora: bool, ctx: DistCont
             weights = _read_full_weights(folder)
             names = set(model.state_dict())  # the scatter ignores names it does not know: check them here
             _check_match(model, folder, sorted(names - set(weights)), sorted(set(weights) - names))
-            optimizer_state = torch.load(folder / "optimizer.pt", weights_only=True)
+            optimizer_state = _read_state(folder, "optimizer")
         scatter_full_state(model, optimizer, weights, optimizer_state)
     else:
         _load_weights(model, folder, is_lora)
-        optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=True))
-    rng = torch.load(folder / "rng.pt", weights_only=True)
+        optimizer.load_state_dict(_read_state(folder, "optimizer"))
+    rng = _read_state(folder, "rng")
     ranks = rng.get("ranks", [rng])
     # the same number of processes continues each rank's own random streams; another number starts
     # every rank from rank 0's (this only matters for LoRA dropout, off by default)
     _set_rng_state(ranks[ctx.rank] if len(ranks) == ctx.world_size else ranks[0])
     return read_state(folder)
+
+
+def _read_state(folder: Path, name: str):
+    """The optimizer's or the RNG's state: from training_state/ (no pickle), or an earlier version's NAME.pt.
+    verify_checkpoint has read both back already; a failure here (the file changed since) is one line too."""
+    try:
+        if (folder / STATE_DIR).is_dir():
+            return read_state_files(folder / STATE_DIR, name)
+        return _load_legacy(folder / f"{name}.pt")
+    except Exception:  # never the unpickler's own advice, which is to turn its safety off
+        raise UserError(
+            f"--resume: the {name} state of {folder} cannot be read back (forged or damaged; nothing in it was run); "
+            f"move {folder.name} aside and resume again from the checkpoint before it"
+        ) from None
 
 
 def load_weights_only(folder: Path, model, is_lora: bool) -> None:

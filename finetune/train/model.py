@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from finetune.errors import UserError
+from finetune.model_source import load_failure
 
 
 def attention_for(device: torch.device) -> str | None:
@@ -34,7 +35,7 @@ def load_model(
                 pass
         return load()
     except Exception as exc:  # OSError, ValueError, hub errors: all mean "cannot load this model"
-        raise UserError(f"cannot load the model {name!r}: {exc}") from None
+        raise load_failure(f"the model {name!r}", exc) from None  # issue 26: names --trust-remote-code
 
 
 def add_lora(model, rank: int, alpha: float, dropout: float, seed: int, train_head: bool = False):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -39,7 +40,7 @@ def _remove(name: str):
 
 def _empty(folder: Path) -> None:
     for path in folder.iterdir():
-        path.unlink()
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
 def _garble_manifest(folder: Path) -> None:
@@ -49,8 +50,8 @@ def _garble_manifest(folder: Path) -> None:
 DAMAGES = {
     "truncated weights": (_truncate, "adapter_model.safetensors has"),
     "flipped bit in the weights": (_flip_bit, "does not match its checksum"),
-    "missing optimizer": (_remove("optimizer.pt"), "optimizer.pt is missing"),
-    "missing rng": (_remove("rng.pt"), "rng.pt is missing"),
+    "missing optimizer": (_remove("training_state/optimizer.safetensors"), "optimizer.safetensors is missing"),
+    "missing rng": (_remove("training_state/rng.json"), "training_state/rng.json is missing"),
     "missing state": (_remove("state.json"), "state.json is missing"),
     "missing manifest (save never finished)": (_remove(MANIFEST), "save never finished"),
     "damaged manifest": (_garble_manifest, "manifest.json is damaged"),
@@ -62,7 +63,8 @@ def test_a_saved_checkpoint_verifies_and_loads(lora, tmp_path):
     (folder,) = save_steps(tmp_path, lora, [3])
     assert verify_checkpoint(folder) is None
     manifest = json.loads((folder / MANIFEST).read_text())["files"]
-    assert {"adapter_model.safetensors", "optimizer.pt", "rng.pt", "state.json"} <= set(manifest)
+    state = {"training_state/optimizer.safetensors", "training_state/optimizer.json", "training_state/rng.safetensors"}
+    assert {"adapter_model.safetensors", "state.json", *state} <= set(manifest)
     model, optimizer = lora
     assert load_checkpoint(folder, model, optimizer, is_lora=True).step == 3
 
@@ -87,11 +89,11 @@ def test_damaged_newest_checkpoint_falls_back_to_the_newest_good_one(lora, tmp_p
 def test_no_good_checkpoint_says_what_it_found_and_starts_at_step_0(lora, tmp_path):
     first, second = save_steps(tmp_path, lora, [1, 2])
     _flip_bit(first)
-    _remove("optimizer.pt")(second)
+    _remove("training_state/optimizer.json")(second)
     point = find_resume_point(tmp_path)
     assert point.folder is None
     message = point.message(tmp_path)
-    assert "step-000002 is damaged: optimizer.pt is missing" in message
+    assert "step-000002 is damaged: training_state/optimizer.json is missing" in message
     assert "step-000001 is damaged" in message and "starting from step 0" in message
 
 
@@ -125,5 +127,5 @@ def test_manifest_is_written_last(lora, tmp_path, monkeypatch):
     monkeypatch.setattr(checkpoint, "_write_manifest", spy)
     with pytest.raises(KeyboardInterrupt):
         save_steps(tmp_path, lora, [1])
-    assert MANIFEST not in seen["before"] and "optimizer.pt" in seen["before"]
+    assert MANIFEST not in seen["before"] and "training_state" in seen["before"]
     assert list_checkpoints(tmp_path) == []  # only a .tmp, which the next start removes

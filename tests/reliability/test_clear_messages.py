@@ -79,3 +79,20 @@ def test_a_run_that_fails_at_the_start_leaves_no_out_folder_behind(tmp_path):
     out = tmp_path / "new" / "deeper" / "run"
     assert_clean_failure(_train(out, model=str(tmp_path / "no-model")), "no such folder")
     assert not (tmp_path / "new").exists()
+
+
+def test_a_model_with_custom_code_names_the_flag_not_the_python_argument(tmp_path, toy_model):
+    """transformers asks for `trust_remote_code=True` (a Python argument) in three lines; the command line's
+    way to say it is --trust-remote-code, in one."""
+    import shutil
+
+    custom = tmp_path / "custom-model"
+    shutil.copytree(toy_model, custom)
+    config = json.loads((custom / "config.json").read_text())
+    config |= {"model_type": "toy_custom", "auto_map": {"AutoConfig": "configuration_toy.ToyConfig",
+                                                  "AutoModelForCausalLM": "modeling_toy.ToyModel"}}  # fmt: skip
+    (custom / "config.json").write_text(json.dumps(config))
+    result = cli("train", str(TRAIN), "--model", str(custom), "--out", str(tmp_path / "run"), "--max-steps", "1")
+    assert_clean_failure(result, "--trust-remote-code")
+    message = result.stderr.split("error: ", 1)[1]
+    assert "trust_remote_code=True" not in message and "\n" not in message.strip(), message

@@ -56,3 +56,52 @@ def test_messages_read_as_english():
     for right in ('"messages" is an object', "is an array", "is an object, not a string", "after an assistant"):
         assert right in text, text
     assert not re.search(r"\b(\w+) \1\b", text), text  # no doubled word
+
+
+def _gzip_bomb(path, inflated_mib: int) -> None:
+    """A valid gzip file whose second line inflates to `inflated_mib` MiB: 1 MiB members, concatenated (gzip
+    allows it), so it is made in milliseconds and is about a thousandth of that size on disk."""
+    import gzip
+
+    head = gzip.compress((json.dumps(GOOD) + '\n{"messages": [{"role": "user", "content": "').encode())
+    member = gzip.compress(b"x" * 2**20, compresslevel=9)
+    path.write_bytes(head + member * inflated_mib)
+
+
+# Runs a command and prints its peak memory: measured from a small process of its own, since a child forked
+# from pytest would count pytest's memory (torch included) as its own.
+_MEASURE = (
+    "import resource, subprocess, sys; done = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, done.returncode); print(done.stdout + done.stderr)"
+)
+
+
+def _peak_rss_kb(command: list[str]) -> tuple[int, str, int]:
+    """(exit code, output, peak memory in KB) of `command`."""
+    done = subprocess.run([sys.executable, "-c", _MEASURE, *command], capture_output=True, text=True, check=True)
+    first, _, output = done.stdout.partition("\n")
+    peak, code = first.split()
+    return int(code), output, int(peak)
+
+
+def test_a_gzip_bomb_is_refused_while_decompressing_in_bounded_memory(tmp_path):
+    """1 MB on disk, one line of 1 GiB once inflated: reading stops 4 MB into that line (it used to inflate the
+    whole file, then split it: twice its size in memory)."""
+    bomb = tmp_path / "bomb.jsonl.gz"
+    _gzip_bomb(bomb, 1024)
+    assert bomb.stat().st_size < 2 * 2**20
+    code, output, peak = _peak_rss_kb([sys.executable, "-m", "finetune", "validate", str(bomb)])
+    assert peak < 300_000, f"peak memory {peak} KB"
+    assert code == 1 and "Traceback" not in output, output
+    assert f"{bomb}:2 [line_too_long]" in output and "reading stopped there" in output, output
+
+
+def test_a_gzip_bomb_stops_train_in_one_message_in_bounded_memory(tmp_path, toy_model):
+    bomb = tmp_path / "bomb.jsonl.gz"
+    _gzip_bomb(bomb, 1024)
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "finetune", "train", str(bomb), "--model", str(toy_model), "--out", str(out)]
+    code, output, peak = _peak_rss_kb(command)
+    assert peak < 1_000_000, f"peak memory {peak} KB"  # torch and the model are most of it
+    assert code == 1 and "Traceback" not in output, output
+    assert f"{bomb}:2 [line_too_long]" in output, output

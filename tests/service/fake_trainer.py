@@ -1,4 +1,4 @@
-"""Test-only stand-in for `python -m finetune train --config C --out OUT [--resume]` (FINETUNE_TEST_TRAIN_COMMAND):
+"""Test-only stand-in for `python -m finetune train --config C --out OUT [--resume]` (fake_service.py starts it):
 writes a one-step run folder in milliseconds, so tests can push many jobs through claim, lease, run and
 complete. FAKE_TRAINER_LOG: a file to append the run folder's name to (one line per run);
 FAKE_TRAINER_MODE=die: SIGKILL itself at once (a trainer that dies)."""

@@ -19,6 +19,7 @@ from finetune.service.settings import ServiceSettings
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 FAKE_TRAINER = Path(__file__).with_name("fake_trainer.py")
+FAKE_SERVICE = Path(__file__).resolve().with_name("fake_service.py")  # serve / worker with the stand-in trainer
 POSTGRES_ENV = "FINETUNE_TEST_POSTGRES_URL"
 
 
@@ -44,11 +45,15 @@ def free_port() -> int:
 class Server:
     """`finetune serve` as a real process on 127.0.0.1."""
 
-    def __init__(self, data_dir: Path, model: Path, workers: int = 1, extra: tuple[str, ...] = (), env=None):
+    def __init__(
+        self, data_dir: Path, model: Path, workers: int = 1, extra: tuple[str, ...] = (), env=None, fake: bool = False
+    ):
+        """`fake`: its workers run the stand-in trainer (fake_service.py), not `finetune train`."""
         self.data_dir = data_dir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
-        command = [sys.executable, "-m", "finetune", "serve", "--port", str(self.port), "--data-dir", str(data_dir),
+        entry = [sys.executable, str(FAKE_SERVICE)] if fake else [sys.executable, "-m", "finetune"]
+        command = [*entry, "serve", "--port", str(self.port), "--data-dir", str(data_dir),
                    "--model", f"toy={model}", "--workers", str(workers), *extra]  # fmt: skip
         self.log_path = data_dir.parent / f"serve-{self.port}.log"
         self.log = open(self.log_path, "wb")  # noqa: SIM115 (closed in stop)

@@ -32,7 +32,7 @@ def test_tenants_see_only_their_own(store):
     assert store.list_jobs("b", None, 10).rows == [] and store.list_files("b", None, 10).rows == []
     assert store.list_events("b", job["id"], None, 10) is None
     assert store.transition("b", job["id"], "cancel") is None
-    assert store.get_job("a", job["id"])["status"] == "validating_files"
+    assert store.get_job("a", job["id"])["status"] == "queued"
 
 
 def test_paging_newest_first_without_gaps(store):
@@ -66,14 +66,16 @@ def test_claim_lease_and_zombie_writes(store):
     first = store.claim("w1", lease_seconds=0.2)
     assert first.job["id"] == job["id"] and not first.was_running
     assert store.claim("w2", lease_seconds=30) is None  # leased
-    store.worker_update(job["id"], first.token, {"status": "running"})
+    assert first.job["status"] == "validating_files"  # claimed before it was validated
+    store.worker_update(job["id"], first.token, "validated")
+    store.worker_update(job["id"], first.token, "start")
     time.sleep(0.3)  # w1 goes silent past its lease
     second = store.claim("w2", lease_seconds=30)
     assert second.job["id"] == job["id"] and second.was_running and second.token != first.token
     with pytest.raises(LeaseLost):
         store.heartbeat(job["id"], first.token, 30)
     with pytest.raises(LeaseLost):
-        store.worker_update(job["id"], first.token, {"status": "succeeded"}, [{"message": "zombie"}])
+        store.worker_update(job["id"], first.token, "succeed", new_events=[{"message": "zombie"}])
     assert store.get_job("a", job["id"])["status"] == "running"
     assert "zombie" not in [e["message"] for e in store.list_events("a", job["id"], None, 100).rows]
     assert store.heartbeat(job["id"], second.token, 30) == "running"
@@ -113,8 +115,9 @@ def test_a_version_1_database_gains_the_devices_column(tmp_path):
 def test_cancel_wins_over_a_late_completion(store):
     job = _job(store)
     claim = store.claim("w1", 30)
-    store.worker_update(job["id"], claim.token, {"status": "running"})
+    store.worker_update(job["id"], claim.token, "validated")
+    store.worker_update(job["id"], claim.token, "start")
     store.transition("a", job["id"], "cancel")
-    assert not store.worker_update(job["id"], claim.token, {"status": "succeeded"}, only_from=("running",))
+    assert not store.worker_update(job["id"], claim.token, "succeed")
     terminal = [e for e in store.list_events("a", job["id"], None, 100).rows if "cancelled" in e["message"]]
     assert store.get_job("a", job["id"])["status"] == "cancelled" and len(terminal) == 1

@@ -1,6 +1,7 @@
 """Workers, with the real validation and plan but a stand-in trainer (fake_trainer.py): many jobs in seconds.
 
-The 4-workers test runs real `finetune worker` processes against PostgreSQL (FOR UPDATE SKIP LOCKED)."""
+The 4-workers test runs real worker processes against PostgreSQL (FOR UPDATE SKIP LOCKED), started through the
+test-only entry point fake_service.py (`finetune worker` with the stand-in trainer)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ import sys
 import time
 from collections import Counter
 
-from service_helpers import FAKE_TRAINER, fresh_postgres_database, settings_for
+from fake_service import fake_train_command
+from service_helpers import FAKE_SERVICE, fresh_postgres_database, settings_for
 
 from finetune.service.store import Store, new_id
-from finetune.service.worker import TEST_TRAIN_COMMAND, Worker
+from finetune.service.worker import Worker
 
 
 def _add_job(store: Store, settings, data, tenant="a", **extra) -> str:
@@ -36,15 +38,19 @@ def _sqlite_service(tmp_path, toy_model):
 
 
 def _fake(monkeypatch, mode: str = "ok") -> None:
-    monkeypatch.setenv(TEST_TRAIN_COMMAND, f"{sys.executable} {FAKE_TRAINER}")
     monkeypatch.setenv("FAKE_TRAINER_MODE", mode)
+
+
+def _worker(settings, store) -> Worker:
+    """A worker whose trainer is the stand-in (the seam: Worker's train_command)."""
+    return Worker(settings, store, train_command=fake_train_command)
 
 
 def test_a_job_runs_to_succeeded(tmp_path, toy_model, tiny_data, monkeypatch):
     _fake(monkeypatch)
     settings, store = _sqlite_service(tmp_path, toy_model)
     job_id = _add_job(store, settings, tiny_data)
-    assert Worker(settings, store).run_once()
+    assert _worker(settings, store).run_once()
     job = store.get_job("a", job_id)
     assert job["status"] == "succeeded" and job["trained_tokens"] == 42 and job["attempts"] == 1
     assert job["fine_tuned_model"] == f"ft:toy:a::{job_id}"
@@ -76,7 +82,7 @@ def test_a_file_that_cannot_train_fails_as_the_files_problem_not_the_settings(
 
     monkeypatch.setattr(prepare, "prepare_data", refusing)
     bad_setting = _add_job(store, settings, tiny_data, run_settings={"grad_accum": 64, "last_batch": "drop"})
-    worker = Worker(settings, store)
+    worker = _worker(settings, store)
     assert worker.run_once() and worker.run_once()
     error = store.get_job("a", refused)["error"]
     assert error == {
@@ -92,7 +98,7 @@ def test_three_deaths_at_the_same_step_fail_the_job(tmp_path, toy_model, tiny_da
     _fake(monkeypatch, "die")
     settings, store = _sqlite_service(tmp_path, toy_model)
     job_id = _add_job(store, settings, tiny_data)
-    worker = Worker(settings, store)
+    worker = _worker(settings, store)
     for _ in range(3):
         assert worker.run_once()
     job = store.get_job("a", job_id)
@@ -111,7 +117,7 @@ def test_four_workers_forty_jobs_each_run_exactly_once(tmp_path, toy_model, tiny
     store = Store(url)
     store.migrate()
     ids = [_add_job(store, settings, tiny_data) for _ in range(40)]
-    command = [sys.executable, "-m", "finetune", "worker", "--data-dir", str(settings.data_dir), "--database", url,
+    command = [sys.executable, str(FAKE_SERVICE), "worker", "--data-dir", str(settings.data_dir), "--database", url,
                "--heartbeat-seconds", "0.2"]  # fmt: skip
     workers = [subprocess.Popen(command, env=os.environ, stdout=subprocess.DEVNULL) for _ in range(4)]
     try:
@@ -140,9 +146,9 @@ def test_a_job_paused_before_validation_is_still_validated_after_resume(tmp_path
     bad.write_text("{not json\n")
     job_id = _add_job(store, settings, bad)
     store.transition("a", job_id, "pause")
-    assert not Worker(settings, store).run_once()  # paused: nothing to claim
+    assert not _worker(settings, store).run_once()  # paused: nothing to claim
     store.transition("a", job_id, "resume")
-    assert Worker(settings, store).run_once()
+    assert _worker(settings, store).run_once()
     job = store.get_job("a", job_id)
     assert job["status"] == "failed" and job["error"]["code"] == "invalid_training_file"
     assert "line 1" in job["error"]["message"]
@@ -163,7 +169,7 @@ def test_the_lease_is_kept_while_a_slow_validation_runs(tmp_path, toy_model, tin
     job_id = _add_job(store, settings, tiny_data)
     real_validate = core.validate_training_file
     monkeypatch.setattr(core, "validate_training_file", lambda *a: time.sleep(7) or real_validate(*a))
-    worker = threading.Thread(target=Worker(settings, store).run_once)
+    worker = threading.Thread(target=_worker(settings, store).run_once)
     worker.start()
     while store.get_job("a", job_id)["worker"] is None:  # the worker's claim comes first
         time.sleep(0.01)

@@ -1,11 +1,13 @@
 """The data preview of one uploaded file: what `finetune validate --show` says, shaped for a page.
 
-    preview = FilePreview(path, tokenizer, max_seq_len=1024, record_policy="all", val_fraction="auto", seed=0)
+    preview = make_preview(path, tokenizer, max_seq_len=1024, record_policy="all", val_fraction="auto", seed=0)
     preview.page(offset=0, limit=10)
 
 Every validation problem with its line, the counts, a histogram of record lengths in tokens, a page of records
 split into scored and context spans (through the model's chat template when a tokenizer is given), and the
-validation split a job with the same seed would make.
+validation split a job with the same seed would make. A file of preference pairs (what a DPO job trains on) is
+read as `finetune validate` reads it: each record is a pair, its prompt and preferred answer as spans, and its
+rejected answer beside them.
 """
 
 from __future__ import annotations
@@ -13,11 +15,14 @@ from __future__ import annotations
 import math
 
 from finetune.config import AUTO
+from finetune.data.preference import is_preference_file, read_preferences, split_pairs
 from finetune.data.read import read_file
 from finetune.data.show import shown_record
 from finetune.data.split import auto_val_fraction, split_conversations
-from finetune.data.stats import RecordTokens
-from finetune.data.validate import validate_parsed
+from finetune.data.stats import RecordTokens, count_record_tokens, estimate_record_tokens
+from finetune.data.types import Problem
+from finetune.data.validate import TEMPLATE_MISMATCH, validate_parsed
+from finetune.errors import RecordError
 
 HISTOGRAM_BINS = 20
 MAX_VAL_LINES = 2000
@@ -98,6 +103,7 @@ class FilePreview:
         counts = result.counts[offset : offset + limit]
         return {
             "object": "dashboard.file_preview",
+            "kind": "chat",
             "ok": result.ok,
             "format": result.format,
             "errors": [p.to_dict() for p in result.errors],
@@ -113,5 +119,93 @@ class FilePreview:
         }
 
 
-def preview_file(path: str, tokenizer=None, offset: int = 0, limit: int = 10, **settings) -> dict:
-    return FilePreview(path, tokenizer, **settings).page(offset, limit)
+def make_preview(path: str, tokenizer=None, max_seq_len: int = 1024, record_policy: str = "all",
+                 val_fraction: float | str = AUTO, seed: int = 0) -> FilePreview | PreferencePreview:  # fmt: skip
+    """The preview of a chat file, or of a file of preference pairs (known by its first line, as the CLI does)."""
+    if is_preference_file(path):
+        return PreferencePreview(path, tokenizer, max_seq_len, val_fraction, seed)
+    return FilePreview(path, tokenizer, max_seq_len, record_policy, val_fraction, seed)
+
+
+class PreferencePreview:
+    """Validation, counts and split of a preference file (`finetune validate PREFS.jsonl`), computed once."""
+
+    def __init__(
+        self, path: str, tokenizer=None, max_seq_len: int = 1024, val_fraction: float | str = AUTO, seed: int = 0
+    ) -> None:
+        parsed = read_preferences(path)
+        self.errors, self.warnings, self.format = list(parsed.errors), list(parsed.warnings), parsed.format
+        self.tokenizer, self.max_seq_len = tokenizer, max_seq_len
+        chat = None
+        if tokenizer is not None:
+            from finetune.data.tokenize import ChatTokenizer
+
+            chat = ChatTokenizer(tokenizer)
+        # per pair: (chosen counts, rejected counts); a pair the template refuses is an error, as in training
+        self.pairs: list[tuple[RecordTokens, RecordTokens]] = []
+        for index, pair in enumerate(parsed.pairs):
+            try:
+                sides = [self._count(pair.record(answer, index), chat) for answer in (pair.chosen, pair.rejected)]
+            except RecordError as exc:
+                self.errors.append(Problem(exc.line, TEMPLATE_MISMATCH, exc.reason))
+                continue
+            self.pairs.append((sides[0], sides[1]))
+        prompts = len({p.prompt_conversation().key() for p in parsed.pairs})
+        fraction, reason = self._fraction(val_fraction, prompts)
+        train, val = split_pairs(parsed.pairs, fraction, seed) if parsed.pairs else ([], [])
+        self._val_lines = {p.line for p in val}
+        self.split = {
+            "val_fraction": fraction, "reason": reason, "seed": seed, "train_conversations": len(train),
+            "val_conversations": len(val), "val_lines": sorted(self._val_lines)[:MAX_VAL_LINES],
+        }  # fmt: skip
+        lengths = [counts.total for both in self.pairs for counts in both]
+        self.stats = {
+            "format": parsed.format,
+            "pairs": len(parsed.pairs),
+            "prompts": prompts,
+            "chosen_tokens": sum(chosen.target for chosen, _ in self.pairs),
+            "rejected_tokens": sum(rejected.target for _, rejected in self.pairs),
+            "record_tokens": {"max": max(lengths, default=0)},
+        }
+        self._lengths = lengths
+
+    def _count(self, record, chat) -> RecordTokens:
+        if chat is None:
+            return estimate_record_tokens(record, self.max_seq_len)
+        return count_record_tokens(record, chat, self.max_seq_len)
+
+    @staticmethod
+    def _fraction(val_fraction: float | str, prompts: int) -> tuple[float, str]:
+        if val_fraction == AUTO:
+            return auto_val_fraction(prompts)
+        fraction = float(val_fraction)
+        return fraction, "validation off" if fraction == 0 else f"your validation share {fraction:g}"
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def page(self, offset: int = 0, limit: int = 10) -> dict:
+        decode = self._decode if self.tokenizer is not None else None
+        records = []
+        for number, (chosen, rejected) in enumerate(self.pairs[offset : offset + limit], start=offset + 1):
+            shown = _record(number, chosen, decode, self._val_lines)
+            answer = shown_record(number, rejected, decode)
+            shown["rejected_spans"] = [{"text": s.text, "weight": s.weight} for s in answer.spans if s.weight > 0]
+            shown["rejected_tokens"] = answer.target_tokens
+            records.append(shown)
+        return {
+            "object": "dashboard.file_preview",
+            "kind": "preference",
+            "ok": not self.errors,
+            "format": self.format,
+            "errors": [p.to_dict() for p in self.errors],
+            "warnings": [p.to_dict() for p in self.warnings],
+            "stats": self.stats,
+            "tokens_exact": self.tokenizer is not None,
+            "histogram": histogram(self._lengths, self.max_seq_len),
+            "split": self.split,
+            "records_total": len(self.pairs),
+            "offset": offset,
+            "limit": limit,
+            "records": records,
+        }

@@ -1,5 +1,7 @@
 """The dashboard's own additions to the public API, all under /v1/dashboard and all behind the same key auth
-as every other route (the key as a Bearer header or the sign-in cookie), plus the page itself at `/`.
+as every other route (the key as a Bearer header or the sign-in cookie), plus the page itself at `/`. They look
+jobs, files and checkpoints up through the public routes' own functions (routes/jobs.py, routes/files.py),
+never the store: what a tenant may see is decided in one place.
 
     POST   /v1/dashboard/session                     sign in: {"key"} (JSON or form) -> HttpOnly SameSite cookie
     GET    /v1/dashboard/session                     who is signed in: {"tenant"}
@@ -22,7 +24,6 @@ import zipfile
 from collections import OrderedDict
 from pathlib import Path
 from typing import Annotated
-from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
@@ -31,15 +32,17 @@ from starlette.background import BackgroundTask
 
 from finetune.config import AUTO
 from finetune.errors import UserError
-from finetune.service.auth import COOKIE, current_tenant
+from finetune.service.auth import COOKIE, current_tenant, from_own_origin, tenant_of_key
 from finetune.service.dashboard.curve import RunViews
-from finetune.service.dashboard.preview import FilePreview
-from finetune.service.deps import settings_of, store_of
+from finetune.service.dashboard.preview import FilePreview, PreferencePreview, make_preview
+from finetune.service.deps import settings_of
 from finetune.service.errors import APIError, not_found
+from finetune.service.routes.files import find_file
+from finetune.service.routes.jobs import checkpoints_page, job_or_404
 
 STATIC = Path(__file__).parent / "static"
-# Checkpoint files that only resume training; a download carries the weights.
-TRAINING_STATE = {"optimizer.pt", "rng.pt", "state.json", "scheduler.pt"}
+# What in a checkpoint only resumes training (train/checkpoint.py STATE_FILES); a download carries the weights.
+TRAINING_STATE = {"training_state", "optimizer.pt", "rng.pt", "state.json", "manifest.json"}
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
     "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
@@ -54,23 +57,13 @@ def run_folder(request: Request, job_id: str) -> Path:
     return settings_of(request).runs_dir / job_id
 
 
-def _job(request: Request, tenant: str, job_id: str) -> dict:
-    job = store_of(request).get_job(tenant, job_id)
-    if job is None:
-        raise not_found("fine-tuning job", job_id, "fine_tuning_job_id")
-    return job
-
-
 # ------------------------------------------------------------------------------------------------- session
 
 
 def _same_origin(request: Request) -> bool:
     """A sign-in form posted from another site would sign the browser in to the attacker's tenant. Browsers send
     Origin on every cross-site POST; a request without one (curl, the SDK) is not a browser's."""
-    origin = request.headers.get("origin")
-    if origin is None:
-        return True
-    return urlsplit(origin).netloc == request.headers.get("host")
+    return request.headers.get("origin") is None or from_own_origin(request)
 
 
 @session_router.post("/session")
@@ -83,7 +76,7 @@ async def sign_in(request: Request) -> Response:
     key = body.get("key") if hasattr(body, "get") else None
     if not _same_origin(request):
         raise APIError(403, "Sign-in must come from the dashboard's own page.", "cross_origin")
-    tenant = store_of(request).tenant_for_key(key.strip()) if isinstance(key, str) and key.strip() else None
+    tenant = tenant_of_key(request, key.strip()) if isinstance(key, str) else None
     if tenant is None:
         if is_form:
             return RedirectResponse("/#/login", status_code=303)
@@ -123,11 +116,13 @@ def whoami(tenant: str = Depends(current_tenant)) -> dict:
 def progress(
     request: Request, tenant: str = Depends(current_tenant), job_id: Annotated[list[str] | None, Query()] = None
 ) -> dict:
-    wanted = set((job_id or [])[:500])
     data = {}
-    for job in store_of(request).all_jobs(tenant):
-        if job["id"] in wanted:
-            data[job["id"]] = _views.get(run_folder(request, job["id"])).progress()
+    for wanted in dict.fromkeys((job_id or [])[:500]):
+        try:
+            job = job_or_404(request, tenant, wanted)
+        except APIError:  # another tenant's, or gone: not in the answer
+            continue
+        data[job["id"]] = _views.get(run_folder(request, job["id"])).progress()
     return {"object": "dashboard.progress", "data": data}
 
 
@@ -135,13 +130,13 @@ def progress(
 def curve(
     job_id: str, request: Request, tenant: str = Depends(current_tenant), points: int = Query(800, ge=10, le=5000)
 ) -> dict:
-    _job(request, tenant, job_id)
+    job_or_404(request, tenant, job_id)
     return _views.get(run_folder(request, job_id)).curve(points)
 
 
 @router.get("/jobs/{job_id}/run")
 def run_details(job_id: str, request: Request, tenant: str = Depends(current_tenant)) -> dict:
-    _job(request, tenant, job_id)
+    job_or_404(request, tenant, job_id)
     view = _views.get(run_folder(request, job_id))
     report = view.report()
     if report:  # server paths are nobody's business
@@ -171,15 +166,15 @@ def _gguf_offer_cached(run: str, plan_stamp: int) -> dict:
 
 def _weights_folder(request: Request, tenant: str, job_id: str, checkpoint: str | None) -> tuple[Path, str, int | None]:
     """(folder, download name, checkpoint step or None for the final weights)."""
-    job = _job(request, tenant, job_id)
+    job = job_or_404(request, tenant, job_id)
     run = run_folder(request, job_id)
     if checkpoint is None:
         for name in ("adapter", "model"):
             if (run / name).is_dir():
                 return run / name, f"{job_id}-{name}", None
         raise APIError(400, f"Job {job_id} has no final weights yet (status {job['status']}).", "not_ready", "job")
-    page = store_of(request).list_checkpoints(tenant, job_id, None, 10_000)
-    step = next((row["step"] for row in (page.rows if page else []) if row["id"] == checkpoint), None)
+    page = checkpoints_page(request, tenant, job_id, None, 10_000)
+    step = next((row["step"] for row in page.rows if row["id"] == checkpoint), None)
     folder = run / "checkpoints" / f"step-{step:06d}" if step is not None else None
     if folder is None or not folder.is_dir():
         raise not_found("checkpoint", checkpoint, "checkpoint")
@@ -192,7 +187,8 @@ def _zip(folder: Path) -> str:
     # stored, not deflated: safetensors barely compress, and stored is as fast as a copy
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
         for file in sorted(folder.rglob("*")):
-            if file.is_file() and file.name not in TRAINING_STATE:
+            inside = file.relative_to(folder).parts
+            if file.is_file() and not TRAINING_STATE & set(inside):
                 archive.write(file, file.relative_to(folder).as_posix())
     return path
 
@@ -254,11 +250,11 @@ class _PreviewCache:
     """The last few previews: paging through records must not re-tokenize the whole file."""
 
     def __init__(self, size: int = 8) -> None:
-        self._items: OrderedDict[tuple, FilePreview] = OrderedDict()
+        self._items: OrderedDict[tuple, FilePreview | PreferencePreview] = OrderedDict()
         self._lock = threading.Lock()
         self._size = size
 
-    def get(self, key: tuple, make) -> FilePreview:
+    def get(self, key: tuple, make) -> FilePreview | PreferencePreview:
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
@@ -299,7 +295,7 @@ def preview(
     offset: int = Query(0, ge=0),
     limit: int = Query(10, ge=1, le=100),
 ) -> dict:
-    row = store_of(request).get_file(tenant, file_id)
+    row = find_file(request, tenant, file_id)
     if row is None:
         raise not_found("file", file_id, "file_id")
     settings = settings_of(request)
@@ -314,9 +310,9 @@ def preview(
     fraction = _fraction(val_fraction)
     key = (file_id, row["bytes"], row["created_at"], location, max_seq_len, record_policy, fraction, seed)
 
-    def make() -> FilePreview:
+    def make() -> FilePreview | PreferencePreview:
         tokenizer = _tokenizer(location) if location else None
-        return FilePreview(str(path), tokenizer, max_seq_len, record_policy, fraction, seed)
+        return make_preview(str(path), tokenizer, max_seq_len, record_policy, fraction, seed)
 
     try:
         result = _previews.get(key, make).page(offset, limit)

@@ -1,5 +1,5 @@
-"""/v1/files: upload (streamed), list, retrieve, delete, content. Bytes live at files/<id>; the name a caller
-gave is only ever shown, never used as a path."""
+"""/v1/files: upload (streamed; a gzip upload stored decompressed; Idempotency-Key honoured), list, retrieve,
+delete, content. Bytes live at files/<id>; the name a caller gave is only ever shown, never used as a path."""
 
 from __future__ import annotations
 
@@ -7,13 +7,15 @@ import os
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import FileResponse
+from starlette.concurrency import run_in_threadpool
 
 from finetune.service.auth import current_tenant
 from finetune.service.deps import check_limit, settings_of, store_of
 from finetune.service.errors import APIError, not_found
+from finetune.service.idempotency import digest_file, once
 from finetune.service.objects import file_object, page_object
 from finetune.service.store import new_id
-from finetune.service.upload import receive_upload
+from finetune.service.upload import Upload, gunzip_upload, receive_upload
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(current_tenant)])
 UPLOAD_PURPOSES = ("fine-tune", "assistants", "batch", "vision", "user_data", "evals")
@@ -23,19 +25,33 @@ UPLOAD_PURPOSES = ("fine-tune", "assistants", "batch", "vision", "user_data", "e
 async def create_file(request: Request, tenant: str = Depends(current_tenant)) -> dict:
     settings = settings_of(request)
     upload = await receive_upload(request, settings.uploads_dir, settings.max_upload_bytes)
-    purpose = upload.fields.get("purpose", "")
-    if purpose not in UPLOAD_PURPOSES:
-        upload.temp.unlink(missing_ok=True)
-        raise APIError(400, f"purpose must be one of {', '.join(UPLOAD_PURPOSES)}.", "invalid_value", "purpose")
+    try:
+        purpose = upload.fields.get("purpose", "")
+        if purpose not in UPLOAD_PURPOSES:
+            raise APIError(400, f"purpose must be one of {', '.join(UPLOAD_PURPOSES)}.", "invalid_value", "purpose")
+
+        async def make() -> tuple[str, dict]:
+            if purpose == "fine-tune":  # data: a gzip file is stored decompressed (read like the CLI reads .gz)
+                await run_in_threadpool(gunzip_upload, upload, settings.max_upload_bytes)
+            row = _keep(request, tenant, upload, purpose)
+            return row["id"], file_object(row)
+
+        digest = lambda: digest_file(upload.temp, purpose, upload.filename)  # noqa: E731
+        return await once(request, tenant, "POST /v1/files", digest, make)
+    finally:
+        upload.temp.unlink(missing_ok=True)  # kept (moved), refused, or a replayed answer's copy
+
+
+def _keep(request: Request, tenant: str, upload: Upload, purpose: str) -> dict:
+    """Move the upload to files/<id>, then commit its row (a crash in between leaves no row without bytes)."""
     file_id = new_id("file")
-    final = settings.files_dir / file_id
+    final = settings_of(request).files_dir / file_id
     os.replace(upload.temp, final)
     try:
-        row = store_of(request).add_file(tenant, file_id, upload.filename[:512], purpose, upload.size)
+        return store_of(request).add_file(tenant, file_id, upload.filename[:512], purpose, upload.size)
     except BaseException:
         final.unlink(missing_ok=True)
         raise
-    return file_object(row)
 
 
 @router.get("/files")
@@ -53,8 +69,14 @@ def list_files(
     return page_object(page, file_object)
 
 
+def find_file(request: Request, tenant: str, file_id: str) -> dict | None:
+    """The caller's file, or None (another tenant's reads like a missing one): the one lookup of a file id, in
+    these routes, the jobs' and the dashboard's."""
+    return store_of(request).get_file(tenant, file_id)
+
+
 def _file(request: Request, tenant: str, file_id: str) -> dict:
-    row = store_of(request).get_file(tenant, file_id)
+    row = find_file(request, tenant, file_id)
     if row is None:
         raise not_found("file", file_id, "file_id")
     return row

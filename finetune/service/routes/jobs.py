@@ -1,11 +1,12 @@
 """/v1/fine_tuning: jobs (create, list, retrieve, cancel, pause, resume, events, checkpoints, metrics) and
-our POST /v1/fine_tuning/plan. Creating a job only records it (status validating_files); a worker validates,
-plans and trains it."""
+our POST /v1/fine_tuning/plan. Creating a job only records it (status queued, until a worker claims it); the
+worker validates, plans and trains it. Bodies are protocol.JobCreate; an Idempotency-Key makes a create
+idempotent (idempotency.py)."""
 
 from __future__ import annotations
 
-import re
 import secrets
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -16,13 +17,22 @@ from finetune.service import core
 from finetune.service.auth import current_tenant
 from finetune.service.deps import check_limit, settings_of, store_of
 from finetune.service.errors import APIError, not_found
+from finetune.service.idempotency import digest_json, once
 from finetune.service.integrations import run_settings_for
 from finetune.service.objects import checkpoint_object, event_object, job_object, page_object
-from finetune.service.store import IllegalTransition
+from finetune.service.protocol import MAX_SEED, BodyError, JobCreate, parse_body
+from finetune.service.routes.files import find_file
+from finetune.service.store import IllegalTransition, Page
 
 router = APIRouter(prefix="/v1/fine_tuning", dependencies=[Depends(current_tenant)])
-SUFFIX = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
-MAX_SEED = 2147483647
+RESULTS_PURPOSE = "fine-tune-results"  # what a job writes (step_metrics.csv), never what one trains on
+# a body that does not fit protocol.JobCreate: (code, message) by OpenAI parameter, as the API has always said them
+BODY_ERRORS = {
+    "suffix": ("invalid_value", "suffix must be 1-64 letters, digits, '.', '_' or '-'."),
+    "seed": ("invalid_value", f"seed must be a whole number from 0 to {MAX_SEED}."),
+    "metadata": ("invalid_value", "metadata must be at most 16 string pairs (keys <= 64, values <= 512 chars)."),
+    "hyperparameters": ("invalid_value", "hyperparameters must be an object."),
+}
 
 
 async def _json_body(request: Request) -> dict:
@@ -35,20 +45,23 @@ async def _json_body(request: Request) -> dict:
     return body
 
 
-def _hyperparameters(body: dict) -> tuple[str, dict]:
-    """(method type, its hyperparameters) from `method` or the deprecated top-level `hyperparameters`."""
-    method = body.get("method")
-    if method is None:
-        kind, hyper = "supervised", body.get("hyperparameters") or {}
-    else:
+def _job_body(request: Request, body: dict) -> JobCreate:
+    """The body as protocol.JobCreate, or OpenAI's error for its first parameter at fault."""
+    try:
+        return parse_body(JobCreate, body)
+    except BodyError as exc:
+        param = exc.param
+    if param == "model":
+        _model_location(request, body.get("model"))  # raises: not a registered name
+    if param in ("training_file", "validation_file"):
+        raise APIError(400, f"Could not find file {body.get(param)!r}.", f"invalid_{param}", param)
+    if param == "method.type":
+        method = body.get("method")
         kind = method.get("type") if isinstance(method, dict) else None
-        if kind not in core.METHOD_TYPES:
-            raise APIError(400, f"method.type must be one of {', '.join(core.METHOD_TYPES)}, got {kind!r}.",
-                           "invalid_value", "method.type")  # fmt: skip
-        hyper = (method.get(kind) or {}).get("hyperparameters") or {}
-    if not isinstance(hyper, dict):
-        raise APIError(400, "hyperparameters must be an object.", "invalid_value", "hyperparameters")
-    return kind, hyper
+        raise APIError(400, f"method.type must be one of {', '.join(core.METHOD_TYPES)}, got {kind!r}.",
+                       "invalid_value", "method.type")  # fmt: skip
+    code, message = BODY_ERRORS.get(param, ("invalid_value", f"{param} is not valid."))
+    raise APIError(400, message, code, param)
 
 
 def _settings(kind: str, hyper: dict) -> dict:
@@ -67,61 +80,61 @@ def _model_location(request: Request, model: Any) -> str:
     return models[model]
 
 
-def _owned_file(request: Request, tenant: str, file_id: Any, param: str) -> dict:
-    row = store_of(request).get_file(tenant, file_id) if isinstance(file_id, str) else None
+def _training_file(request: Request, tenant: str, file_id: str, param: str) -> dict:
+    """The caller's file to train on (or validate with); a results file is what a job wrote, not data."""
+    row = find_file(request, tenant, file_id)
     if row is None:  # another tenant's file reads exactly like a missing one
         raise APIError(400, f"Could not find file {file_id!r}.", f"invalid_{param}", param)
+    if row["purpose"] == RESULTS_PURPOSE:
+        raise APIError(
+            400,
+            f"File {file_id} ({row['filename']}) is a job's results file (purpose {RESULTS_PURPOSE}), not training "
+            "data; upload the conversations with purpose fine-tune.",
+            f"invalid_{param}",
+            param,
+        )
     return row
 
 
 @router.post("/jobs")
 async def create_job(request: Request, tenant: str = Depends(current_tenant)) -> dict:
-    body = await _json_body(request)
-    location = _model_location(request, body.get("model"))
-    training = _owned_file(request, tenant, body.get("training_file"), "training_file")
-    validation = body.get("validation_file")
-    if validation is not None:
-        _owned_file(request, tenant, validation, "validation_file")
-    suffix = body.get("suffix")
-    if suffix is not None and (not isinstance(suffix, str) or not SUFFIX.match(suffix)):
-        raise APIError(400, "suffix must be 1-64 letters, digits, '.', '_' or '-'.", "invalid_value", "suffix")
-    seed = body.get("seed")
-    if seed is None:
-        seed = secrets.randbelow(MAX_SEED)
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
-        raise APIError(400, f"seed must be a whole number from 0 to {MAX_SEED}.", "invalid_value", "seed")
-    metadata = body.get("metadata")
-    if metadata is not None and (
-        not isinstance(metadata, dict)
-        or len(metadata) > 16
-        or not all(
-            isinstance(k, str) and isinstance(v, str) and len(k) <= 64 and len(v) <= 512 for k, v in metadata.items()
-        )  # fmt: skip
-    ):
-        raise APIError(400, "metadata must be at most 16 string pairs (keys <= 64, values <= 512 chars).",
-                       "invalid_value", "metadata")  # fmt: skip
-    kind, hyper = _hyperparameters(body)
+    raw = await _json_body(request)
+    body = _job_body(request, raw)
+
+    async def make() -> tuple[str, dict]:
+        job = job_object(_create_job(request, tenant, body, raw.get("integrations")))
+        return job["id"], job
+
+    return await once(request, tenant, "POST /v1/fine_tuning/jobs", lambda: digest_json(raw), make)
+
+
+def _create_job(request: Request, tenant: str, body: JobCreate, integrations: Any) -> dict:
+    location = _model_location(request, body.model)
+    training = _training_file(request, tenant, body.training_file, "training_file")
+    if body.validation_file is not None:
+        _training_file(request, tenant, body.validation_file, "validation_file")
+    seed = body.seed if body.seed is not None else secrets.randbelow(MAX_SEED)
+    kind, hyper = body.method_and_hyperparameters()
     run_settings = _settings(kind, hyper)
-    run_settings |= run_settings_for(body.get("integrations"))  # report_to and its options (integrations.py)
+    run_settings |= run_settings_for(integrations)  # report_to and its options (integrations.py)
     price = settings_of(request).price_per_million_tokens
     if price is not None:
         run_settings["price_per_million_tokens"] = price
-    row = store_of(request).create_job(
+    return store_of(request).create_job(
         tenant,
         {
-            "model": body["model"],
+            "model": body.model,
             "model_location": location,
             "training_file": training["id"],
-            "validation_file": validation,
-            "suffix": suffix,
+            "validation_file": body.validation_file,
+            "suffix": body.suffix,
             "seed": seed,
-            "metadata": metadata,
+            "metadata": body.metadata,
             "method": {"type": kind, kind: {"hyperparameters": hyper}},
             "run_settings": run_settings,
             "lr_multiplier": None,  # inside run_settings now (lr_multiplier); the column stays for old rows
         },
     )
-    return job_object(row)
 
 
 def _metadata_filter(request: Request) -> dict[str, str]:
@@ -140,7 +153,9 @@ def list_jobs(
     return page_object(page, job_object)
 
 
-def _job(request: Request, tenant: str, job_id: str) -> dict:
+def job_or_404(request: Request, tenant: str, job_id: str) -> dict:
+    """The caller's job (another tenant's reads like a missing one): the one lookup of a job id, here and in the
+    dashboard's routes."""
     row = store_of(request).get_job(tenant, job_id)
     if row is None:
         raise not_found("fine-tuning job", job_id, "fine_tuning_job_id")
@@ -149,7 +164,7 @@ def _job(request: Request, tenant: str, job_id: str) -> dict:
 
 @router.get("/jobs/{job_id}")
 def retrieve_job(job_id: str, request: Request, tenant: str = Depends(current_tenant)) -> dict:
-    return job_object(_job(request, tenant, job_id))
+    return job_object(job_or_404(request, tenant, job_id))
 
 
 def _transition(request: Request, tenant: str, job_id: str, action: str) -> dict:
@@ -188,52 +203,76 @@ def list_events(
     return page_object(page, event_object)
 
 
+def checkpoints_page(request: Request, tenant: str, job_id: str, after: str | None, limit: int) -> Page:
+    """The job's checkpoint rows, newest first (the list route's, and the dashboard's download's)."""
+    page = store_of(request).list_checkpoints(tenant, job_id, after, check_limit(limit))
+    if page is None:
+        raise not_found("fine-tuning job", job_id, "fine_tuning_job_id")
+    return page
+
+
 @router.get("/jobs/{job_id}/checkpoints")
 def list_checkpoints(
     job_id: str, request: Request, tenant: str = Depends(current_tenant), after: str | None = None, limit: int = 10
 ) -> dict:
-    job = _job(request, tenant, job_id)
-    page = store_of(request).list_checkpoints(tenant, job_id, after, check_limit(limit))
-    if page is None:
-        raise not_found("fine-tuning job", job_id, "fine_tuning_job_id")
+    job = job_or_404(request, tenant, job_id)
+    page = checkpoints_page(request, tenant, job_id, after, limit)
     return page_object(page, lambda row: checkpoint_object(row, job))
 
 
 @router.get("/jobs/{job_id}/metrics")
 def job_metrics(job_id: str, request: Request, tenant: str = Depends(current_tenant)) -> dict:
     """Our addition: the run's metrics.jsonl lines (one per optimizer step), oldest first."""
-    job = _job(request, tenant, job_id)
+    job = job_or_404(request, tenant, job_id)
     rows = core.read_metrics(settings_of(request).runs_dir / job["id"])
     return {"object": "list", "data": rows, "has_more": False}
 
 
 @router.post("/plan")
 async def plan(request: Request, tenant: str = Depends(current_tenant)) -> dict:
-    """Our addition: the plan for a file and settings (the same as `finetune plan --json`), no job created."""
-    body = await _json_body(request)
-    location = _model_location(request, body.get("model"))
-    training = _owned_file(request, tenant, body.get("training_file"), "training_file")
-    validation = body.get("validation_file")
-    validation_row = _owned_file(request, tenant, validation, "validation_file") if validation is not None else None
-    kind, hyper = _hyperparameters(body)
-    run_settings = _settings(kind, hyper)
+    """Our addition: the plan for a file and settings (the same as `finetune plan --json`), no job created.
+    Its answer names the model as registered and the files as uploaded: no path on the server."""
+    body = _job_body(request, await _json_body(request))
+    location = _model_location(request, body.model)
+    training = _training_file(request, tenant, body.training_file, "training_file")
+    validation = None
+    if body.validation_file is not None:
+        validation = _training_file(request, tenant, body.validation_file, "validation_file")
+    run_settings = _settings(*body.method_and_hyperparameters())
     files_dir = settings_of(request).files_dir
     data = files_dir / training["id"]
-    seed = body.get("seed") if isinstance(body.get("seed"), int) else 0
-    config = core.run_config(
-        run_settings, str(data), location, seed, str(files_dir / validation) if validation else None
-    )
+    val = files_dir / validation["id"] if validation else None
+    config = core.run_config(run_settings, str(data), location, body.seed or 0, str(val) if val else None)
     try:
         plan = (await run_in_threadpool(core.plan_job, config)).plan
     except UserError as exc:
-        val_name = validation_row["filename"] if validation_row else None
         error = core.planning_error(
-            exc, config, data, training["filename"], files_dir / validation if validation else None, val_name
+            exc, config, data, training["filename"], val, validation["filename"] if validation else None
         )
         raise APIError(400, error["message"], error["code"], error["param"]) from None
-    files = {data: training["filename"]} | ({files_dir / validation: validation_row["filename"]} if validation else {})
-    answer = core.plan_answer(plan, body["model"], files)
-    return {"object": "fine_tuning.plan", "training_file": training["id"], **answer}
+    shown = {location: body.model, str(data): training["filename"]} | (
+        {str(val): validation["filename"]} if val else {}
+    )
+    answer = core.plan_answer(plan, body.model, {}) | {"object": "fine_tuning.plan", "training_file": training["id"]}
+    return without_server_paths(answer, shown, settings_of(request).data_dir)
+
+
+def without_server_paths(value: Any, shown: dict[str, str], data_dir: Path) -> Any:
+    """`value` with every path the server knows (the model's location, the data files) in the names the caller
+    knows (`shown`: path -> name); anything else under the data folder goes too (docs/service.md promises that
+    no answer names a path on the server)."""
+    if isinstance(value, dict):
+        return {k: without_server_paths(v, shown, data_dir) for k, v in value.items()}
+    if isinstance(value, list):
+        return [without_server_paths(v, shown, data_dir) for v in value]
+    if not isinstance(value, str):
+        return value
+    for path, name in sorted(shown.items(), key=lambda item: -len(item[0])):  # the longest first: no partial
+        for form in {path, str(Path(path).resolve())}:
+            value = value.replace(form, name)
+    for form in {str(data_dir), str(data_dir.resolve())}:
+        value = value.replace(form, "<data folder>")
+    return value
 
 
 def usage_of(store, tenant: str) -> dict:

@@ -1,7 +1,9 @@
-"""/v1/models: the base models registered with `--model NAME=...` and the caller's fine-tuned models."""
+"""/v1/models: the base models registered with `--model NAME=...` and the caller's fine-tuned models; DELETE
+removes a fine-tuned model of the caller's, as OpenAI's does (a base model cannot be deleted)."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from fastapi import APIRouter, Depends, Request
@@ -9,7 +11,7 @@ from fastapi import APIRouter, Depends, Request
 from finetune.service import core
 from finetune.service.auth import current_tenant
 from finetune.service.deps import settings_of, store_of
-from finetune.service.errors import not_found
+from finetune.service.errors import APIError, not_found
 from finetune.service.objects import list_object, model_object
 from finetune.service.settings import ServiceSettings
 from finetune.service.store import Store
@@ -49,3 +51,24 @@ def retrieve_model(model: str, request: Request, tenant: str = Depends(current_t
         if item["id"] == model:
             return item
     raise not_found("model", model, "model")
+
+
+@router.delete("/models/{model:path}")
+def delete_model(model: str, request: Request, tenant: str = Depends(current_tenant)) -> dict:
+    """The model is gone for chat completions, retrieve and list (and its checkpoints with it); its job stays, and
+    its final weights are removed from the data folder (checkpoints are kept: the job's own, until it is gone)."""
+    settings = settings_of(request)
+    if model in settings.models:
+        raise APIError(
+            403,
+            f"{model!r} is a base model registered on this server; only fine-tuned models can be deleted.",
+            "model_not_deletable",
+            "model",
+        )
+    job = store_of(request).delete_fine_tuned_model(tenant, model)
+    if job is None:
+        raise not_found("model", model, "model")
+    weights = core.final_weights(Path(settings.runs_dir) / job["id"])
+    if weights is not None:
+        shutil.rmtree(weights, ignore_errors=True)
+    return {"id": model, "object": "model", "deleted": True}

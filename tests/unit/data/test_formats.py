@@ -305,6 +305,39 @@ def test_gzipped_jsonl(tmp_path):
     assert parsed.format == "chat" and [(p.code, p.line) for p in parsed.errors] == [("mixed_formats", 2)]
 
 
+@pytest.mark.parametrize("block", [3, 7, 16])  # blocks are smaller than the limit, as READ_BLOCK is
+def test_gzip_stops_at_the_first_line_over_the_limit_whatever_the_blocks(monkeypatch, block):
+    import io
+
+    from finetune.data import read
+
+    monkeypatch.setattr(read, "READ_BLOCK", block)
+    data = b"ab\ncdef\n" + b"x" * 40 + b"\nnever read\n"
+    got = bytearray()
+    with pytest.raises(read.LineTooLong) as raised:
+        for part in read.gunzip_bounded(io.BytesIO(gzip.compress(data)), max_line_bytes=30):
+            got += part
+    assert raised.value.line == 3 and raised.value.start == 8
+    assert bytes(got[: raised.value.start]) == b"ab\ncdef\n"  # the lines before it are whole
+    whole = list(read.gunzip_bounded(io.BytesIO(gzip.compress(data)), max_line_bytes=40))
+    assert b"".join(whole) == data  # a line at the limit passes
+
+
+def test_a_gzip_line_over_the_limit_keeps_the_lines_before_it(tmp_path, monkeypatch):
+    from finetune.data import read
+
+    monkeypatch.setattr(read, "MAX_LINE_BYTES", len(jsonl(OPENAI_MARV)))
+    monkeypatch.setattr(read, "READ_BLOCK", 64)
+    path = tmp_path / "train.jsonl.gz"
+    path.write_bytes(gzip.compress(jsonl(OPENAI_MARV) + b'{"messages": "' + b"x" * 5000 + b'"}\n'))
+    parsed = read_file(path)
+    assert [(p.code, p.line) for p in parsed.errors] == [("line_too_long", 2)]
+    assert "reading stopped there" in parsed.errors[0].message and len(parsed.conversations) == 1
+    first_line_only = tmp_path / "one.jsonl.gz"
+    first_line_only.write_bytes(gzip.compress(b"y" * 5000))
+    assert [(p.code, p.line) for p in read_file(first_line_only).errors] == [("line_too_long", 1)]
+
+
 def test_broken_gzip_is_a_user_error(tmp_path):
     path = tmp_path / "train.jsonl.gz"
     path.write_bytes(b"not gzip at all")

@@ -143,6 +143,19 @@ def test_validation_file_loses_its_copies_of_training_conversations(tmp_path, to
     assert prepared.summary.duplicates_removed == 20 and prepared.summary.validation_conversations == 5
 
 
+@pytest.mark.parametrize("with_tokenizer", [True, False], ids=["chunked, tokenized", "estimated"])
+def test_duplicate_conversations_are_counted_with_their_first_lines(tmp_path, tokenizer, small_chunks, with_tokenizer):
+    """Issue 26: train and plan warned of no duplicate; they count them and name the first lines."""
+    from finetune.data.read import find_duplicates, read_file
+
+    config = RunConfig(data=_write_data(tmp_path, duplicates=14), cache=False)
+    prepared = prepare_data(config, tokenizer if with_tokenizer else None, workers=2)
+    copies = [line for line, _ in find_duplicates(read_file(config.data).conversations)]
+    assert len(copies) == 14
+    assert prepared.summary.duplicate_conversations == 14
+    assert list(prepared.summary.duplicate_lines) == copies[:10]
+
+
 def test_scan_file_cuts_on_line_ends_and_numbers_lines(tmp_path):
     lines = [f'{{"n": {i}, "pad": "{"x" * (i % 50)}"}}' for i in range(300)]
     path = tmp_path / "lines.jsonl"

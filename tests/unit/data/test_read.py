@@ -235,6 +235,30 @@ def test_duplicate_names_the_first_line() -> None:
     assert "line 1" in warning.message
 
 
+def test_10000_duplicates_are_one_summary_line_in_text_and_json(write_file, capsys) -> None:
+    """Issue 26: validate printed one line per copy (10,013 lines for 10,000 copies)."""
+    other = GOOD.replace("hi", "yo")
+    path = write_file(lines(GOOD, other, *[GOOD] * 10_000, other))
+    assert main(["validate", path]) == 0
+    out = capsys.readouterr().out
+    (summary,) = [line for line in out.splitlines() if "[duplicate]" in line]
+    assert summary.startswith(f"{path}:3 [duplicate] 10,001 duplicate conversations (first at lines 3, 4, 5,")
+    assert len(out.splitlines()) < 30
+
+    assert main(["validate", path, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [w["code"] for w in report["warnings"]] == ["duplicate"]
+    detail = report["duplicates"]
+    assert detail["count"] == 10_001 and len(detail["lines"]) == 1000  # bounded
+    assert detail["lines"][0] == {"line": 3, "same_as": 1} and detail["lines"][-1] == {"line": 1002, "same_as": 1}
+
+
+def test_one_duplicate_names_its_line(write_file, capsys) -> None:
+    path = write_file(lines(GOOD, GOOD))
+    assert main(["validate", path]) == 0
+    assert f"{path}:2 [duplicate] 1 duplicate conversation (line 2)" in capsys.readouterr().out
+
+
 def test_weights_differ_so_no_duplicate() -> None:
     other = GOOD.replace('"hello"}', '"hello", "weight": 0.5}')
     assert parse_bytes(lines(GOOD, other)).warnings == []

@@ -53,6 +53,8 @@ CASES = [
     ("dropped_examples", dict(data=replace(DATA, dropped_records=2, dropped_at=("t.jsonl:4", "t.jsonl:9"))),
      dict(data=DATA)),
     ("skipped_lines", dict(data=replace(DATA, skipped_lines=1)), dict(data=DATA)),
+    ("duplicate_conversations", dict(data=replace(DATA, duplicate_conversations=12, duplicate_lines=(4, 9))),
+     dict(data=DATA)),
     ("records_differ_from_conversations", dict(data=replace(DATA, conversations=300)), dict(data=DATA)),
     ("model_size_unknown", dict(examples=800, model=None), dict(examples=800)),
     ("does_not_fit_device", dict(examples=800, model=LLAMA_8B, method="full", gpu="a100-80gb"),
@@ -76,6 +78,14 @@ def test_every_code_is_tested_and_documented():
     doc = (Path(__file__).parents[3] / "docs" / "auto.md").read_text(encoding="utf-8")
     for code in WARNING_CODES:
         assert f"`{code}`" in doc, code
+
+
+def test_the_duplicates_warning_is_validate_s_summary():
+    data = replace(DATA, duplicate_conversations=12, duplicate_lines=tuple(range(5, 15)))
+    (warning,) = [w for w in build_plan(RunConfig(), data, QWEN_05B).warnings if w["code"] == "duplicate_conversations"]
+    assert warning["message"].startswith(
+        "12 duplicate conversations (first at lines 5, 6, 7, 8, 9, 10, 11, 12, 13, 14 ...)"
+    )
 
 
 def test_a_clean_plan_has_no_warnings():

@@ -34,13 +34,15 @@ export class ApiError extends Error {
   }
 }
 
-// Every call goes to the public /v1 API; the key rides in the HttpOnly cookie set at sign-in.
+// Every call goes to the public /v1 API; the key rides in the HttpOnly cookie set at sign-in. A call that
+// changes something says application/json (the server refuses other types with the cookie: auth.py), an upload
+// stays multipart; the browser adds the Origin header the server checks.
 export async function api(path, { method = "GET", body, form } = {}) {
   const init = { method, credentials: "same-origin", headers: { Accept: "application/json" } };
   if (form) init.body = form;
-  else if (body !== undefined) {
-    init.body = JSON.stringify(body);
+  else if (method !== "GET") {
     init.headers["Content-Type"] = "application/json";
+    if (body !== undefined) init.body = JSON.stringify(body);
   }
   const res = await fetch(path, init);
   const text = await res.text();

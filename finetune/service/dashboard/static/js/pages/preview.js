@@ -1,5 +1,6 @@
 // Data preview of an uploaded file, before any job: every problem with its line, the counts, a token-length
 // histogram, the records as the model sees them (scored tokens highlighted, context dimmed), and the split.
+// A file of preference pairs (DPO) shows each pair: its prompt and preferred answer, then the rejected answer.
 import { api, fill, fmt, h, qs } from "../util.js";
 import { baseModels } from "./newjob.js";
 
@@ -42,16 +43,26 @@ export function histogram(hist, { width = 520, height = 140 } = {}) {
   return svg;
 }
 
-export function renderRecord(rec) {
+function tokens(spans) {
   const body = h("div", { class: "tokens" });
-  for (const span of rec.spans) {
+  for (const span of spans) {
     if (span.weight > 0) {
       body.append(h("mark", { class: "scored", title: span.weight < 1 ? `scored ×${span.weight}` : "scored" }, span.text));
     } else {
       body.append(h("span", { class: "ctx" }, span.text));
     }
   }
-  return h("article", { class: "record", "aria-label": `Record ${rec.record}, line ${rec.line}` },
+  return body;
+}
+
+export function renderRecord(rec) {
+  const body = tokens(rec.spans);
+  if (rec.rejected_spans) {  // a preference pair: the preferred answer above, the rejected one below
+    body.prepend(h("div", { class: "small muted" }, "Prompt and preferred answer"));
+    body.append(h("div", { class: "small muted" }, "Rejected answer"),
+      h("div", { class: "rejected" }, rec.rejected_spans.map((s) => h("del", {}, s.text))));
+  }
+  return h("article", { class: "record", "aria-label": `${rec.rejected_spans ? "Pair" : "Record"} ${rec.record}, line ${rec.line}` },
     h("div", { class: "row small muted" },
       h("strong", {}, `line ${rec.line}`), `record ${rec.record}`,
       h("span", { class: `badge ${rec.split === "validation" ? "warn" : ""}` }, rec.split),
@@ -90,6 +101,12 @@ export async function render(main, [fileId], signal) {
     if (signal.aborted) return;
     const s = data.stats || {};
     const about = data.tokens_exact ? "" : "≈ ";
+    const pairs = data.kind === "preference";
+    const counted = pairs
+      ? [["preference pairs", s.pairs], ["prompts", s.prompts], ["preferred tokens", s.chosen_tokens],
+        ["rejected tokens", s.rejected_tokens], ["longest record", s.record_tokens?.max]]
+      : [["conversations", s.conversations], ["training records", s.records], ["messages", s.messages],
+        ["scored tokens", s.target_tokens], ["context tokens", s.context_tokens], ["longest record", s.record_tokens?.max]];
     const verdict = data.ok
       ? h("p", { class: "good" }, `Usable: ${data.errors.length} errors, ${data.warnings.length} warnings.`)
       : h("p", { class: "alert", role: "alert" }, `Not usable: ${data.errors.length} error(s), first on line ${data.errors[0]?.line ?? "–"}. Fix them and upload again.`);
@@ -104,9 +121,7 @@ export async function render(main, [fileId], signal) {
       problemsTable("Warnings", data.warnings, "warn"),
       h("h2", {}, "What the file holds"),
       h("div", { class: "stats" },
-        [["conversations", s.conversations], ["training records", s.records], ["messages", s.messages],
-          ["scored tokens", s.target_tokens], ["context tokens", s.context_tokens], ["longest record", s.record_tokens?.max]]
-          .map(([k, v]) => h("div", { class: "stat" }, h("div", { class: "v" }, `${k.includes("token") || k === "longest record" ? about : ""}${fmt.int(v)}`), h("div", { class: "k" }, k)))),
+        counted.map(([k, v]) => h("div", { class: "stat" }, h("div", { class: "v" }, `${k.includes("token") || k === "longest record" ? about : ""}${fmt.int(v)}`), h("div", { class: "k" }, k)))),
       h("div", { class: "grid2" },
         h("section", { class: "card", "aria-label": "Token lengths" }, h("h2", {}, "Record lengths"),
           histogram(data.histogram || {}),
@@ -117,7 +132,7 @@ export async function render(main, [fileId], signal) {
             h("dt", {}, "trained on"), h("dd", {}, `${fmt.int(split.train_conversations)} conversations`),
             h("dt", {}, "why"), h("dd", {}, split.reason || "–"),
             h("dt", {}, "held-out lines"), h("dd", { class: "small" }, (split.val_lines || []).slice(0, 40).join(", ") + ((split.val_lines || []).length > 40 ? ", …" : ""))))),
-      h("h2", {}, "Records as the model reads them"),
+      h("h2", {}, pairs ? "Pairs as the model reads them" : "Records as the model reads them"),
       h("p", { class: "small muted" }, h("span", { class: "legend-scored" }, "highlighted"), " text is scored (what the model learns); dimmed text is context, read but never scored.",
         data.tokens_exact ? "" : " Choose a model to see the chat template's tokens."),
       pager,
