@@ -6,6 +6,7 @@ import json
 import sys
 
 from finetune.data.preference import FORMAT_NAMES, read_preferences
+from finetune.wording import render, rendered
 
 
 def run_validate_preferences(path: str, as_json: bool = False) -> int:
@@ -20,7 +21,7 @@ def run_validate_preferences(path: str, as_json: bool = False) -> int:
             "warnings": [p.to_dict() for p in parsed.warnings],
             "stats": stats,
         }
-        print(json.dumps(document, ensure_ascii=True))
+        print(json.dumps(rendered(document), ensure_ascii=True))
         return 0 if parsed.ok else 1
     out = sys.stdout
     for title, problems in (("errors", parsed.errors), ("warnings", parsed.warnings)):
@@ -28,7 +29,7 @@ def run_validate_preferences(path: str, as_json: bool = False) -> int:
             print(f"{title} ({len(problems)}):", file=out)
         for p in problems:
             where = f"{path}:{p.line}" if p.line else path
-            print(f"  {where} [{p.code}] {p.message}", file=out)
+            print(f"  {where} [{p.code}] {render(p.message)}", file=out)
     kind = FORMAT_NAMES.get(parsed.format or "", "unknown format")
     counted = f"{len(parsed.pairs)} pairs over {prompts} prompts, {kind}"
     print(f"OK: {path} is usable ({counted})" if parsed.ok else f"NOT USABLE: {path} ({counted}); fix the errors above")

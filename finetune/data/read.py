@@ -42,6 +42,7 @@ from finetune.data.formats.lines import (
 )
 from finetune.data.types import Conversation, ParsedFile, Problem
 from finetune.errors import UserError
+from finetune.wording import ref
 
 UTF8_BOM = b"\xef\xbb\xbf"
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
@@ -221,7 +222,7 @@ def parse_bytes(data: bytes, path: str = "", format: str | None = None) -> Parse
     if format == "auto":
         format = None  # detect it
     if format is not None and format not in FORMATS:
-        raise UserError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}")
+        raise UserError(f"{ref('format')} must be one of {', '.join(FORMATS)}, got {format!r}")
     parsed = ParsedFile(path=path, format=None)
     if data.startswith(UTF16_BOMS):
         parsed.errors.append(

@@ -18,6 +18,7 @@ from finetune.data.formats.lines import BOM
 from finetune.data.read import load_bytes, problems_text, split_lines
 from finetune.data.types import Conversation, ParsedFile
 from finetune.errors import UserError
+from finetune.wording import ref
 
 SKIPPED_FILE = "skipped.jsonl"
 # Reported on line 1, but a problem of the file's encoding: no line can be left out to get around it.
@@ -30,11 +31,13 @@ def usable_conversations(parsed: ParsedFile, skip_invalid: bool) -> tuple[list[C
         return parsed.conversations, []
     problems = problems_text(parsed)
     if not skip_invalid:
-        raise UserError(f"{problems}\nOr pass --skip-invalid to train on the valid lines only.")
+        raise UserError(f"{problems}\nOr pass {ref('skip_invalid')} to train on the valid lines only.")
     if any(p.line is None or p.code in WHOLE_FILE_CODES for p in parsed.errors):
-        raise UserError(f"{problems}\n--skip-invalid skips lines; it cannot skip a problem of the whole file.")
+        raise UserError(f"{problems}\n{ref('skip_invalid')} skips lines; it cannot skip a problem of the whole file.")
     if not parsed.conversations:
-        raise UserError(f"{problems}\n--skip-invalid: no line of the file is valid, so there is nothing to train on.")
+        raise UserError(
+            f"{problems}\n{ref('skip_invalid')}: no line of the file is valid, so there is nothing to train on."
+        )
     return parsed.conversations, skipped_lines(parsed)
 
 

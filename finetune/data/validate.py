@@ -33,6 +33,7 @@ from finetune.data.show import ShownRecord, print_records, shown_record
 from finetune.data.stats import RecordTokens, build_all_records, estimate_record_tokens, summarize
 from finetune.data.types import IGNORE_INDEX, ParsedFile, Problem, Record, RecordPolicy, Truncation
 from finetune.errors import RecordError, UserError
+from finetune.wording import ref, render, rendered
 
 # Codes found with the model's tokenizer (the reader's codes live in finetune.data.read).
 TOO_LONG = "too_long"  # error with --strict only: the record would be split, shortened or dropped
@@ -309,7 +310,7 @@ def run_validate(
     shown = _shown(result, show, tokenizer)
     if as_json:
         document = result.to_dict() | ({"shown": [s.to_dict() for s in shown]} if show else {})
-        print(json.dumps(document, ensure_ascii=True))  # ASCII: safe whatever the terminal's encoding
+        print(json.dumps(rendered(document), ensure_ascii=True))  # ASCII: safe whatever the terminal's encoding
     else:
         forced = format not in (None, "auto")
         _print_report(result, shown, show, "--format" if forced else "detected")
@@ -366,7 +367,7 @@ def _print_problems(console: Console, path: str, title: str, problems: list[Prob
     console.print(f"{title} ({len(problems)}):", style=f"bold {style}", markup=False)
     for p in problems:
         where = f"{path}:{p.line}" if p.line is not None else path
-        console.print(f"{where} [{p.code}] {p.message}", style=style, markup=False)
+        console.print(f"{where} [{p.code}] {render(p.message)}", style=style, markup=False)
 
 
 def _stats_table(stats: dict) -> Table:
@@ -393,7 +394,7 @@ def _stats_table(stats: dict) -> Table:
     table.add_row(
         "max sequence length",
         f"{stats['max_seq_len']:,}",
-        f"tokens: {stats['max_seq_len_reason'] or 'your --max-seq-len'}",
+        f"tokens: {render(stats['max_seq_len_reason'] or 'your ' + ref('max_seq_len'))}",
     )
     long = stats["long_records"]
     table.add_row(

@@ -15,6 +15,7 @@ from finetune.data.read import duplicates_summary
 from finetune.plan.auto import DEFAULT_WARMUP_RATIO, USUAL_MAX_EPOCHS
 from finetune.plan.memory import gib
 from finetune.plan.model_facts import ModelFacts
+from finetune.wording import ref
 
 if TYPE_CHECKING:
     from finetune.data.types import DataSummary
@@ -82,7 +83,7 @@ def few_total_steps(ctx: AdviceContext) -> dict | None:
         f"batch of {p.effective_batch}): too few for warmup and decay to work"
     )
     if p.total_steps < p.planned_steps:
-        return _warning("few_total_steps", message + f" (--max-steps {ctx.config.max_steps} cuts the run).")
+        return _warning("few_total_steps", message + f" ({ref('max_steps', ctx.config.max_steps)} cuts the run).")
     per_step = p.grad_accum * p.devices
     enough = [
         b for b in range(p.batch_size - 1, 0, -1) if math.ceil(p.data.examples / (b * per_step)) * p.epochs >= MIN_STEPS
@@ -102,15 +103,15 @@ def warmup_steps_large_share(ctx: AdviceContext) -> dict | None:
         return None
     auto_steps = round(DEFAULT_WARMUP_RATIO * p.total_steps)
     if given >= p.total_steps:
-        head = f"--warmup-steps {given} is as long as the whole {p.total_steps}-step run (cut to {p.warmup_steps}): the rate never decays"
+        head = f"{ref('warmup_steps', given)} is as long as the whole {p.total_steps}-step run (cut to {p.warmup_steps}): the rate never decays"
     else:
         head = (
-            f"--warmup-steps {given} is {given / p.total_steps:.0%} of a {p.total_steps}-step run: the learning rate "
+            f"{ref('warmup_steps', given)} is {given / p.total_steps:.0%} of a {p.total_steps}-step run: the learning rate "
             "spends that much of the run still climbing"
         )
     return _warning(
         "warmup_steps_large_share",
-        f"{head}. Give warmup as a ratio instead (--warmup-ratio; Auto: {DEFAULT_WARMUP_RATIO:.0%} = {auto_steps} steps).",
+        f"{head}. Give warmup as a ratio instead ({ref('warmup_ratio')}; Auto: {DEFAULT_WARMUP_RATIO:.0%} = {auto_steps} steps).",
     )
 
 
@@ -122,8 +123,8 @@ def batch_changed_lr_not(ctx: AdviceContext) -> dict | None:
         return _warning(
             "batch_changed_lr_not",
             f"you set the batch size (effective batch {p.effective_batch}; Auto's would be {ctx.auto_effective_batch}) "
-            f"but not --lr: Auto scaled the learning rate to {p.learning_rate:g} for your batch (it grows with the "
-            "square root of the batch). Give --lr to fix it yourself.",
+            f"but not {ref('lr')}: Auto scaled the learning rate to {p.learning_rate:g} for your batch (it grows with the "
+            f"square root of the batch). Give {ref('lr')} to fix it yourself.",
         )
     ratio = p.learning_rate / ctx.auto_lr_for_batch
     if 1 / LR_TOLERANCE <= ratio <= LR_TOLERANCE:
@@ -131,7 +132,7 @@ def batch_changed_lr_not(ctx: AdviceContext) -> dict | None:
     return _warning(
         "batch_changed_lr_not",
         f"you changed the batch size (effective batch {p.effective_batch}; Auto's would be "
-        f"{ctx.auto_effective_batch}) but kept --lr {p.learning_rate:g}; for an effective batch of "
+        f"{ctx.auto_effective_batch}) but kept {ref('lr', format(p.learning_rate, 'g'))}; for an effective batch of "
         f"{p.effective_batch} Auto would use {ctx.auto_lr_for_batch:g} (the rate grows with the square root of the batch).",
     )
 
@@ -143,7 +144,7 @@ def small_validation_set(ctx: AdviceContext) -> dict | None:
     return _warning(
         "small_validation_set",
         f"only {val} validation records: the validation loss will be too noisy to tell over- from underfitting "
-        f"(aim for {MIN_VAL_RECORDS}+: raise --val-fraction, add data, or give --val-file).",
+        f"(aim for {MIN_VAL_RECORDS}+: raise {ref('val_fraction')}, add data, or give {ref('val_file')}).",
     )
 
 
@@ -166,7 +167,7 @@ def val_file_emptied(ctx: AdviceContext) -> dict | None:
     return _warning(
         "val_file_emptied",
         f"validation is off: {why} ({ctx.config.val_file}), so the run cannot show over- or underfitting; "
-        "give a --val-file with conversations that are not in the training data.",
+        f"give {ref('val_file')} with conversations that are not in the training data.",
     )
 
 
@@ -210,7 +211,7 @@ def skipped_lines(ctx: AdviceContext) -> dict | None:
     where = f"{ctx.config.out}/skipped.jsonl" if ctx.config.out else "OUT/skipped.jsonl when training"
     return _warning(
         "skipped_lines",
-        f"{d.skipped_lines} invalid line(s) of the data are left out (--skip-invalid), each listed with its codes in "
+        f"{d.skipped_lines} invalid line(s) of the data are left out ({ref('skip_invalid')}), each listed with its codes in "
         f"{where}; `finetune validate` shows them.",
     )
 
@@ -231,7 +232,7 @@ def records_differ_from_conversations(ctx: AdviceContext) -> dict | None:
     return _warning(
         "records_differ_from_conversations",
         f"{p.data.examples:,} training records come from {p.data.conversations:,} conversations{messages} "
-        f"(--record-policy {ctx.config.record_policy}): steps, batches and epochs count records, not conversations.",
+        f"({ref('record_policy', ctx.config.record_policy)}): steps, batches and epochs count records, not conversations.",
     )
 
 
@@ -257,20 +258,20 @@ def does_not_fit_device(ctx: AdviceContext) -> dict | None:
         return None
     ideas = []
     if p.method == "full":
-        ideas.append("--method lora")
+        ideas.append(ref("method", "lora"))
     if p.batch_size > 1:
-        ideas.append("a smaller --batch-size with a larger --grad-accum")
+        ideas.append(f"a smaller {ref('batch_size')} with a larger {ref('grad_accum')}")
     if not p.gradient_checkpointing:
-        ideas.append("--gradient-checkpointing on")
+        ideas.append(ref("gradient_checkpointing", "on"))
     if p.method == "full" and p.shard != "full":
-        ideas.append("more --devices with --shard full")
+        ideas.append(f"more {ref('devices')} with {ref('shard', 'full')}")
     larger = [name for name in m.fits if name != m.device]
     if larger:
         ideas.append(f"a larger device ({', '.join(larger)})")
     return _warning(
         "does_not_fit_device",
         f"needs about {gib(m.total)} per device, more than {m.device} ({gib(m.device_bytes)})"
-        + (" (assumed: no --gpu given)" if m.device_assumed else "")
+        + (f" (assumed: no {ref('gpu')} given)" if m.device_assumed else "")
         + (f". Try {'; or '.join(ideas)}." if ideas else "."),
     )
 
@@ -281,7 +282,7 @@ def max_steps_cuts_run(ctx: AdviceContext) -> dict | None:
         return None
     return _warning(
         "max_steps_cuts_run",
-        f"--max-steps {ctx.config.max_steps} cuts the planned {p.planned_steps} steps ({p.epochs} epochs) to "
+        f"{ref('max_steps', ctx.config.max_steps)} cuts the planned {p.planned_steps} steps ({p.epochs} epochs) to "
         f"{p.total_steps}: records are seen about {p.times_each_example_seen} time(s), and the schedule spans "
         f"the {p.total_steps} steps.",
     )
@@ -324,7 +325,7 @@ def unknown_device(ctx: AdviceContext) -> dict | None:
         return None
     return _warning(
         "unknown_device",
-        f"--gpu {ctx.config.gpu} is not a device the plan knows; sized against {ctx.plan.memory.device} instead "
+        f"{ref('gpu', ctx.config.gpu)} is not a device the plan knows; sized against {ctx.plan.memory.device} instead "
         "(known: l4-24gb, a100-40gb, a100-80gb, h100-80gb, h200-141gb, cpu).",
     )
 

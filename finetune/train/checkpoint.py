@@ -43,6 +43,7 @@ from finetune.train.state_files import (
     state_file_names,
     write_state,
 )
+from finetune.wording import ref
 
 STEP_PREFIX = "step-"
 MANIFEST = "manifest.json"
@@ -233,7 +234,7 @@ def save_checkpoint(
         if disk_full:
             raise DiskFull(
                 f"disk full while saving step {state.step} to {where}; {last_good_step(out)}. "
-                "Free some space and run the same command with --resume."
+                f"Free some space and run the same command with {ref('resume')}."
             ) from None
         if isinstance(exc, OSError):
             raise UserError(
@@ -316,10 +317,10 @@ class ResumePoint:
         """One line for the user: what was found and where the run continues."""
         damaged = "; ".join(f"{p.name} is damaged: {why}" for p, why in self.damaged)
         if self.folder is not None:
-            return f"--resume: {damaged}; resuming from {self.folder.name}" if damaged else ""
+            return f"{ref('resume')}: {damaged}; resuming from {self.folder.name}" if damaged else ""
         if damaged:
-            return f"--resume: no usable checkpoint in {out / 'checkpoints'} ({damaged}); starting from step 0"
-        return f"--resume: {out / 'checkpoints'} holds no checkpoint yet; starting from step 0"
+            return f"{ref('resume')}: no usable checkpoint in {out / 'checkpoints'} ({damaged}); starting from step 0"
+        return f"{ref('resume')}: {out / 'checkpoints'} holds no checkpoint yet; starting from step 0"
 
 
 def find_resume_point(out: Path) -> ResumePoint:
@@ -389,7 +390,7 @@ def _read_state(folder: Path, name: str):
         return _load_legacy(folder / f"{name}.pt")
     except Exception:  # never the unpickler's own advice, which is to turn its safety off
         raise UserError(
-            f"--resume: the {name} state of {folder} cannot be read back (forged or damaged; nothing in it was run); "
+            f"{ref('resume')}: the {name} state of {folder} cannot be read back (forged or damaged; nothing in it was run); "
             f"move {folder.name} aside and resume again from the checkpoint before it"
         ) from None
 

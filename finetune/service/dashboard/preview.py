@@ -15,7 +15,8 @@ from __future__ import annotations
 import math
 
 from finetune.config import AUTO
-from finetune.data.preference import is_preference_file, read_preferences, split_pairs
+from finetune.data.pairs import split_pairs
+from finetune.data.preference import is_preference_file, read_preferences
 from finetune.data.read import read_file
 from finetune.data.show import shown_record
 from finetune.data.split import auto_val_fraction, split_conversations
