@@ -14,10 +14,8 @@ from that checkpoint (`--resume`), which reproduces an uninterrupted run's weigh
 from __future__ import annotations
 
 import contextlib
-import csv
 import ctypes
 import dataclasses
-import io
 import json
 import os
 import signal
@@ -31,17 +29,13 @@ from pathlib import Path
 
 from finetune.errors import ERROR_FILE_ENV, UserError
 from finetune.service import core
+from finetune.service.events import checkpoint_metrics, diagnosis_event, metrics_event, results_csv
 from finetune.service.objects import fine_tuned_model_name, method_type
 from finetune.service.presence import WorkerPresence
 from finetune.service.settings import ServiceSettings
 from finetune.service.store import Claim, LeaseLost, Store, new_id, now
 from finetune.wording import AUDIENCE_ENV, render
 
-RESULTS_COLUMNS = ["step", "train_loss", "train_accuracy", "valid_loss", "valid_mean_token_accuracy"]
-# report.json's diagnosis kinds (finetune/report) that are no cause for concern
-HEALTHY_DIAGNOSES = ("good_fit", "healthy_preference")
-# a preference (DPO) run's own per-step metrics, carried into metrics events as the run logged them
-PREFERENCE_METRICS = ("reward_margin", "reward_accuracy", "chosen_logp", "rejected_logp")
 # (config path, run folder, resume) -> the trainer's command line: `finetune train` (tests pass a stand-in)
 TrainCommand = Callable[[Path, Path, bool], list[str]]
 
@@ -406,54 +400,6 @@ class LeaseKeeper(threading.Thread):
     def stop(self) -> None:
         self._done.set()
         self.join()
-
-
-def metrics_event(row: dict, total: int | None) -> dict:
-    val = row.get("val_loss")
-    data = {
-        "step": row["step"],
-        "total_steps": total,
-        "train_loss": row.get("train_loss"),
-        "valid_loss": val,
-        "full_valid_loss": val,  # our validation always covers the whole held-out set
-        "train_mean_token_accuracy": None,
-        "valid_mean_token_accuracy": None,
-        "full_valid_mean_token_accuracy": None,
-    }
-    for name in PREFERENCE_METRICS:
-        data |= {key: row[key] for key in (name, f"val_{name}") if row.get(key) is not None}
-    message = f"Step {row['step']}/{total}: training loss={row.get('train_loss', float('nan')):.4f}"
-    if val is not None:
-        message += f", validation loss={val:.4f}"
-    return {"message": message, "type": "metrics", "data": data}
-
-
-def checkpoint_metrics(row: dict) -> dict:
-    val = row.get("val_loss")
-    found = {"step": row["step"], "train_loss": row.get("train_loss"), "valid_loss": val, "full_valid_loss": val}
-    return {k: v for k, v in found.items() if v is not None}
-
-
-def diagnosis_event(report: dict) -> dict | None:
-    """The report's diagnosis and next step in plain words: info when the run went well, a warning otherwise."""
-    diagnosis = report.get("diagnosis") or {}
-    if not diagnosis.get("message"):
-        return None
-    kind = diagnosis.get("kind")
-    text = " ".join(x for x in (diagnosis.get("message"), diagnosis.get("next_step")) if x)
-    level = "info" if kind in HEALTHY_DIAGNOSES else "warn"
-    return {"message": f"Diagnosis ({kind}): {text}", "level": level, "data": {"diagnosis": kind}}
-
-
-def results_csv(rows: list[dict]) -> str:
-    """OpenAI's results file: one row per step; accuracy columns stay empty (not measured)."""
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(RESULTS_COLUMNS)
-    for row in rows:
-        val = row.get("val_loss")
-        writer.writerow([row["step"], f"{row['train_loss']:.5f}", "", "" if val is None else f"{val:.5f}", ""])
-    return out.getvalue()
 
 
 def _trainer_error(log_path: Path, kind: str) -> str:

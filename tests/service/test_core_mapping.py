@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from finetune.service.core import SettingsError, settings_from_hyperparameters
-from finetune.service.worker import diagnosis_event, metrics_event, results_csv
+from finetune.service.events import diagnosis_event, metrics_event, results_csv
 
 
 def test_openai_names_map_to_run_config():
