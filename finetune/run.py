@@ -135,10 +135,16 @@ def _run(config: RunConfig, plan: Plan | None, on_plan, on_step, objective: Obje
 
 
 def plan_run(
-    config: RunConfig, out: Path | None = None, ctx: DistContext | None = None, measure: bool = True
+    config: RunConfig,
+    out: Path | None = None,
+    ctx: DistContext | None = None,
+    measure: bool = True,
+    speed_of: Callable[[str, str, int], float | None] | None = None,
 ) -> PlannedRun:
     """Hold out the test set (into `out`), prepare the data, plan: what `finetune plan` and the worker do.
-    `measure`: time a few training steps of the model on this machine for the time estimate (cached)."""
+    `measure`: time a few training steps of the model on this machine for the time estimate (cached);
+    `speed_of(model, trained_weights, seq_len)`: the speed of the machine the run will train on, when it is
+    another one (the service's API planning for its workers)."""
     ctx = ctx or DistContext()
     if config.gpu is None:  # size memory and time for the machine the run is planned on
         config = dataclasses.replace(config, gpu=local_device_kind(ctx.device))
@@ -155,17 +161,19 @@ def plan_run(
         prepared.summary,
         load_model_facts(config.model),
         step_tokens=lambda effective, steps: schedule_tokens(lengths, effective, config.seed, config.last_batch, steps),
-        speed=_speed_here(config, prepared.summary, ctx.device, measure) if config.model else None,
+        speed=_speed_for(config, prepared.summary, ctx.device, measure, speed_of) if config.model else None,
     )
     return PlannedRun(config, tokenizer, prepared, plan)
 
 
-def _speed_here(config: RunConfig, summary, device, measure: bool) -> float | None:
-    """Training tokens/s of this machine with this model (a few timed steps, cached): when the plan is for this
-    machine's device; `measure=False` reads the cache only."""
+def _speed_for(config: RunConfig, summary, device, measure: bool, speed_of) -> float | None:
+    """Training tokens/s with this model on the machine the run will train on: `speed_of`'s, or this machine's
+    (a few timed steps, cached) when the plan is for this machine's device; `measure=False` reads the cache only."""
+    seq_len = summary.max_record_tokens or summary.max_seq_len or 1024  # the longest record as it will train
+    if speed_of is not None:
+        return speed_of(config.model, config.trained_weights, seq_len)
     if resolve_device(config.gpu)[0].name != local_device_kind(device):
         return None  # a what-if for another device: this machine's speed says nothing about it
-    seq_len = summary.max_record_tokens or summary.max_seq_len or 1024  # the longest record as it will train
     if not measure:
         return cached_speed(config.model, config.trained_weights, seq_len, device)
     return training_speed(config.model, config.trained_weights, seq_len, device, config.trust_remote_code)

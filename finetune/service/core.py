@@ -163,11 +163,13 @@ def scrub(message: str, path: Path, shown_name: str) -> str:
 # ---------------------------------------------------------------------------------------------- plan
 
 
-def plan_job(config: RunConfig, out: Path | None = None):
-    """The job's first half of a run (test set held out into `out`, data prepared, plan): the one planning of it."""
+def plan_job(config: RunConfig, out: Path | None = None, speed_of=None):
+    """The job's first half of a run (test set held out into `out`, data prepared, plan): the one planning of it.
+    In a worker the model's speed is measured on its machine (cached); the API passes the pool's (`speed_of`)
+    and never loads the model."""
     from finetune.run import plan_run
 
-    return plan_run(config, out)
+    return plan_run(config, out, measure=speed_of is None, speed_of=speed_of)
 
 
 def resolved_hyperparameters(plan: Plan, method_type: str) -> dict:

@@ -137,7 +137,7 @@ workers = Table(
     Column("last_heartbeat", Float, nullable=False),
     Column("devices", Integer),  # the devices a job may use on it (None: any number of CPU processes)
     Column("device_kind", String(64), nullable=False),  # "cpu", "h100-80gb", ...
-    Column("measured_tokens_per_s", Float),  # filled by a later measurement; None until then
+    Column("speeds", JSON),  # training tokens/s of one device it measured, by model, method and length (speed.py)
     Column("draining", Boolean, nullable=False, default=False, server_default=false()),  # stopping: takes no job
     Column("stopped_at", BigInteger),  # it said goodbye (a killed worker just stops beating)
 )

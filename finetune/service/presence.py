@@ -29,10 +29,12 @@ class WorkerPresence(threading.Thread):
         devices: int | None,
         device_kind: str,
         stopping: threading.Event,
+        speeds: dict[str, float] | None = None,
     ) -> None:
         super().__init__(name=f"presence-{name}", daemon=True)
         self.store, self.worker, self.settings = store, name, settings
         self.devices, self.device_kind = devices, device_kind
+        self.speeds = speeds or {}  # what this machine measured before (train/speed.py), reported at registration
         self.stopping = stopping  # the worker's own: set, it finishes its job and takes no other (draining)
         self.registered = False
         self._done = threading.Event()
@@ -49,7 +51,7 @@ class WorkerPresence(threading.Thread):
         try:
             if not self.registered:
                 host, pid = socket.gethostname(), os.getpid()
-                self.store.register_worker(self.worker, host, pid, self.devices, self.device_kind)
+                self.store.register_worker(self.worker, host, pid, self.devices, self.device_kind, self.speeds)
                 self.registered = True
             else:
                 self.store.worker_heartbeat(self.worker, self.stopping.is_set())

@@ -432,7 +432,9 @@ class Store:
 
     # ------------------------------------------------------------------ the workers registry
 
-    def register_worker(self, name: str, host: str, pid: int, devices: int | None, device_kind: str) -> None:
+    def register_worker(
+        self, name: str, host: str, pid: int, devices: int | None, device_kind: str, speeds: dict | None = None
+    ) -> None:
         """A worker starting (a name seen before, e.g. a reused pid, starts afresh); goodbyes older than a day go."""
         t = time.time()
         with self._write() as conn:
@@ -446,6 +448,7 @@ class Store:
                     last_heartbeat=t,
                     devices=devices,
                     device_kind=device_kind,
+                    speeds=speeds or {},
                     draining=False,
                 )  # fmt: skip
             )
@@ -455,6 +458,12 @@ class Store:
             conn.execute(
                 update(workers).where(workers.c.name == name).values(last_heartbeat=time.time(), draining=draining)
             )
+
+    def record_worker_speed(self, name: str, key: str, tokens_per_s: float) -> None:
+        """A speed the worker measured (train/speed.py's key without the machine: model, method, length)."""
+        with self._write() as conn:
+            known = conn.execute(select(workers.c.speeds).where(workers.c.name == name)).scalar() or {}
+            conn.execute(update(workers).where(workers.c.name == name).values(speeds={**known, key: tokens_per_s}))
 
     def live_workers(self, lease_seconds: float) -> list[dict]:
         """Workers that beat within the lease time and have not said goodbye (draining ones included)."""

@@ -34,6 +34,7 @@ from finetune.service.objects import fine_tuned_model_name, method_type
 from finetune.service.presence import WorkerPresence
 from finetune.service.settings import ServiceSettings
 from finetune.service.store import Claim, LeaseLost, Store, new_id, now
+from finetune.train.speed import local_device_kind, speed_key, speeds_measured_here, torch_device
 from finetune.wording import AUDIENCE_ENV, render
 
 # (config path, run folder, resume) -> the trainer's command line: `finetune train` (tests pass a stand-in)
@@ -70,8 +71,6 @@ class Worker:
         self.train_command = train_command
         self.stopping = threading.Event()
         self.max_devices = settings.worker_devices or local_gpus()
-        from finetune.train.speed import local_device_kind
-
         self.device_kind = local_device_kind()
 
     # ------------------------------------------------------------------ the loop
@@ -79,8 +78,9 @@ class Worker:
     def run_forever(self) -> None:
         # in the workers registry (presence.py) while it runs: /healthz counts it, plans read its device
         presence = WorkerPresence(
-            self.store, self.name, self.settings, self.max_devices, self.device_kind, self.stopping
-        )
+            self.store, self.name, self.settings, self.max_devices, self.device_kind, self.stopping,
+            speeds_measured_here(torch_device()),
+        )  # fmt: skip
         presence.start()
         try:
             while not self.stopping.is_set():
@@ -239,6 +239,10 @@ class Worker:
             return False
         kind = method_type(job)
         core.write_plan(plan, plan_path, kind)
+        if plan.cost.tokens_per_s:  # measured here while planning: the API's next plans use it (service/pool.py)
+            seq_len = plan.data.max_record_tokens or plan.max_seq_len
+            key = speed_key(plan.run.model, plan.method, seq_len)
+            self.store.record_worker_speed(self.name, key, plan.cost.tokens_per_s)
         resolved = core.resolved_hyperparameters(plan, kind)
         summary = (
             f"Planned {plan.total_steps} steps: {plan.epochs} epoch(s) of {plan.data.examples} examples, "

@@ -49,9 +49,14 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def torch_device() -> torch.device:
+    """The device a single process of this machine trains on."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
 def local_device_kind(device: torch.device | None = None) -> str:
     """The device this process trains on, as the plan's device table names it ("cpu" without a GPU)."""
-    device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = device or torch_device()
     if device.type != "cuda":
         return "cpu"
     from finetune.plan.memory import device_for_name
@@ -64,10 +69,20 @@ def machine_key(device: torch.device) -> str:
     return f"{_cpu_name()}|{os.cpu_count()} cores|{torch.get_num_threads()} threads|torch {torch.__version__}|{gpu}"
 
 
-def _key(model: str, trained_weights: str, seq_len: int, device: torch.device) -> str:
+def speed_key(model: str, trained_weights: str, seq_len: int) -> str:
+    """What a measurement is of, whatever the machine: the model's identity, the method, the measured length."""
     identity = model_identity(model)
-    what = identity.get("sha256") or identity["name"]
-    return f"{machine_key(device)}|{what}|{trained_weights}|{seq_len}"
+    return f"{identity.get('sha256') or identity['name']}|{trained_weights}|{measured_length(seq_len)}"
+
+
+def _key(model: str, trained_weights: str, seq_len: int, device: torch.device) -> str:
+    return f"{machine_key(device)}|{speed_key(model, trained_weights, seq_len)}"
+
+
+def speeds_measured_here(device: torch.device) -> dict[str, float]:
+    """Every speed this machine measured, by `speed_key` (what a service worker reports when it registers)."""
+    prefix = machine_key(device) + "|"
+    return {k[len(prefix) :]: float(v["tokens_per_s"]) for k, v in _read().items() if k.startswith(prefix)}
 
 
 def measured_length(seq_len: int) -> int:

@@ -20,8 +20,8 @@ from finetune.data.preference import is_preference_file, read_preferences
 from finetune.data.read import read_file
 from finetune.data.show import shown_record
 from finetune.data.split import auto_val_fraction, split_conversations
-from finetune.data.stats import RecordTokens, count_record_tokens, estimate_record_tokens
-from finetune.data.types import Problem
+from finetune.data.stats import RecordTokens, estimate_record_tokens
+from finetune.data.types import Problem, Truncation
 from finetune.data.validate import TEMPLATE_MISMATCH, validate_parsed
 from finetune.errors import RecordError
 
@@ -173,7 +173,11 @@ class PreferencePreview:
     def _count(self, record, chat) -> RecordTokens:
         if chat is None:
             return estimate_record_tokens(record, self.max_seq_len)
-        return count_record_tokens(record, chat, self.max_seq_len)
+        # the pair's answer as training reads it: context cut from the left, targets counted on the whole record
+        outcome = chat.tokenize(record, self.max_seq_len, Truncation.LEFT)
+        whole = outcome.record or chat.tokenize(record, outcome.total_tokens, Truncation.LEFT).record
+        target = whole.num_targets if whole is not None else 0
+        return RecordTokens(record, outcome.total_tokens, target, outcome.cut_tokens, outcome.record, outcome.dropped)
 
     @staticmethod
     def _fraction(val_fraction: float | str, prompts: int) -> tuple[float, str]:

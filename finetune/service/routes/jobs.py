@@ -5,6 +5,7 @@ idempotent (idempotency.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from finetune.service.errors import APIError, not_found
 from finetune.service.idempotency import digest_json, once
 from finetune.service.integrations import run_settings_for
 from finetune.service.objects import checkpoint_object, event_object, job_object, page_object
+from finetune.service.pool import pool_for
 from finetune.service.protocol import MAX_SEED, BodyError, JobCreate, parse_body
 from finetune.service.routes.files import find_file
 from finetune.service.store import IllegalTransition, Page
@@ -243,8 +245,11 @@ async def plan(request: Request, tenant: str = Depends(current_tenant)) -> dict:
     data = files_dir / training["id"]
     val = files_dir / validation["id"] if validation else None
     config = core.run_config(run_settings, str(data), location, body.seed or 0, str(val) if val else None)
+    pool = pool_for(store_of(request), settings_of(request), config.devices)  # sized for the workers, never assumed
+    if pool.device_kind is not None:
+        config = dataclasses.replace(config, gpu=pool.device_kind)
     try:
-        plan = (await run_in_threadpool(core.plan_job, config)).plan
+        plan = (await run_in_threadpool(core.plan_job, config, None, pool.speed_of)).plan
     except UserError as exc:
         error = core.planning_error(
             exc, config, data, training["filename"], val, validation["filename"] if validation else None
@@ -254,6 +259,8 @@ async def plan(request: Request, tenant: str = Depends(current_tenant)) -> dict:
         {str(val): validation["filename"]} if val else {}
     )
     answer = core.plan_answer(plan, body.model, {}) | {"object": "fine_tuning.plan", "training_file": training["id"]}
+    if pool.problem:
+        answer["warnings"].append({"code": "no_worker_can_run_it", "message": pool.problem, "settings": []})
     return without_server_paths(answer, shown, settings_of(request).data_dir)
 
 
