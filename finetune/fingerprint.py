@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from finetune.errors import UserError
-from finetune.settings import settings
+from finetune.settings import in_a_sentence, settings
 from finetune.wording import ref
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors format's own limit
@@ -53,9 +53,7 @@ def identities() -> dict[str, Identity]:
 
 
 def _noun(label: str) -> str:
-    first = label.split()[0]
-    keep = any(ch.isupper() for ch in first[1:])  # LoRA, SFT: names that keep their capitals
-    return "the " + (label if keep else label[0].lower() + label[1:])
+    return "the " + in_a_sentence(label)
 
 
 @dataclass(frozen=True)

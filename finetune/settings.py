@@ -77,6 +77,12 @@ def about(default: Any, label: str, **facts: Any) -> Any:
     return dataclasses.field(default=default, metadata={"about": About(label, **facts)})
 
 
+def in_a_sentence(label: str) -> str:
+    """A label as words inside a sentence: "Learning rate" -> "learning rate"; "LoRA rank" keeps its capitals."""
+    first = label.split(" ", 1)[0]
+    return label if any(ch.isupper() for ch in first[1:]) else label[:1].lower() + label[1:]
+
+
 def flag_of(name: str) -> str:
     return "--" + name.replace("_", "-")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from finetune.run_folder import RunWeights, read_json
+from finetune.settings import in_a_sentence
 
 # the plan keys the card shows, in this order (their labels are declared with each setting, or on Plan)
 HYPERPARAMETERS = (
@@ -121,7 +122,7 @@ def _hyperparameters(plan: dict) -> list[str]:
         if plan.get(key) is None:
             continue
         reason = auto.get(key) or ("set for this run (not chosen by Auto)" if _auto_capable(key) else "")
-        lines.append(f"| {labels[key]} | {_number(plan[key])} | {reason.replace('|', '/')} |")
+        lines.append(f"| {in_a_sentence(labels[key])} | {_number(plan[key])} | {reason.replace('|', '/')} |")
     return [*lines, ""]
 
 

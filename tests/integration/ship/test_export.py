@@ -103,7 +103,7 @@ def test_model_card_is_real(lora_run, tmp_path):
     held_out = json.loads((lora_run / "test_split.json").read_text())["conversations"]
     assert f"| test conversations (held out before training) | {held_out} |" in card
     # the fixture gives --lr and --batch-size: the card says they were set, not chosen by Auto
-    assert f"| Learning rate | {plan['learning_rate']:.4g} | set for this run (not chosen by Auto) |" in card
+    assert f"| learning rate | {plan['learning_rate']:.4g} | set for this run (not chosen by Auto) |" in card
     assert f"| epochs | {plan['epochs']} | set for this run (not chosen by Auto) |" in card
     config = json.loads((out / "config.json").read_text())
     assert config["dtype"] == "bfloat16"
