@@ -36,7 +36,7 @@ def create_app(settings: ServiceSettings, store: Store | None = None) -> FastAPI
     def healthz() -> dict:
         """Liveness (always 200 once serving), and how many workers are live (a heartbeat within the lease time
         and not stopping): with none, jobs wait `queued`, and a warning says so."""
-        live = [w for w in store.live_workers(settings.lease_seconds) if not w["draining"]]
+        live = [w for w in store.workers.live(settings.lease_seconds) if not w["draining"]]
         answer: dict = {"status": "ok", "workers": len(live)}
         if not live:
             answer["warnings"] = [NO_WORKER_WARNING]

@@ -55,7 +55,7 @@ async def once(
         raise APIError(400, f"Idempotency-Key must be 1-{MAX_KEY} characters.", "invalid_value", "Idempotency-Key")
     body_sha256 = digest()
     store = store_of(request)
-    first = store.begin_idempotent(tenant, key, route, body_sha256)
+    first = store.idempotency.begin(tenant, key, route, body_sha256)
     if first is not None:
         if first["body_sha256"] != body_sha256:
             raise APIError(
@@ -76,7 +76,7 @@ async def once(
     try:
         object_id, answer = await make()
     except BaseException:
-        store.drop_idempotent(tenant, key, route)
+        store.idempotency.drop(tenant, key, route)
         raise
-    store.finish_idempotent(tenant, key, route, object_id, answer)
+    store.idempotency.finish(tenant, key, route, object_id, answer)
     return answer

@@ -34,7 +34,7 @@ class Pool:
 def pool_for(store: Store, settings: ServiceSettings, devices: int) -> Pool:
     """Where a job of `devices` devices would run: the live workers able to take it, the one with measurements
     first (its device and speeds size the plan)."""
-    live = store.live_workers(settings.lease_seconds)
+    live = store.workers.live(settings.lease_seconds)
     able = [w for w in live if not w["draining"] and (w["devices"] is None or w["devices"] >= devices)]
     if not able:
         problem = (

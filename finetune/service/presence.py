@@ -51,10 +51,10 @@ class WorkerPresence(threading.Thread):
         try:
             if not self.registered:
                 host, pid = socket.gethostname(), os.getpid()
-                self.store.register_worker(self.worker, host, pid, self.devices, self.device_kind, self.speeds)
+                self.store.workers.register(self.worker, host, pid, self.devices, self.device_kind, self.speeds)
                 self.registered = True
             else:
-                self.store.worker_heartbeat(self.worker, self.stopping.is_set())
+                self.store.workers.heartbeat(self.worker, self.stopping.is_set())
         except Exception as exc:  # a database hiccup: the next beat tries again
             print(f"worker {self.worker}: heartbeat failed: {type(exc).__name__}", file=sys.stderr)
 
@@ -63,6 +63,6 @@ class WorkerPresence(threading.Thread):
         if self.is_alive():
             self.join()
         try:
-            self.store.forget_worker(self.worker)
+            self.store.workers.forget(self.worker)
         except Exception as exc:  # it stops beating anyway: no longer live after the lease time
             print(f"worker {self.worker}: could not say goodbye: {type(exc).__name__}", file=sys.stderr)

@@ -19,13 +19,13 @@ from finetune.service.db import (
     checkpoints,
     events,
     files,
-    idempotency_keys,
     jobs,
     make_engine,
     migrate,
     transaction,
-    workers,
 )
+from finetune.service.idempotency_keys import IdempotencyKeys
+from finetune.service.registry import WorkerRegistry
 
 TERMINAL = ("succeeded", "failed", "cancelled")
 CLAIMABLE = ("validating_files", "queued")
@@ -52,10 +52,6 @@ TRANSITIONS: dict[str, tuple[tuple[str, ...], str | None]] = {
 }
 CREATED = "queued"
 ACTIONS = ("cancel", "pause", "resume")  # what a caller may do (the rest are the worker's)
-
-
-DAY = 24 * 3600
-IDEMPOTENCY_ABANDONED_S = 600  # a request that held its key this long without an answer died: a retry redoes it
 
 
 class IllegalTransition(Exception):
@@ -101,6 +97,8 @@ def _one(result) -> dict | None:
 class Store:
     def __init__(self, url: str, engine: Engine | None = None) -> None:
         self.engine = engine or make_engine(url)
+        self.workers = WorkerRegistry(self.engine)  # who is alive, on what device (registry.py)
+        self.idempotency = IdempotencyKeys(self.engine)  # Idempotency-Key answers (idempotency_keys.py)
 
     def migrate(self) -> int:
         return migrate(self.engine)
@@ -428,110 +426,6 @@ class Store:
                 update(jobs)
                 .where(jobs.c.id == job_id, jobs.c.claim_token == token)
                 .values(claim_token=None, worker=None, lease_expires_at=None, **(values or {}))
-            )
-
-    # ------------------------------------------------------------------ the workers registry
-
-    def register_worker(
-        self, name: str, host: str, pid: int, devices: int | None, device_kind: str, speeds: dict | None = None
-    ) -> None:
-        """A worker starting (a name seen before, e.g. a reused pid, starts afresh); goodbyes older than a day go."""
-        t = time.time()
-        with self._write() as conn:
-            conn.execute(delete(workers).where(or_(workers.c.name == name, workers.c.stopped_at < int(t) - DAY)))
-            conn.execute(
-                insert(workers).values(
-                    name=name,
-                    host=host,
-                    pid=pid,
-                    started_at=int(t),
-                    last_heartbeat=t,
-                    devices=devices,
-                    device_kind=device_kind,
-                    speeds=speeds or {},
-                    draining=False,
-                )  # fmt: skip
-            )
-
-    def worker_heartbeat(self, name: str, draining: bool = False) -> None:
-        with self._write() as conn:
-            conn.execute(
-                update(workers).where(workers.c.name == name).values(last_heartbeat=time.time(), draining=draining)
-            )
-
-    def record_worker_speed(self, name: str, key: str, tokens_per_s: float) -> None:
-        """A speed the worker measured (train/speed.py's key without the machine: model, method, length)."""
-        with self._write() as conn:
-            known = conn.execute(select(workers.c.speeds).where(workers.c.name == name)).scalar() or {}
-            conn.execute(update(workers).where(workers.c.name == name).values(speeds={**known, key: tokens_per_s}))
-
-    def live_workers(self, lease_seconds: float) -> list[dict]:
-        """Workers that beat within the lease time and have not said goodbye (draining ones included)."""
-        with self._read() as conn:
-            return _rows(
-                conn.execute(
-                    select(workers)
-                    .where(workers.c.stopped_at.is_(None), workers.c.last_heartbeat >= time.time() - lease_seconds)
-                    .order_by(workers.c.started_at, workers.c.name)
-                )
-            )
-
-    def forget_worker(self, name: str) -> None:
-        """A worker stopping cleanly says goodbye (kept a day, for the last heartbeat it gave)."""
-        with self._write() as conn:
-            conn.execute(update(workers).where(workers.c.name == name).values(stopped_at=now(), draining=True))
-
-    # ------------------------------------------------------------------ Idempotency-Key
-
-    def begin_idempotent(self, tenant: str, key: str, route: str, body_sha256: str) -> dict | None:
-        """Hold `key` for this request; None when it is new (go on, then finish_idempotent or drop_idempotent).
-        Otherwise the row of the first request with that key (its `response` is None while that one runs).
-        Keys live a day; one whose request never finished is taken over after IDEMPOTENCY_ABANDONED_S."""
-        t = now()
-        with self._write() as conn:
-            mine = (
-                idempotency_keys.c.tenant == tenant,
-                idempotency_keys.c.key == key,
-                idempotency_keys.c.route == route,
-            )
-            row = _one(conn.execute(select(idempotency_keys).where(*mine)))
-            expired = row is not None and (
-                row["created_at"] < t - DAY
-                or (row["response"] is None and row["created_at"] < t - IDEMPOTENCY_ABANDONED_S)
-            )
-            if row is not None and not expired:
-                return row
-            if row is not None:
-                conn.execute(delete(idempotency_keys).where(*mine))
-            conn.execute(
-                insert(idempotency_keys).values(
-                    tenant=tenant, key=key, route=route, body_sha256=body_sha256, created_at=t
-                )
-            )
-            return None
-
-    def finish_idempotent(self, tenant: str, key: str, route: str, object_id: str, response: dict) -> None:
-        with self._write() as conn:
-            conn.execute(
-                update(idempotency_keys)
-                .where(
-                    idempotency_keys.c.tenant == tenant,
-                    idempotency_keys.c.key == key,
-                    idempotency_keys.c.route == route,
-                )
-                .values(object_id=object_id, response=response)
-            )
-
-    def drop_idempotent(self, tenant: str, key: str, route: str) -> None:
-        """The request failed: a retry with the same key may try again."""
-        with self._write() as conn:
-            conn.execute(
-                delete(idempotency_keys).where(
-                    idempotency_keys.c.tenant == tenant,
-                    idempotency_keys.c.key == key,
-                    idempotency_keys.c.route == route,
-                    idempotency_keys.c.response.is_(None),
-                )
             )
 
     def get_job_any(self, job_id: str) -> dict | None:

@@ -242,7 +242,7 @@ class Worker:
         if plan.cost.tokens_per_s:  # measured here while planning: the API's next plans use it (service/pool.py)
             seq_len = plan.data.max_record_tokens or plan.max_seq_len
             key = speed_key(plan.run.model, plan.method, seq_len)
-            self.store.record_worker_speed(self.name, key, plan.cost.tokens_per_s)
+            self.store.workers.record_speed(self.name, key, plan.cost.tokens_per_s)
         resolved = core.resolved_hyperparameters(plan, kind)
         summary = (
             f"Planned {plan.total_steps} steps: {plan.epochs} epoch(s) of {plan.data.examples} examples, "

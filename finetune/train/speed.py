@@ -27,9 +27,9 @@ import torch
 
 from finetune.fingerprint import model_identity
 
-TIMED_STEPS = 3
-ROWS = 2  # rows of one timed micro-batch
-MAX_LENGTH = 1024
+TIMED_STEPS = 2
+ROWS = 1  # rows of one timed micro-batch
+MAX_LENGTH = 512
 LORA_RANK = 16  # the adapter's rank barely changes a step's time: one measurement serves every rank
 
 
@@ -86,7 +86,7 @@ def speeds_measured_here(device: torch.device) -> dict[str, float]:
 
 
 def measured_length(seq_len: int) -> int:
-    """The sequence length a measurement uses: a power of two near the run's, at most 1024 (time per token hardly
+    """The sequence length a measurement uses: a power of two near the run's, at most 512 (time per token hardly
     changes beyond; a measurement must stay a few seconds)."""
     return min(MAX_LENGTH, 1 << max(6, (max(1, seq_len) - 1).bit_length()))
 

@@ -34,7 +34,7 @@ def test_untrusted_flag_values_are_flag_errors(flags, message, tmp_path):
 
 def _poison_after(after: int, how: str, monkeypatch):
     """From the step after `step` on, make the gradients (or the weights after the update) NaN."""
-    from finetune.train import recipe as run
+    from finetune.train import model as run  # model_for adds the adapter with this module's add_lora
 
     state = {"on": False}
     real_add_lora = run.add_lora

@@ -23,22 +23,22 @@ from finetune.service.supervise import FIRST_PAUSE_S, LONGEST_PAUSE_S, STABLE_AF
 
 
 def test_register_heartbeat_live_and_goodbye(store):
-    store.register_worker("h:1", "h", 1, 4, "h100-80gb")
-    store.register_worker("h:2", "h", 2, None, "cpu")
-    live = store.live_workers(lease_seconds=30)
+    store.workers.register("h:1", "h", 1, 4, "h100-80gb")
+    store.workers.register("h:2", "h", 2, None, "cpu")
+    live = store.workers.live(lease_seconds=30)
     assert [(w["name"], w["devices"], w["device_kind"], w["draining"]) for w in live] == [
         ("h:1", 4, "h100-80gb", False),
         ("h:2", None, "cpu", False),
     ]
     assert live[0]["speeds"] == {}  # measured when it plans a job (train/speed.py)
-    store.worker_heartbeat("h:1", draining=True)
-    assert [w["draining"] for w in store.live_workers(30)] == [True, False]
-    store.forget_worker("h:2")
-    assert [w["name"] for w in store.live_workers(30)] == ["h:1"]
+    store.workers.heartbeat("h:1", draining=True)
+    assert [w["draining"] for w in store.workers.live(30)] == [True, False]
+    store.workers.forget("h:2")
+    assert [w["name"] for w in store.workers.live(30)] == ["h:1"]
     time.sleep(0.3)
-    assert store.live_workers(lease_seconds=0.2) == []  # silent past the lease: not live
-    store.worker_heartbeat("h:1")
-    assert [w["name"] for w in store.live_workers(0.2)] == ["h:1"]
+    assert store.workers.live(lease_seconds=0.2) == []  # silent past the lease: not live
+    store.workers.heartbeat("h:1")
+    assert [w["name"] for w in store.workers.live(0.2)] == ["h:1"]
 
 
 def test_a_version_2_database_gains_the_registry_idempotency_keys_and_model_deletion(tmp_path):
@@ -58,9 +58,9 @@ def test_a_version_2_database_gains_the_registry_idempotency_keys_and_model_dele
     store = Store(url)
     assert store.migrate() == 2
     assert store.get_job("a", job["id"])["model_deleted_at"] is None
-    store.register_worker("h:1", "h", 1, 1, "cpu")
-    assert [w["name"] for w in store.live_workers(30)] == ["h:1"]
-    assert store.begin_idempotent("a", "k", "POST /v1/files", "0" * 64) is None
+    store.workers.register("h:1", "h", 1, 1, "cpu")
+    assert [w["name"] for w in store.workers.live(30)] == ["h:1"]
+    assert store.idempotency.begin("a", "k", "POST /v1/files", "0" * 64) is None
     assert store.migrate() == 3  # applied once
     store.close()
 
@@ -86,12 +86,12 @@ def test_healthz_counts_live_workers_and_a_job_waits_queued_without_one(app, tin
     assert job["status"] == "queued"  # waiting for a worker: not validating anything
 
     store = app.state.store
-    store.register_worker("h:1", "h", 1, 1, "cpu")
+    store.workers.register("h:1", "h", 1, 1, "cpu")
     assert client.get("/healthz").json() == {"status": "ok", "workers": 1}
     claim = store.claim("h:1", lease_seconds=30)
     assert claim.job["id"] == job["id"] and claim.job["status"] == "validating_files"
     assert client.get(f"/v1/fine_tuning/jobs/{job['id']}").json()["status"] == "validating_files"
-    store.worker_heartbeat("h:1", draining=True)  # stopping: it takes no new job
+    store.workers.heartbeat("h:1", draining=True)  # stopping: it takes no new job
     assert client.get("/healthz").json()["workers"] == 0
 
 

@@ -10,6 +10,7 @@ from finetune.config import RunConfig
 from finetune.plan import auto
 from finetune.plan.build import build_plan
 from finetune.plan.what_if import what_if_summary
+from finetune.wording import render
 
 records = st.integers(1, 2_000_000)
 tokens = st.integers(0, 10**9)
@@ -92,7 +93,7 @@ def test_auto_batch_splits_over_accumulation_and_devices():
 
 def test_auto_batch_shrinks_to_fit_memory():
     choice = auto.auto_batch_size(800, 3, 1, 1, fits=lambda b: b <= 2, device_name="l4-24gb")
-    assert choice.value == 2 and "l4-24gb" in choice.reason and "--grad-accum" in choice.reason
+    assert choice.value == 2 and "l4-24gb" in choice.reason and "--grad-accum" in render(choice.reason)
 
 
 # ----------------------------------------------------------------------------- learning rate
