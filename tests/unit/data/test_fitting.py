@@ -192,13 +192,14 @@ def test_without_a_model_validate_and_plan_fit_the_estimates_alike(tmp_path):
 
     from finetune.data.validate import validate_file
     from finetune.plan.command import make_plan
+    from finetune.wording import render
 
     conversations = [_support_thread(1, line=1), _support_thread(8, line=2), _support_thread(3, 20, 3, long_turn=1)]
     rows = [{"messages": [{"role": m.role, "content": m.content} for m in c.messages]} for c in conversations]
     path = tmp_path / "support.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     validated = validate_file(str(path), max_seq_len=300)
-    summary = [(p.code, p.message) for p in validated.warnings if p.line is None]
+    summary = [(p.code, render(p.message)) for p in validated.warnings if p.line is None]  # as the CLI shows it
     assert [code for code, _ in summary] == ["conversations_split", "dropped_examples"] and validated.ok
     plan = make_plan(RunConfig(data=str(path), max_seq_len=300, val_fraction=0))
     assert [(w["code"], w["message"]) for w in plan.warnings if w["code"] in dict(summary)] == summary
