@@ -24,6 +24,7 @@ from finetune.config import RunConfig
 from finetune.data.formats import FORMATS
 from finetune.errors import UserError
 from finetune.settings import Setting, command_settings, settings
+from finetune.train.launchers import LAUNCHERS
 
 # ----------------------------------------------------------------------------- flags, generated from RunConfig
 
@@ -127,6 +128,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         config, plan = _config_of_plan(args)
     else:
         config = _config_from_args(args, data=getattr(args, "data", None), command="train")
+    if (args.launcher != "local" or args.ray_address) and not launched_by_torchrun():
+        from finetune.train.command import train_on_launcher
+
+        return train_on_launcher(args, config, args.plan)  # plans here once, then runs the ranks where it places them
     if config.devices > 1 and not launched_by_torchrun():
         from finetune.train.launch import launch_local
 
@@ -288,6 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="execute this plan (`finetune plan --json` or a service job's): its data and code are checked first",
     )  # fmt: skip
     add_setting_flags(p, "train")
+    _launcher_flags(p, "train")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("eval", help="answer held-out prompts with the base and the tuned model, and score them")
@@ -341,6 +347,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _launcher_flags(p: argparse.ArgumentParser, what: str) -> None:
+    """Where the training runs: where, not what, is trained, so these are command options, not RunConfig settings."""
+    p.add_argument(
+        "--launcher", choices=LAUNCHERS, default="local",
+        help=f"where to {what}: local (this machine, torchrun's processes for --devices above 1; the default) or ray "
+        "(ranks placed on a Ray cluster's nodes, docs/distributed.md)",
+    )  # fmt: skip
+    p.add_argument(
+        "--ray-address", default=None, metavar="ADDR",
+        help="with --launcher ray: the Ray cluster's head, HOST:6379, or auto on one of its nodes (default $RAY_ADDRESS)",
+    )  # fmt: skip
+
+
 def _add_service_parsers(sub) -> None:
     """serve / worker / keys: the job service (finetune/service, docs/service.md)."""
 
@@ -378,8 +397,10 @@ def _add_service_parsers(sub) -> None:
     lease_flags(p)
     p.add_argument(
         "--devices", type=int, default=None, metavar="N",
-        help="take only jobs that train on at most N devices (default: this machine's GPUs; any on a CPU-only one)",
+        help="take only jobs that train on at most N devices (default: this machine's GPUs; any on a CPU-only one; "
+        "with --launcher ray, the cluster's GPUs, or its CPUs)",
     )  # fmt: skip
+    _launcher_flags(p, "train each job")
     p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("keys", help="create, list and revoke API keys")

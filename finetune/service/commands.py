@@ -82,7 +82,7 @@ def _start_worker(args, settings: ServiceSettings) -> subprocess.Popen:
         env[DATABASE_ENV] = settings.database
     from functools import partial
 
-    from finetune.service.worker import die_with_parent
+    from finetune.train.launchers import die_with_parent
 
     # a worker outlives a killed `serve` only long enough to checkpoint its job and queue it again
     return subprocess.Popen(command, env=env, preexec_fn=partial(die_with_parent, signal.SIGTERM))
@@ -90,10 +90,14 @@ def _start_worker(args, settings: ServiceSettings) -> subprocess.Popen:
 
 def run_worker_command(args) -> int:
     from finetune.service.worker import Worker
+    from finetune.train.launchers import launcher_for
 
     settings = settings_from(args)
+    launcher = launcher_for(args.launcher, args.ray_address)
+    if launcher.name == "ray":  # the ranks run elsewhere: the plan's paths must mean the same on every node
+        settings.data_dir = settings.data_dir.resolve()
     store = _open_store(settings)
-    worker = Worker(settings, store)
+    worker = Worker(settings, store, launcher=launcher)
 
     def stop(_signum, _frame) -> None:
         worker.stopping.set()
@@ -101,6 +105,8 @@ def run_worker_command(args) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     takes = f"jobs on up to {worker.max_devices} device(s)" if worker.max_devices else "jobs on any number of devices"
+    if launcher.name == "ray":
+        takes += f" of the Ray cluster at {getattr(launcher, 'address', '?')}, as it is now"
     print(f"worker {worker.name} ready (data in {settings.data_dir}; takes {takes})", flush=True)
     worker.run_forever()
     store.close()

@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import ctypes
 import dataclasses
 import io
 import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import traceback
@@ -32,6 +30,7 @@ from finetune.service import core
 from finetune.service.objects import fine_tuned_model_name, method_type
 from finetune.service.settings import ServiceSettings
 from finetune.service.store import Claim, LeaseLost, Store, new_id, now
+from finetune.train.launchers import Launcher, LocalLauncher, TrainerRun
 from finetune.wording import AUDIENCE_ENV, render
 
 RESULTS_COLUMNS = ["step", "train_loss", "train_accuracy", "valid_loss", "valid_mean_token_accuracy"]
@@ -43,40 +42,30 @@ PREFERENCE_METRICS = ("reward_margin", "reward_accuracy", "chosen_logp", "reject
 TEST_TRAIN_COMMAND = "FINETUNE_TEST_TRAIN_COMMAND"
 
 
-def die_with_parent(sig: int = signal.SIGKILL) -> None:
-    """In a child (preexec_fn): receive `sig` when the parent dies (Linux), so a killed worker never leaves a
-    trainer writing on, and a stopped `serve` never leaves its workers running."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(sig))  # PR_SET_PDEATHSIG
-
-
-def local_device_kind() -> str:
-    """The device this worker trains on, as the plan's device table names it ("cpu" without a GPU)."""
-    import torch
-
-    if not torch.cuda.is_available():
-        return "cpu"
-    from finetune.plan.memory import device_for_name
-
-    return device_for_name(torch.cuda.get_device_name(0), torch.cuda.get_device_properties(0).total_memory)
-
-
-def local_gpus() -> int | None:
-    """The GPUs this machine gives a job; None on a CPU-only machine, where a job's processes share the CPU (gloo)."""
-    import torch
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else None
-
-
 class Worker:
-    def __init__(self, settings: ServiceSettings, store: Store, name: str | None = None, poll_seconds: float = 1.0):
+    def __init__(
+        self,
+        settings: ServiceSettings,
+        store: Store,
+        name: str | None = None,
+        poll_seconds: float = 1.0,
+        launcher: Launcher | None = None,
+    ):
         self.settings = settings
         self.store = store
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.poll_seconds = poll_seconds
         self.stopping = threading.Event()
-        self.max_devices = settings.worker_devices or local_gpus()
-        self.device_kind = local_device_kind()
+        # where the trainer runs: a child process here (`--launcher local`), or ranks on a Ray cluster
+        fake = os.environ.get(TEST_TRAIN_COMMAND)
+        self.launcher = launcher or LocalLauncher(fake.split() if fake else None)
+        self.device_kind = self.launcher.device_kind()
+
+    @property
+    def max_devices(self) -> int | None:
+        """The most devices a job this worker takes may ask for: `--devices`, else what its launcher has now (this
+        machine's GPUs, none on a CPU-only one; a Ray cluster's GPUs, or its CPUs)."""
+        return self.settings.worker_devices or self.launcher.devices()
 
     # ------------------------------------------------------------------ the loop
 
@@ -256,52 +245,28 @@ class Worker:
 
     # ------------------------------------------------------------------ training
 
-    def _command(self, plan_path: Path, run: Path, resume: bool) -> list[str]:
-        fake = os.environ.get(TEST_TRAIN_COMMAND)
-        if fake:
-            return [*fake.split(), "--plan", str(plan_path), "--out", str(run), *(["--resume"] if resume else [])]
-        return core.train_command(plan_path, run, resume)
-
     def _train(
         self, job: dict, token: str, run: Path, plan_path: Path, resume: bool, attempt: int, keeper: LeaseKeeper
     ) -> None:
         log_path = self.settings.logs_dir / f"{job['id']}-attempt-{attempt}.log"
         error_path = log_path.with_suffix(".error.json")
-        with open(log_path, "wb") as log:
-            child = subprocess.Popen(
-                self._command(plan_path, run, resume),
-                # its files, errors and messages in the API caller's terms (wording.py)
-                env={**os.environ, ERROR_FILE_ENV: str(error_path), AUDIENCE_ENV: f"api:{method_type(job)}"},
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                preexec_fn=die_with_parent,
-                start_new_session=True,  # a Ctrl-C at the worker's terminal is the worker's to handle
-            )
+        # its files, errors and messages in the API caller's terms (wording.py)
+        env = {ERROR_FILE_ENV: str(error_path), AUDIENCE_ENV: f"api:{method_type(job)}"}
+        trainer = self.launcher.start(TrainerRun(plan_path, run, resume, log=log_path, env=env))
         stop_sent = False
         try:
-            while True:
-                try:
-                    child.wait(timeout=self.settings.heartbeat_seconds)
-                    break
-                except subprocess.TimeoutExpired:
-                    pass
+            while (code := trainer.wait(timeout=self.settings.heartbeat_seconds)) is None:
                 if keeper.lost:
                     raise LeaseLost(job["id"])
                 if (keeper.status not in (None, "running") or self.stopping.is_set()) and not stop_sent:
-                    child.send_signal(signal.SIGTERM)  # the trainer saves a checkpoint at the step boundary
+                    trainer.stop()  # every process saves a checkpoint at the step boundary
                     stop_sent = True
                 self._sync(job, token, run)
-        except LeaseLost:
-            child.kill()
-            child.wait()
-            raise
-        except BaseException:
-            child.kill()
-            child.wait()
+        except BaseException:  # the lease lost, or this worker failing: no trainer may write on
+            trainer.kill()
             raise
         self._sync(job, token, run)
-        self._finish(job, token, run, child.returncode, stop_sent, log_path)
+        self._finish(job, token, run, code, stop_sent, log_path)
 
     def _finish(self, job: dict, token: str, run: Path, code: int, stop_sent: bool, log_path: Path) -> None:
         status = self.store.heartbeat(job["id"], token, self.settings.lease_seconds)
