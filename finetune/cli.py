@@ -348,16 +348,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _launcher_flags(p: argparse.ArgumentParser, what: str) -> None:
-    """Where the training runs: where, not what, is trained, so these are command options, not RunConfig settings."""
-    p.add_argument(
-        "--launcher", choices=LAUNCHERS, default="local",
-        help=f"where to {what}: local (this machine, torchrun's processes for --devices above 1; the default) or ray "
-        "(ranks placed on a Ray cluster's nodes, docs/distributed.md)",
-    )  # fmt: skip
-    p.add_argument(
-        "--ray-address", default=None, metavar="ADDR",
-        help="with --launcher ray: the Ray cluster's head, HOST:6379, or auto on one of its nodes (default $RAY_ADDRESS)",
-    )  # fmt: skip
+    """Where, not what, is trained: command options, not RunConfig settings."""
+    p.add_argument("--launcher", choices=LAUNCHERS, default="local", help=f"where to {what}: local (this machine; the "
+                   "default) or ray (ranks placed on a Ray cluster's nodes, docs/distributed.md)")  # fmt: skip
+    p.add_argument("--ray-address", default=None, metavar="ADDR", help="with --launcher ray: the cluster's head, "
+                   "HOST:6379, or auto on one of its nodes (default $RAY_ADDRESS)")  # fmt: skip
 
 
 def _add_service_parsers(sub) -> None:

@@ -20,6 +20,7 @@ import hashlib
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -39,6 +40,7 @@ FAILURE_GRACE_S = 15  # after one rank fails, time the others get to fail on the
 GONE_TIMEOUT_S = 60  # killed actors gone from the cluster
 RAY_FAILED = 75  # the run could not go on for a reason of the cluster's (EX_TEMPFAIL: try again)
 INSTALL = "pip install 'finetune[ray]'"
+REACH_TIMEOUT_S = 10
 
 
 class Killed(Exception):
@@ -114,6 +116,7 @@ class RayLauncher:
 
         if ray.is_initialized():
             return
+        _check_reachable(self.address)  # ray.init waits on an address that does not answer, for many minutes
         try:
             ray.init(
                 address=self.address,
@@ -152,6 +155,21 @@ class RayLauncher:
         self._connect()
         run = TrainerRun(**{**run.__dict__, "plan": run.plan.resolve(), "out": run.out.resolve()})
         return RayTrainer(run, gpus=bool(self._resources().get("GPU")))
+
+
+def _check_reachable(address: str) -> None:
+    """A HOST:PORT address (also ray://HOST:PORT) must accept a connection within a few seconds; `auto` is left to
+    Ray, which finds the cluster of the node it runs on."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=REACH_TIMEOUT_S).close()
+    except OSError as exc:
+        raise UserError(
+            f"--ray-address {address}: nothing answers there ({exc.strerror or exc}); give the head node's address "
+            "(HOST:6379, the port `ray start --head` printed)"
+        ) from None
 
 
 class RayTrainer:
