@@ -2,7 +2,8 @@
 
 ray.cluster_utils.Cluster starts a head and a second node (separate raylets), one CPU each: a 2-device run must put
 one rank on each node. The service's jobs go through a real `finetune serve` (API only) and a real
-`finetune worker --launcher ray`; the references through a real local worker (`serve --workers 1`).
+`finetune worker --launcher ray`; the references are the same job run by a local worker (the Worker class, its
+default launcher) and the same run in one process. Cost: see docs/distributed.md, "On a Ray cluster".
 """
 
 from __future__ import annotations
@@ -24,9 +25,12 @@ import pytest
 import torch
 from openai import OpenAI
 from safetensors.torch import load_file
-from service_helpers import EXAMPLES, Server
+from service_helpers import EXAMPLES, Server, settings_for
 
+from finetune.cli import main
 from finetune.service import core
+from finetune.service.store import Store
+from finetune.service.worker import Worker
 
 pytest.importorskip("ray")
 
@@ -34,8 +38,10 @@ TRAIN = EXAMPLES / "train.jsonl"
 SEED = 3
 STEPS = 10
 HYPER = {"n_epochs": 1, "batch_size": 4, "max_seq_len": 256, "val_fraction": 0, "save_every": 2, "max_steps": STEPS,
-         "learning_rate": 1e-3,
-         "devices": 2}  # fmt: skip
+         "learning_rate": 1e-3, "devices": 2}  # fmt: skip
+# the same run as HYPER, on the command line
+CLI_FLAGS = ["--epochs", "1", "--batch-size", "4", "--max-seq-len", "256", "--val-fraction", "0", "--save-every", "2",
+             "--max-steps", str(STEPS), "--lr", "1e-3", "--seed", str(SEED)]  # fmt: skip
 ADAPTER = "adapter/adapter_model.safetensors"
 # tests/integration/test_distributed.py's tolerance for 2 processes vs 1 with accumulation 2, measured there at
 # lr 1e-3 (AdamW turns the rounding of a sum in another order into weight differences that grow with the rate)
@@ -139,7 +145,28 @@ class Service:
     server: Server
     client: OpenAI
     file_id: str
-    worker_log: Path | None = None
+    ray_address: str | None = None
+    worker: subprocess.Popen | None = None
+
+    @property
+    def worker_log(self) -> Path:
+        return self.server.data_dir.parent / "ray-worker.log"
+
+    def start_worker(self) -> None:
+        """A `finetune worker --launcher ray` (its lease short enough that a killed one's job is taken soon)."""
+        command = [sys.executable, "-m", "finetune", "worker", "--data-dir", str(self.server.data_dir), "--launcher",
+                   "ray", "--ray-address", self.ray_address, "--heartbeat-seconds", "0.5", "--lease-seconds", "8"]  # fmt: skip
+        with open(self.worker_log, "ab") as log:
+            self.worker = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+
+    def stop_worker(self) -> None:
+        if self.worker is not None and self.worker.poll() is None:
+            self.worker.send_signal(signal.SIGTERM)
+            try:
+                self.worker.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                self.worker.kill()
+                self.worker.wait()
 
     def create(self, **hyper) -> str:
         job = self.client.fine_tuning.jobs.create(
@@ -156,9 +183,7 @@ class Service:
             timeout,
             f"job {job_id} to end",
             poll=0.5,
-            context=lambda: (
-                self.server.output()[-2000:] + (self.worker_log.read_text()[-3000:] if self.worker_log else "")
-            ),
+            context=lambda: self.server.output()[-2000:] + (self.worker_log.read_text()[-3000:] if self.worker else ""),
         )
 
     def run(self, job_id: str) -> Path:
@@ -168,32 +193,18 @@ class Service:
         return (self.server.data_dir / "logs" / f"{job_id}-attempt-{attempt}.log").read_text(errors="replace")
 
 
-def _service(data_dir: Path, toy_model: Path, workers: int) -> tuple[Server, OpenAI, str]:
-    server = Server(data_dir, toy_model, workers=workers)
-    client = OpenAI(base_url=server.url, api_key=server.key, max_retries=0)
-    file = client.files.create(file=("train.jsonl", TRAIN.read_bytes()), purpose="fine-tune")
-    return server, client, file.id
-
-
 @pytest.fixture(scope="module")
 def ray_service(ray_cluster, toy_model, tmp_path_factory):
     """`finetune serve --workers 0` and one `finetune worker --launcher ray --ray-address ADDR`."""
-    data_dir = tmp_path_factory.mktemp("ray-service") / "data"
-    server, client, file_id = _service(data_dir, toy_model, workers=0)
-    log_path = data_dir.parent / "ray-worker.log"
-    command = [sys.executable, "-m", "finetune", "worker", "--data-dir", str(data_dir), "--launcher", "ray",
-               "--ray-address", ray_cluster, "--heartbeat-seconds", "0.5"]  # fmt: skip
-    with open(log_path, "wb") as log:
-        worker = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    server = Server(tmp_path_factory.mktemp("ray-service") / "data", toy_model, workers=0)
+    client = OpenAI(base_url=server.url, api_key=server.key, max_retries=0)
+    file = client.files.create(file=("train.jsonl", TRAIN.read_bytes()), purpose="fine-tune")
+    service = Service(server, client, file.id, ray_cluster)
     try:
-        yield Service(server, client, file_id, log_path)
+        service.start_worker()
+        yield service
     finally:
-        worker.send_signal(signal.SIGTERM)
-        try:
-            worker.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
+        service.stop_worker()
         server.stop()
 
 
@@ -210,26 +221,34 @@ def ray_job(ray_service) -> Path:
 # ----------------------------------------------------------------------------- the tests
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(600)
 def test_a_two_device_job_on_ray_learns_what_local_workers_learn(ray_service, ray_job, toy_model, tmp_path):
-    """The job's 2 ranks ran on the cluster's 2 nodes; its weights are those of the same job on a local worker
-    (2 processes, torchrun) and of 1 process with accumulation 2."""
+    """The job's 2 ranks ran on the cluster's 2 nodes; its weights are those of the same job run by a local worker
+    (`--devices 2`: torchrun's 2 processes on this machine) and of 1 process with accumulation 2."""
     nodes = _nodes_of(ray_service.log(ray_job.name))
     assert len(nodes) == 2 and len(set(nodes)) == 2  # one rank on each node: the run crossed nodes
-    assert [json.loads(line)["step"] for line in (ray_job / "metrics.jsonl").read_text().splitlines()] == list(
-        range(1, STEPS + 1)
-    )
-    server, client, file_id = _service(tmp_path / "local", toy_model, workers=1)
-    local = Service(server, client, file_id)
+    assert [row["step"] for row in core.read_metrics(ray_job)] == list(range(1, STEPS + 1))
+
+    ray_service.stop_worker()  # the same job again, for a local worker (the Worker class, its default launcher)
     try:
-        two, one = local.create(), local.create(devices=1, grad_accum=2)
-        for job_id in (two, one):
-            job = local.finished(job_id)
-            assert job.status == "succeeded", (job.error, local.log(job_id)[-3000:])
+        job_id = ray_service.create()
+        store = Store(f"sqlite:///{ray_service.server.data_dir / 'finetune.db'}")
+        try:
+            assert Worker(settings_for(ray_service.server.data_dir, toy_model, heartbeat_seconds=0.5), store).run_once()
+        finally:
+            store.close()
     finally:
-        server.stop()
-    _same_weights(ray_job / ADAPTER, local.run(two) / ADAPTER, WEIGHTS_ATOL)
-    _same_weights(ray_job / ADAPTER, local.run(one) / ADAPTER, WEIGHTS_ATOL)
+        ray_service.start_worker()
+    job = ray_service.client.fine_tuning.jobs.retrieve(job_id)
+    assert job.status == "succeeded", (job.error, ray_service.log(job_id)[-3000:])
+    assert "Ray:" not in ray_service.log(job_id)  # it ran here, not on the cluster
+    _same_weights(ray_job / ADAPTER, ray_service.run(job_id) / ADAPTER, WEIGHTS_ATOL)
+
+    one = tmp_path / "one"  # the same run in one process, accumulating 2 micro-batches per step
+    assert (
+        main(["train", str(TRAIN), "--model", str(toy_model), "--out", str(one), *CLI_FLAGS, "--grad-accum", "2"]) == 0
+    )
+    _same_weights(ray_job / ADAPTER, one / ADAPTER, WEIGHTS_ATOL)
 
 
 @pytest.mark.timeout(600)
@@ -261,6 +280,29 @@ def test_a_killed_rank_resumes_once_with_the_weights_of_an_uninterrupted_run(ray
 
 
 @pytest.mark.timeout(600)
+def test_a_killed_worker_leaves_no_rank_running_and_the_job_resumes_once(ray_service, ray_job):
+    """kill -9 the `finetune worker --launcher ray` mid-run: its ranks die with it (Ray ends the actors of a driver
+    that died), so no rank of attempt 1 runs on when another worker takes the job; that one resumes it."""
+    job_id = ray_service.create()
+    run = ray_service.run(job_id)
+    _wait_for(lambda: core.checkpoint_steps(run) and len(_trainers(run)) == 2, 300, "a checkpoint of the run")
+    ray_service.worker.kill()
+    ray_service.worker.wait()
+    assert len(core.read_metrics(run)) < STEPS, "the run ended before the kill: make it longer"
+    _wait_for(lambda: not _trainers(run) and not _rank_actors(), 60, "the ranks to end with their worker")
+    assert ray_service.client.fine_tuning.jobs.retrieve(job_id).status == "running"  # until its lease runs out
+
+    ray_service.start_worker()
+    job = ray_service.finished(job_id)
+    assert job.status == "succeeded", (job.error, ray_service.log(job_id, 2)[-3000:])
+    assert job.attempts == 2
+    messages = [e.message for e in ray_service.client.fine_tuning.jobs.list_events(job_id, limit=100)]
+    assert any("its worker stopped answering" in m for m in messages), messages
+    assert [row["step"] for row in core.read_metrics(run)] == list(range(1, STEPS + 1))
+    _same_weights(run / ADAPTER, ray_job / ADAPTER, atol=0.0)
+
+
+@pytest.mark.timeout(600)
 def test_cancel_mid_run_stops_every_rank_with_a_checkpoint(ray_service):
     job_id = ray_service.create(save_every=100)  # the only checkpoint is the one the stop writes
     run = ray_service.run(job_id)
@@ -281,30 +323,9 @@ def test_finetune_train_on_ray_from_the_command_line(ray_cluster, ray_job, toy_m
     """`finetune train ... --devices 2 --launcher ray --ray-address ADDR`: planned here once, the ranks on both
     nodes, the report alone on stdout, the weights of the same run as a service job."""
     out = tmp_path / "run"
-    flags = ["--epochs", "1", "--batch-size", "4", "--max-seq-len", "256", "--val-fraction", "0", "--save-every", "2",
-             "--max-steps", str(STEPS), "--lr", "1e-3", "--seed", str(SEED), "--devices", "2"]  # fmt: skip
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "finetune",
-            "train",
-            str(TRAIN),
-            "--model",
-            str(toy_model),
-            "--out",
-            str(out),
-            *flags,
-            "--launcher",
-            "ray",
-            "--ray-address",
-            ray_cluster,
-            "--json",
-        ],  # fmt: skip
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
+    command = [sys.executable, "-m", "finetune", "train", str(TRAIN), "--model", str(toy_model), "--out", str(out),
+               *CLI_FLAGS, "--devices", "2", "--launcher", "ray", "--ray-address", ray_cluster, "--json"]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=400)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout)  # stdout holds the report and nothing else
     assert report["steps_taken"] == STEPS
