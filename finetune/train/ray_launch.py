@@ -16,6 +16,7 @@ for: a run never has two sets of ranks. docs/distributed.md, "On a Ray cluster",
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import os
@@ -152,9 +153,10 @@ class RayLauncher:
         return device_for_name(kinds[0], 0)  # no memory size: the smallest of the family, the safe estimate
 
     def start(self, run: TrainerRun) -> RayTrainer:
+        """Starts at once: placing the ranks happens on the trainer's thread, where a failure of the cluster's ends the
+        run as one to try again (RAY_FAILED), never the caller."""
         self._connect()
-        run = TrainerRun(**{**run.__dict__, "plan": run.plan.resolve(), "out": run.out.resolve()})
-        return RayTrainer(run, gpus=bool(self._resources().get("GPU")))
+        return RayTrainer(dataclasses.replace(run, plan=run.plan.resolve(), out=run.out.resolve()))
 
 
 def _check_reachable(address: str) -> None:
@@ -175,8 +177,9 @@ def _check_reachable(address: str) -> None:
 class RayTrainer:
     """One run's ranks on the cluster, started and watched by a thread of this process (see the module doc)."""
 
-    def __init__(self, run: TrainerRun, gpus: bool) -> None:
-        self.run, self.gpus = run, gpus
+    def __init__(self, run: TrainerRun) -> None:
+        self.run = run
+        self.gpus = False
         self.key = run_key(run.out)
         self.actors: list = []
         self.group = None
@@ -237,6 +240,7 @@ class RayTrainer:
         from finetune.train.ray_rank import RankProcess
 
         devices = self.run.devices()
+        self.gpus = bool(ray.cluster_resources().get("GPU"))
         self._clear_leftovers()
         if not self._reserve(devices):
             self._say("error: stopped before the run started on the Ray cluster")
