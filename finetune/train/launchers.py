@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -128,8 +129,6 @@ class LocalLauncher:
         return device_for_name(torch.cuda.get_device_name(0), torch.cuda.get_device_properties(0).total_memory)
 
     def start(self, run: TrainerRun) -> LocalTrainer:
-        import os
-
         log = open(run.log, "ab") if run.log else None  # noqa: SIM115 (the child holds its own copy; closed below)
         try:
             child = subprocess.Popen(
