@@ -16,63 +16,13 @@ import contextlib
 import os
 import sys
 import warnings
-from argparse import SUPPRESS
 from pathlib import Path
-from typing import Any
 
-from finetune.config import RunConfig
 from finetune.data.formats import FORMATS
 from finetune.errors import UserError
-from finetune.settings import Setting, command_settings, settings
-
-# ----------------------------------------------------------------------------- flags, generated from RunConfig
-
-
-def _value_parser(spec: Setting):
-    def parse(text: str) -> Any:
-        try:
-            return spec.parse(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {spec.describe()}, got {text!r}") from None
-
-    parse.__name__ = spec.describe()  # argparse names the type in its error message
-    return parse
-
-
-def add_setting_flags(p: argparse.ArgumentParser, command: str) -> None:
-    """One flag per RunConfig setting the command takes (config.command_settings): name, type, choices and
-    help all come from the field's declaration. Defaults are left to RunConfig (and the YAML file): only
-    flags the user gives are passed on."""
-    for spec in command_settings(command):
-        default = "none" if spec.default is None else spec.default
-        if spec.kind is bool and not spec.auto:
-            if spec.default:  # on by default: the flag turns it off
-                p.add_argument(f"--no-{spec.flag[2:]}", dest=spec.name, action="store_false", default=SUPPRESS,
-                               help=f"{spec.help} (on unless this flag is given)")  # fmt: skip
-            else:
-                p.add_argument(spec.flag, dest=spec.name, action="store_true", default=SUPPRESS, help=spec.help)
-            continue
-        metavar = {int: "N", float: "X", bool: "on|off", str: "TEXT"}[spec.kind] + ("|auto" if spec.auto else "")
-        p.add_argument(
-            spec.flag,
-            dest=spec.name,
-            type=_value_parser(spec),
-            choices=spec.choices,
-            default=SUPPRESS,
-            metavar=metavar if not spec.choices else None,
-            help=f"{spec.help} (default: {default})",
-        )
-
-
-def _config_from_args(args: argparse.Namespace, data: str | None, command: str) -> RunConfig:
-    names = {s.name for s in settings()}
-    given = {k: v for k, v in vars(args).items() if k in names}
-    if data is not None:
-        given["data"] = data
-    config = RunConfig.from_yaml(args.config, **given) if getattr(args, "config", None) else RunConfig(**given)
-    config.check_required(command)
-    return config
-
+from finetune.flags import _config_from_args, add_setting_flags
+from finetune.service.parser import add_launcher_flags, add_service_parsers
+from finetune.settings import settings
 
 # ----------------------------------------------------------------------------- commands
 
@@ -129,6 +79,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         config, plan = _config_of_plan(args)
     else:
         config = _config_from_args(args, data=getattr(args, "data", None), command="train")
+    if (args.launcher != "local" or args.ray_address) and not launched_by_torchrun():
+        from finetune.train.command import train_on_launcher
+
+        return train_on_launcher(args, config, args.plan)  # plans here once, then runs the ranks where it places them
     if config.devices > 1 and not launched_by_torchrun():
         from finetune.train.launch import launch_local
 
@@ -222,24 +176,6 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return run_convert(args.input, args.out, None if args.format == "auto" else args.format)
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
-    from finetune.service.commands import run_serve
-
-    return run_serve(args)
-
-
-def cmd_worker(args: argparse.Namespace) -> int:
-    from finetune.service.commands import run_worker_command
-
-    return run_worker_command(args)
-
-
-def cmd_keys(args: argparse.Namespace) -> int:
-    from finetune.service.commands import run_keys
-
-    return run_keys(args)
-
-
 def cmd_demo(args: argparse.Namespace) -> int:
     from finetune.demo import run_demo
 
@@ -290,6 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="execute this plan (`finetune plan --json` or a service job's): its data and code are checked first",
     )  # fmt: skip
     add_setting_flags(p, "train")
+    add_launcher_flags(p, "train")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("eval", help="answer held-out prompts with the base and the tuned model, and score them")
@@ -340,66 +277,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.set_defaults(func=cmd_chat)
 
-    _add_service_parsers(sub)
+    add_service_parsers(sub)
 
     p = sub.add_parser("demo", help="build the toy model, train on the bundled examples, show before/after")
     p.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")
     p.add_argument("--base", default=None, help="a base built by `toy-model DIR --pretrain` (default: the cached one)")
     p.set_defaults(func=cmd_demo)
     return parser
-
-
-def _add_service_parsers(sub) -> None:
-    """serve / worker / keys: the job service (finetune/service, docs/service.md)."""
-
-    def store_flags(p: argparse.ArgumentParser) -> None:
-        p.add_argument(
-            "--data-dir", default="./finetune-data", help="database, uploads and runs (default ./finetune-data)"
-        )
-        p.add_argument(
-            "--database", default=None, help="SQLAlchemy URL, e.g. postgresql://... (default SQLite in --data-dir)"
-        )
-
-    def lease_flags(p: argparse.ArgumentParser) -> None:
-        p.add_argument(
-            "--lease-seconds", type=float, default=None, help="a silent worker loses its job after this (30)"
-        )
-        p.add_argument("--heartbeat-seconds", type=float, default=None, help="how often a worker renews its lease (2)")
-
-    p = sub.add_parser("serve", help="the OpenAI-compatible fine-tuning API, with workers")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000)
-    store_flags(p)
-    p.add_argument("--workers", type=int, default=1, help="worker processes to start (0 = API only)")
-    p.add_argument("--model", action="append", default=[], metavar="NAME=PATH_OR_HUB_ID",
-                   help="a base model jobs may name (repeatable)")  # fmt: skip
-    p.add_argument("--max-upload-bytes", type=int, default=None, help="largest upload accepted (default 512 MiB)")
-    p.add_argument("--price-per-million-tokens", type=float, default=None, help="cost shown by GET /v1/usage")
-    p.add_argument(
-        "--max-models", type=int, default=None, help="models chat completions keep in memory (default 4; LRU evicted)"
-    )
-    lease_flags(p)
-    p.set_defaults(func=cmd_serve)
-
-    p = sub.add_parser("worker", help="run a worker alone (another process or machine, same database)")
-    store_flags(p)
-    lease_flags(p)
-    p.add_argument(
-        "--devices", type=int, default=None, metavar="N",
-        help="take only jobs that train on at most N devices (default: this machine's GPUs; any on a CPU-only one)",
-    )  # fmt: skip
-    p.set_defaults(func=cmd_worker)
-
-    p = sub.add_parser("keys", help="create, list and revoke API keys")
-    keys = p.add_subparsers(dest="keys_command", required=True)
-    for name, text in (("create", "print a new key once"), ("list", "list keys"), ("revoke", "revoke a key")):
-        k = keys.add_parser(name, help=text)
-        store_flags(k)
-        if name == "create":
-            k.add_argument("--tenant", required=True, help="the tenant the key acts for")
-        if name == "revoke":
-            k.add_argument("key_id", help="the key's id (from `finetune keys list`)")
-    p.set_defaults(func=cmd_keys)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -80,20 +80,23 @@ def _start_worker(args, settings: ServiceSettings, entry: list[str]) -> subproce
         env[DATABASE_ENV] = settings.database
     from functools import partial
 
-    from finetune.service.worker import die_with_parent
+    from finetune.train.launchers import die_with_parent
 
     # a worker outlives a killed `serve` only long enough to checkpoint its job and queue it again
     return subprocess.Popen(command, env=env, preexec_fn=partial(die_with_parent, signal.SIGTERM))
 
 
-def run_worker_command(args, train_command=None) -> int:
-    """`train_command`: the trainer's command line builder (default: `finetune train`; tests pass a stand-in)."""
-    from finetune.service import core
+def run_worker_command(args, launcher=None) -> int:
+    """`launcher`: where the trainer runs (default: `--launcher`'s; tests pass a local one running a stand-in)."""
     from finetune.service.worker import Worker
+    from finetune.train.launchers import launcher_for
 
     settings = settings_from(args)
+    launcher = launcher or launcher_for(args.launcher, args.ray_address)
+    if launcher.name == "ray":  # the ranks run elsewhere: the plan's paths must mean the same on every node
+        settings.data_dir = settings.data_dir.resolve()
     store = _open_store(settings)
-    worker = Worker(settings, store, train_command=train_command or core.train_command)
+    worker = Worker(settings, store, launcher=launcher)
 
     def stop(_signum, _frame) -> None:
         worker.stopping.set()
@@ -101,6 +104,8 @@ def run_worker_command(args, train_command=None) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     takes = f"jobs on up to {worker.max_devices} device(s)" if worker.max_devices else "jobs on any number of devices"
+    if launcher.name == "ray":
+        takes += f" of the Ray cluster at {getattr(launcher, 'address', '?')}, as it is now"
     print(f"worker {worker.name} ready (data in {settings.data_dir}; takes {takes})", flush=True)
     worker.run_forever()
     store.close()

@@ -11,7 +11,6 @@ metrics.jsonl, checkpoints/, report.json, adapter/ or model/) is what the servic
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -205,12 +204,6 @@ def _plain(value: Any) -> Any:
 def write_plan(plan: Plan, path: Path, method_type: str) -> None:
     """The job's plan for its trainer, its messages in an API caller's terms."""
     path.write_text(json.dumps(plan.to_dict("api", method_type), indent=2))
-
-
-def train_command(plan_path: Path, out: Path, resume: bool) -> list[str]:
-    """The library's own command line executing the job's plan; its `devices` make it launch N processes."""
-    command = [sys.executable, "-m", "finetune", "train", "--plan", str(plan_path), "--out", str(out), "--json"]
-    return [*command, "--resume"] if resume else command
 
 
 # ---------------------------------------------------------------------------------------------- run folder

@@ -1,5 +1,6 @@
-"""A worker: claim a job, validate and plan it, run `finetune train` on it as a child process, and turn the run
-folder into events and checkpoints, renewing the lease all the while.
+"""A worker: claim a job, validate and plan it, run `finetune train` on it through its launcher (a child process,
+or ranks on a Ray cluster: train/launchers.py), and turn the run folder into events and checkpoints, renewing the
+lease all the while.
 
     queued -> claim (lease + token) -> validating_files -> queued (planned) -> running -> succeeded | failed
                                                      cancel / pause: SIGTERM -> the trainer checkpoints and stops
@@ -14,17 +15,14 @@ from that checkpoint (`--resume`), which reproduces an uninterrupted run's weigh
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import traceback
-from collections.abc import Callable
 from pathlib import Path
 
 from finetune.errors import ERROR_FILE_ENV, UserError
@@ -34,25 +32,9 @@ from finetune.service.objects import fine_tuned_model_name, method_type
 from finetune.service.presence import WorkerPresence
 from finetune.service.settings import ServiceSettings
 from finetune.service.store import Claim, LeaseLost, Store, new_id, now
-from finetune.train.speed import local_device_kind, speed_key, speeds_measured_here, torch_device
+from finetune.train.launchers import Launcher, LocalLauncher, TrainerRun
+from finetune.train.speed import speed_key, speeds_measured_here, torch_device
 from finetune.wording import AUDIENCE_ENV, render
-
-# (config path, run folder, resume) -> the trainer's command line: `finetune train` (tests pass a stand-in)
-TrainCommand = Callable[[Path, Path, bool], list[str]]
-
-
-def die_with_parent(sig: int = signal.SIGKILL) -> None:
-    """In a child (preexec_fn): receive `sig` when the parent dies (Linux), so a killed worker never leaves a
-    trainer writing on, and a stopped `serve` never leaves its workers running."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(sig))  # PR_SET_PDEATHSIG
-
-
-def local_gpus() -> int | None:
-    """The GPUs this machine gives a job; None on a CPU-only machine, where a job's processes share the CPU (gloo)."""
-    import torch
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else None
 
 
 class Worker:
@@ -62,16 +44,22 @@ class Worker:
         store: Store,
         name: str | None = None,
         poll_seconds: float = 1.0,
-        train_command: TrainCommand = core.train_command,
+        launcher: Launcher | None = None,
     ):
         self.settings = settings
         self.store = store
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.poll_seconds = poll_seconds
-        self.train_command = train_command
         self.stopping = threading.Event()
-        self.max_devices = settings.worker_devices or local_gpus()
-        self.device_kind = local_device_kind()
+        # where the trainer runs: a child process here (`--launcher local`), or ranks on a Ray cluster
+        self.launcher = launcher or LocalLauncher()
+        self.device_kind = self.launcher.device_kind()
+
+    @property
+    def max_devices(self) -> int | None:
+        """The most devices a job this worker takes may ask for: `--devices`, else what its launcher has now (this
+        machine's GPUs, none on a CPU-only one; a Ray cluster's GPUs, or its CPUs)."""
+        return self.settings.worker_devices or self.launcher.devices()
 
     # ------------------------------------------------------------------ the loop
 
@@ -267,41 +255,23 @@ class Worker:
     ) -> None:
         log_path = self.settings.logs_dir / f"{job['id']}-attempt-{attempt}.log"
         error_path = log_path.with_suffix(".error.json")
-        with open(log_path, "wb") as log:
-            child = subprocess.Popen(
-                self.train_command(plan_path, run, resume),
-                # its files, errors and messages in the API caller's terms (wording.py)
-                env={**os.environ, ERROR_FILE_ENV: str(error_path), AUDIENCE_ENV: f"api:{method_type(job)}"},
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                preexec_fn=die_with_parent,
-                start_new_session=True,  # a Ctrl-C at the worker's terminal is the worker's to handle
-            )
+        # its files, errors and messages in the API caller's terms (wording.py)
+        env = {ERROR_FILE_ENV: str(error_path), AUDIENCE_ENV: f"api:{method_type(job)}"}
+        trainer = self.launcher.start(TrainerRun(plan_path, run, resume, log=log_path, env=env))
         stop_sent = False
         try:
-            while True:
-                try:
-                    child.wait(timeout=self.settings.heartbeat_seconds)
-                    break
-                except subprocess.TimeoutExpired:
-                    pass
+            while (code := trainer.wait(timeout=self.settings.heartbeat_seconds)) is None:
                 if keeper.lost:
                     raise LeaseLost(job["id"])
                 if (keeper.status not in (None, "running") or self.stopping.is_set()) and not stop_sent:
-                    child.send_signal(signal.SIGTERM)  # the trainer saves a checkpoint at the step boundary
+                    trainer.stop()  # every process saves a checkpoint at the step boundary
                     stop_sent = True
                 self._sync(job, token, run)
-        except LeaseLost:
-            child.kill()
-            child.wait()
-            raise
-        except BaseException:
-            child.kill()
-            child.wait()
+        except BaseException:  # the lease lost, or this worker failing: no trainer may write on
+            trainer.kill()
             raise
         self._sync(job, token, run)
-        self._finish(job, token, run, child.returncode, stop_sent, log_path)
+        self._finish(job, token, run, code, stop_sent, log_path)
 
     def _finish(self, job: dict, token: str, run: Path, code: int, stop_sent: bool, log_path: Path) -> None:
         status = self.store.heartbeat(job["id"], token, self.settings.lease_seconds)

@@ -12,7 +12,7 @@ import sys
 import time
 from collections import Counter
 
-from fake_service import fake_train_command
+from fake_service import fake_launcher
 from service_helpers import FAKE_SERVICE, fresh_postgres_database, settings_for
 
 from finetune.service.store import Store, new_id
@@ -43,7 +43,7 @@ def _fake(monkeypatch, mode: str = "ok") -> None:
 
 def _worker(settings, store) -> Worker:
     """A worker whose trainer is the stand-in (the seam: Worker's train_command)."""
-    return Worker(settings, store, train_command=fake_train_command)
+    return Worker(settings, store, launcher=fake_launcher())
 
 
 def test_a_job_runs_to_succeeded(tmp_path, toy_model, tiny_data, monkeypatch):

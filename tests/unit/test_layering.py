@@ -31,7 +31,7 @@ LAYERS = [
     ("train", ("train",)),
     ("ship", ("eval", "export", "run_folder", "serving", "chat", "toy")),
     ("run", ("run",)),
-    ("commands", ("cli", "__main__", "__init__", "service", "demo")),
+    ("commands", ("cli", "flags", "__main__", "__init__", "service", "demo")),
 ]
 
 

@@ -1,0 +1,105 @@
+"""The worker's launcher seam: the jobs a worker takes are the ones its launcher can hold (a Ray cluster's devices,
+not this machine's), and a cancel reaches the trainer through the launcher's stop."""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+from service_helpers import settings_for
+
+from finetune.errors import ERROR_FILE_ENV
+from finetune.service.store import Store, new_id
+from finetune.service.worker import Worker
+from finetune.wording import AUDIENCE_ENV
+
+
+class ClusterOf:
+    """A stand-in launcher for a cluster with `n` devices: it never starts anything here."""
+
+    name = "ray"
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def devices(self) -> int:
+        return self.n
+
+    def device_kind(self) -> str:
+        return "cpu"
+
+    def start(self, run):
+        raise AssertionError("no job fits, none is started")
+
+
+class CancelledWhileRunning:
+    """A stand-in trainer: the job is cancelled while it runs; it stops (exit 143) once asked to."""
+
+    def __init__(self, store: Store, job_id: str) -> None:
+        self.store, self.job_id = store, job_id
+        self.stopped = self.killed = False
+        self.store.transition("a", job_id, "cancel")
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        if self.stopped:
+            return 143
+        time.sleep(timeout or 0)
+        return None
+
+    def stop(self) -> None:
+        self.stopped = True
+
+    def kill(self) -> None:
+        self.killed = True
+
+
+class Recording(ClusterOf):
+    def __init__(self, store: Store) -> None:
+        super().__init__(1)
+        self.store = store
+        self.runs: list = []
+
+    def start(self, run):
+        self.runs.append(run)
+        self.trainer = CancelledWhileRunning(self.store, run.out.name)
+        return self.trainer
+
+
+def _service_with_a_job(tmp_path, toy_model, tiny_data, **run_settings):
+    settings = settings_for(tmp_path / "d", toy_model, heartbeat_seconds=0.1)
+    settings.make_dirs()
+    store = Store(settings.database_url)
+    store.migrate()
+    file_id = new_id("file")
+    shutil.copy(tiny_data, settings.files_dir / file_id)
+    store.add_file("a", file_id, "tiny.jsonl", "fine-tune", tiny_data.stat().st_size)
+    values = dict(model="toy", model_location=settings.models["toy"], training_file=file_id, seed=1,
+                  method={"type": "supervised"}, run_settings={"max_steps": 1, **run_settings})  # fmt: skip
+    return settings, store, store.create_job("a", values)["id"]
+
+
+def test_a_cancel_reaches_the_trainer_through_the_launcher(tmp_path, toy_model, tiny_data):
+    settings, store, job_id = _service_with_a_job(tmp_path, toy_model, tiny_data)
+    launcher = Recording(store)
+    assert Worker(settings, store, launcher=launcher).run_once()
+    (run,) = launcher.runs
+    assert run.plan == settings.runs_dir / f"{job_id}.plan.json" and run.out == settings.runs_dir / job_id
+    assert run.log == settings.logs_dir / f"{job_id}-attempt-1.log" and not run.resume
+    assert run.env[AUDIENCE_ENV] == "api:supervised" and run.env[ERROR_FILE_ENV].endswith("-attempt-1.error.json")
+    assert launcher.trainer.stopped and not launcher.trainer.killed  # a checkpoint at the step boundary, not a kill
+    job = store.get_job("a", job_id)
+    assert job["status"] == "cancelled" and job["worker"] is None
+    store.close()
+
+
+def test_a_worker_takes_the_jobs_its_launcher_can_hold(tmp_path, toy_model, tiny_data):
+    settings, store, _ = _service_with_a_job(tmp_path, toy_model, tiny_data, devices=16)
+    worker = Worker(settings, store, launcher=ClusterOf(8))
+    assert worker.max_devices == 8 and not worker.run_once()  # 16 devices: more than the cluster has now
+    worker.launcher.n = 16  # the cluster grew (another node joined)
+    assert worker.max_devices == 16
+    assert (
+        Worker(settings_for(tmp_path / "d", toy_model, worker_devices=4), store, launcher=ClusterOf(16)).max_devices
+        == 4
+    )
+    store.close()
