@@ -270,6 +270,23 @@ def test_jobs_list_and_compare_two_runs(alice, service, screenshots):
     _shoot(page, screenshots, "compare")
 
 
+def test_advice_names_the_fields_label_and_links_to_it(alice, tmp_path):
+    """A plan's advice in the dashboard names each setting by its field's label (never a command-line flag), and
+    the name is a link that opens and focuses the field."""
+    page = alice
+    page.get_by_role("navigation").get_by_role("link", name="New job").click()
+    page.set_input_files("#upload", str(_small_file(tmp_path, lines=24)))
+    page.get_by_role("button", name="Upload").click()
+    page.get_by_text("Uploaded small.jsonl").wait_for()
+    note = page.locator("[data-testid=plan] p.note", has_text="small_validation_set")
+    expect(note).to_contain_text("“Validation share”", timeout=60_000)
+    assert "--" not in page.locator("#plan").inner_text()
+    note.locator("a.setting-ref", has_text="Validation share").click()
+    field = page.locator("#nj-val_fraction")
+    expect(field).to_be_focused()
+    assert field.is_visible()  # "More settings" opened to show it
+
+
 def test_a_preference_job_plans_with_dpo_and_its_beta(alice, service, tmp_path):
     """The new-job page also starts preference tuning: a pairs file plans as DPO, with Auto's beta and its reason."""
     pairs = tmp_path / "pairs.jsonl"
