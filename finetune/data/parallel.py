@@ -261,14 +261,16 @@ def read_chunk_conversations(chunk: Chunk, format: str | None = None) -> list[Co
     return conversations or []
 
 
-_CHAT = None  # the ChatTokenizer of the pool's workers: inherited through fork, or loaded by _init_worker
+_CHAT = None  # in a pool worker: the ChatTokenizer, inherited through fork or loaded by _init_worker
 _SETTINGS: TokenizeSettings | None = None
 _OUT_DIR: str | None = None
 
 
-def _init_worker(model: str | None, trust_remote_code: bool, settings: TokenizeSettings, out_dir: str) -> None:
+def _init_worker(
+    model: str | None, trust_remote_code: bool, settings: TokenizeSettings, out_dir: str, chat=None
+) -> None:
     global _CHAT, _SETTINGS, _OUT_DIR
-    _SETTINGS, _OUT_DIR = settings, out_dir
+    _CHAT, _SETTINGS, _OUT_DIR = chat, settings, out_dir
     if multiprocessing.parent_process() is not None:  # a pool worker: the pool uses the cores already, so
         os.environ["TOKENIZERS_PARALLELISM"] = "false"  # no Rust threads per batch on top (read per call)
     if _CHAT is None and model is not None:  # spawn: no inherited tokenizer
@@ -278,13 +280,18 @@ def _init_worker(model: str | None, trust_remote_code: bool, settings: TokenizeS
 
 
 def _run_chunk(chunk: Chunk) -> ChunkResult:
-    conversations, fmt = _read_chunk(chunk, _SETTINGS.format if _SETTINGS else None)
+    """In a pool worker: one chunk, with what the pool's initializer set."""
+    return _tokenize_chunk(chunk, _CHAT, _SETTINGS, _OUT_DIR)
+
+
+def _tokenize_chunk(chunk: Chunk, chat, settings: TokenizeSettings | None, out_dir: str | None) -> ChunkResult:
+    conversations, fmt = _read_chunk(chunk, settings.format if settings else None)
     if conversations is None:
         return ChunkResult(chunk.index, ok=False, format=fmt)
-    result = tokenize_conversations(conversations, _CHAT, _SETTINGS, chunk.index)
+    result = tokenize_conversations(conversations, chat, settings, chunk.index)
     result.format = fmt
-    if _OUT_DIR is not None:  # hand the tokens over as files: no large pickles between processes
-        stem = Path(_OUT_DIR) / f"chunk-{chunk.index:06d}-{uuid.uuid4().hex[:12]}"
+    if out_dir is not None:  # hand the tokens over as files: no large pickles between processes
+        stem = Path(out_dir) / f"chunk-{chunk.index:06d}-{uuid.uuid4().hex[:12]}"
         result.ids_file, result.weights_file = str(stem) + ".ids", str(stem) + ".weights"
         result.ids.tofile(result.ids_file)
         result.weights.tofile(result.weights_file)
@@ -313,20 +320,11 @@ def tokenize_chunks(
     Workers are forked from this process, so they share its loaded tokenizer; where fork is not available
     they load it again from `model`.
     """
-    global _CHAT
     processes = min(workers, len(chunks))
-    if processes <= 1:
-        _CHAT = chat
-        _init_worker(None, False, settings, out_dir)
-        try:
-            return [_run_chunk(chunk) for chunk in chunks]
-        finally:
-            _CHAT = None
+    if processes <= 1:  # in this process: no module state, so concurrent calls (the API's threads) stay apart
+        return [_tokenize_chunk(chunk, chat, settings, out_dir) for chunk in chunks]
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    _CHAT = chat if context.get_start_method() == "fork" else None
-    try:
-        with context.Pool(processes, _init_worker, (model, trust_remote_code, settings, out_dir)) as pool:
-            return list(pool.imap(_run_chunk, chunks))
-    finally:
-        _CHAT = None
+    inherited = chat if context.get_start_method() == "fork" else None  # forked: passed as is, never pickled
+    with context.Pool(processes, _init_worker, (model, trust_remote_code, settings, out_dir, inherited)) as pool:
+        return list(pool.imap(_run_chunk, chunks))

@@ -104,8 +104,10 @@ class Plan:
         document["auto"], document["warnings"] = dict(self.auto), [dict(w) for w in self.warnings]
         document["settings"] = _jsonable(self.run.to_dict())
         document["plan_format"] = PLAN_FORMAT
-        for warning in document["warnings"]:
-            warning.pop("template", None)  # kept in memory for readers in other terms; the file has one wording
+        for warning in document["warnings"]:  # in memory a warning keeps its template; a document has one wording
+            template = warning.pop("template", None)
+            if template is not None:
+                warning["message"] = template
         return rendered(document, audience, method_type)
 
     @classmethod

@@ -300,6 +300,7 @@ def test_a_long_export_trains_and_its_events_say_what_was_split_and_dropped(clie
     from finetune.config import RunConfig
     from finetune.data.tokenize import load_tokenizer
     from finetune.data.validate import validate_file
+    from finetune.wording import render
 
     export = write_support_export(tmp_path / "support.jsonl")
     f = client.files.create(file=("support.jsonl", export.read_bytes()), purpose="fine-tune")
@@ -315,7 +316,7 @@ def test_a_long_export_trains_and_its_events_say_what_was_split_and_dropped(clie
     stored = tmp_path / f.id  # the service keeps the upload under its file id: summaries name it so
     stored.write_bytes(export.read_bytes())
     validated = validate_file(str(stored), load_tokenizer(str(toy_model)), config=RunConfig(model=str(toy_model)))
-    expected = [f"[{p.code}] {p.message}" for p in validated.warnings if p.line is None]
+    expected = [f"[{p.code}] {render(p.message, 'api')}" for p in validated.warnings if p.line is None]  # API terms
     assert [e.split("]")[0] + "]" for e in expected] == ["[conversations_split]", "[dropped_examples]"]
     assert all(message in events for message in expected), (expected, events)
     assert f"{f.id}:{LONG_LINES[0]}" in expected[0] and f"{f.id}:{HUGE_REPLY_LINE}" in expected[1]
