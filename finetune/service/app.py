@@ -1,5 +1,6 @@
 """create_app(settings): the FastAPI app. Routers live in routes/ (and other packages: the dashboard,
-serving's chat completions) and are included here; every /v1 route depends on auth.current_tenant."""
+serving's chat completions) and are included here; every /v1 route depends on auth.current_tenant. Beside them:
+/healthz (up), /readyz (readiness.py), /metrics (metrics.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from fastapi import FastAPI
 from finetune.service.auth import current_tenant
 from finetune.service.dashboard.routes import mount_dashboard
 from finetune.service.errors import install_error_handlers
-from finetune.service.routes import files, jobs, models, schema
+from finetune.service.metrics import install_metrics
+from finetune.service.readiness import router as readiness_router
+from finetune.service.routes import files, jobs, models, schema, usage
 from finetune.service.settings import ServiceSettings
 from finetune.service.store import Store
 from finetune.service.upload import sweep_uploads
@@ -31,6 +34,7 @@ def create_app(settings: ServiceSettings, store: Store | None = None) -> FastAPI
     app.state.store = store
     app.state.started = int(time.time())
     install_error_handlers(app)
+    install_metrics(app, store, settings.lease_seconds)  # GET /metrics, and the HTTP requests it counts
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict:
@@ -44,7 +48,8 @@ def create_app(settings: ServiceSettings, store: Store | None = None) -> FastAPI
 
     app.include_router(files.router)
     app.include_router(jobs.router)
-    app.include_router(jobs.usage_router)
+    app.include_router(usage.router)
+    app.include_router(readiness_router)
     app.include_router(models.router)
     app.include_router(schema.router)
     mount_dashboard(app)

@@ -19,7 +19,8 @@ def settings_from(args) -> ServiceSettings:
     from finetune.service.settings import parse_models
 
     values = {"data_dir": args.data_dir, "database": args.database or os.environ.get(DATABASE_ENV) or None}
-    for name in ("lease_seconds", "heartbeat_seconds", "max_upload_bytes", "price_per_million_tokens", "max_models"):
+    names = ("lease_seconds", "heartbeat_seconds", "max_upload_bytes", "price_per_million_tokens", "max_models")
+    for name in (*names, "gpu_hour_price", "metrics_token"):
         if getattr(args, name, None) is not None:
             values[name] = getattr(args, name)
     if getattr(args, "devices", None) is not None:
@@ -46,8 +47,10 @@ def run_serve(args, worker_entry: list[str] | None = None) -> int:
     import uvicorn
 
     from finetune.service.app import create_app
+    from finetune.service.logs import setup_logging, uvicorn_options
     from finetune.service.supervise import Supervisor
 
+    setup_logging(args.log_format, "serve")  # --log-format json: every line from here on is a JSON object
     settings = settings_from(args)
     if not settings.models:
         print("note: no --model NAME=PATH given: jobs can name no base model until one is registered", file=sys.stderr)
@@ -63,7 +66,7 @@ def run_serve(args, worker_entry: list[str] | None = None) -> int:
         print(
             f"serving the fine-tuning API on http://{args.host}:{args.port}/v1 ({args.workers} worker(s))", flush=True
         )
-        uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+        uvicorn.run(app, host=args.host, port=args.port, **uvicorn_options(args.log_format))
     finally:
         workers.stop()  # each checkpoints its job and queues it again
         store.close()
@@ -72,8 +75,8 @@ def run_serve(args, worker_entry: list[str] | None = None) -> int:
 
 def _start_worker(args, settings: ServiceSettings, entry: list[str]) -> subprocess.Popen:
     command = [*entry, "worker", "--data-dir", str(settings.data_dir)]
-    for name in ("lease_seconds", "heartbeat_seconds"):
-        if getattr(args, name, None) is not None:
+    for name in ("lease_seconds", "heartbeat_seconds", "price_per_million_tokens", "gpu_hour_price", "log_format"):
+        if getattr(args, name, None) is not None:  # its workers plan at serve's prices and log as serve does
             command += ["--" + name.replace("_", "-"), str(getattr(args, name))]
     env = dict(os.environ)
     if settings.database:
@@ -88,9 +91,11 @@ def _start_worker(args, settings: ServiceSettings, entry: list[str]) -> subproce
 
 def run_worker_command(args, launcher=None) -> int:
     """`launcher`: where the trainer runs (default: `--launcher`'s; tests pass a local one running a stand-in)."""
+    from finetune.service.logs import setup_logging
     from finetune.service.worker import Worker
     from finetune.train.launchers import launcher_for
 
+    setup_logging(args.log_format, "worker")
     settings = settings_from(args)
     launcher = launcher or launcher_for(args.launcher, args.ray_address)
     if launcher.name == "ray":  # the ranks run elsewhere: the plan's paths must mean the same on every node

@@ -98,6 +98,13 @@ jobs = Table(
     Column("deaths_at_step", Integer, nullable=False, default=0),
     Column("devices", Integer, nullable=False, default=1, server_default="1"),  # what the job trains on (v2)
     Column("model_deleted_at", BigInteger),  # DELETE /v1/models/{fine_tuned_model} (v3)
+    # ---- usage (v4): the estimate when planned, the actual as it runs (service/usage.py), the prices planned at
+    Column("started_at", BigInteger),  # its trainer first started (the queue wait ends)
+    Column("estimate_billed_tokens", BigInteger),
+    Column("estimate_device_seconds", Float),
+    Column("device_seconds", Float),  # its trainers' time (every attempt) x its devices, so far
+    Column("price_per_million_tokens", Float),
+    Column("gpu_hour_price", Float),
 )
 
 events = Table(
@@ -177,7 +184,25 @@ def _v3(conn: Connection) -> None:
         conn.execute(text("ALTER TABLE jobs ADD COLUMN model_deleted_at BIGINT"))
 
 
-MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [(1, _v1), (2, _v2), (3, _v3)]
+USAGE_COLUMNS = {
+    "started_at": "BIGINT",
+    "estimate_billed_tokens": "BIGINT",
+    "estimate_device_seconds": "DOUBLE PRECISION",
+    "device_seconds": "DOUBLE PRECISION",
+    "price_per_million_tokens": "DOUBLE PRECISION",
+    "gpu_hour_price": "DOUBLE PRECISION",
+}
+
+
+def _v4(conn: Connection) -> None:
+    """A job's usage: when its trainer started, its estimate, its device time and the prices it was planned at."""
+    have = {column["name"] for column in inspect(conn).get_columns("jobs")}
+    for name, kind in USAGE_COLUMNS.items():
+        if name not in have:  # a v1 made with today's table has them already
+            conn.execute(text(f"ALTER TABLE jobs ADD COLUMN {name} {kind}"))
+
+
+MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [(1, _v1), (2, _v2), (3, _v3), (4, _v4)]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 

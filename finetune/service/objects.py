@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from finetune.service.integrations import integrations_of
 from finetune.service.store import Page
+from finetune.service.usage import job_usage
 
 ORGANIZATION = "org-local"
 
@@ -59,6 +60,7 @@ def job_object(row: dict) -> dict:
         "suffix": row["suffix"],
         "attempts": row["attempts"],
         "method": {"type": method_type(row), method_type(row): {"hyperparameters": hyper}},
+        "usage": job_usage(row),  # ours: the estimate once planned, the actual once ended (usage.py)
     }
 
 

@@ -35,7 +35,8 @@ def add_launcher_flags(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def add_service_parsers(sub) -> None:
-    """serve / worker / keys: the job service (finetune/service, docs/service.md)."""
+    """serve / worker / keys / usage: the job service (finetune/service, docs/service.md)."""
+    from finetune.service import flags as service_flags  # prices, --metrics-token, --log-format; `usage`
 
     def store_flags(p: argparse.ArgumentParser) -> None:
         p.add_argument(
@@ -59,11 +60,11 @@ def add_service_parsers(sub) -> None:
     p.add_argument("--model", action="append", default=[], metavar="NAME=PATH_OR_HUB_ID",
                    help="a base model jobs may name (repeatable)")  # fmt: skip
     p.add_argument("--max-upload-bytes", type=int, default=None, help="largest upload accepted (default 512 MiB)")
-    p.add_argument("--price-per-million-tokens", type=float, default=None, help="cost shown by GET /v1/usage")
     p.add_argument(
         "--max-models", type=int, default=None, help="models chat completions keep in memory (default 4; LRU evicted)"
     )
     lease_flags(p)
+    service_flags.serve_flags(p)
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("worker", help="run a worker alone (another process or machine, same database)")
@@ -75,6 +76,7 @@ def add_service_parsers(sub) -> None:
         "with --launcher ray, the cluster's GPUs, or its CPUs)",
     )  # fmt: skip
     add_launcher_flags(p, "train each job")
+    service_flags.worker_flags(p)
     p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("keys", help="create, list and revoke API keys")
@@ -87,3 +89,4 @@ def add_service_parsers(sub) -> None:
         if name == "revoke":
             k.add_argument("key_id", help="the key's id (from `finetune keys list`)")
     p.set_defaults(func=cmd_keys)
+    service_flags.usage_parser(sub, store_flags)

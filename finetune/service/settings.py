@@ -18,7 +18,11 @@ class ServiceSettings:
     """Base models jobs may name: NAME -> local folder or hub id (nothing else is ever loaded)."""
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
     price_per_million_tokens: float | None = None
-    """What a million trained tokens cost a tenant (GET /v1/usage); None = no price."""
+    """What a million billed tokens cost a tenant (a job's usage, GET /v1/usage); None = no price."""
+    gpu_hour_price: float | None = None
+    """What a device-hour costs a tenant (a job's usage, GET /v1/usage); None = no price."""
+    metrics_token: str | None = None
+    """GET /metrics needs `Authorization: Bearer <this>`; None = /metrics is open."""
     lease_seconds: float = 30.0
     """A worker that has not renewed its lease for this long is presumed dead; its job goes to another."""
     heartbeat_seconds: float = 2.0
@@ -37,6 +41,10 @@ class ServiceSettings:
             raise UserError(f"--max-models must be at least 1, got {self.max_models}")
         if self.worker_devices is not None and self.worker_devices < 1:
             raise UserError(f"--devices must be at least 1, got {self.worker_devices}")
+        for flag, price in (("--price-per-million-tokens", self.price_per_million_tokens),
+                            ("--gpu-hour-price", self.gpu_hour_price)):  # fmt: skip
+            if price is not None and not price >= 0:
+                raise UserError(f"{flag} must be a number of at least 0, got {price}")
 
     @property
     def database_url(self) -> str:

@@ -26,8 +26,9 @@ import traceback
 from pathlib import Path
 
 from finetune.errors import ERROR_FILE_ENV, UserError
-from finetune.service import core
+from finetune.service import core, usage
 from finetune.service.events import checkpoint_metrics, diagnosis_event, metrics_event, results_csv
+from finetune.service.logs import bind_job, log_job_events
 from finetune.service.objects import fine_tuned_model_name, method_type
 from finetune.service.presence import WorkerPresence
 from finetune.service.settings import ServiceSettings
@@ -38,6 +39,8 @@ from finetune.wording import AUDIENCE_ENV, render
 
 
 class Worker:
+    _clock: usage.DeviceClock | None = None  # the device time of the attempt running now
+
     def __init__(
         self,
         settings: ServiceSettings,
@@ -88,6 +91,7 @@ class Worker:
             return False
         keeper = LeaseKeeper(self.store, claim.job["id"], claim.token, self.settings)
         keeper.start()  # from the claim on: validation and planning can take longer than a lease
+        bind_job(claim.job)  # --log-format json: its lines carry the job's id and tenant
         try:
             self._process(claim, keeper)
         except LeaseLost:
@@ -98,6 +102,7 @@ class Worker:
                 self._fail(claim.job, claim.token, "internal_error", "the worker failed unexpectedly; see its log")
         finally:
             keeper.stop()
+            bind_job(None)
         return True
 
     # ------------------------------------------------------------------ one job
@@ -118,11 +123,12 @@ class Worker:
         # the trainer ran before (it wrote plan.json): continue, from its newest checkpoint or from step 0
         resume = (run / "plan.json").exists()
         attempts = job["attempts"] + 1
+        first_start = {"started_at": now()} if job.get("started_at") is None else {}  # usage: the queue wait ends
         started = self._update(
             job["id"],
             token,
             "start",
-            {"attempts": attempts},
+            {"attempts": attempts, **first_start},
             [{"message": f"Resuming from step {(core.checkpoint_steps(run) or [0])[-1]} (attempt {attempts})"}]
             if resume
             else [{"message": f"Fine-tuning job started (attempt {attempts})"}],
@@ -130,11 +136,17 @@ class Worker:
         if not started:  # paused or cancelled meanwhile
             self.store.release(job["id"], token)
             return
+        job.update(first_start)
+        self._clock = usage.DeviceClock(job.get("device_seconds"), job["devices"])  # usage: this attempt's time
         self._train(job, token, run, plan_path, resume, attempts, keeper)
 
-    def _update(self, *args, **kwargs) -> bool:
-        """store.worker_update, renewing the lease with the write."""
-        return self.store.worker_update(*args, lease_seconds=self.settings.lease_seconds, **kwargs)
+    def _update(self, job_id: str, token: str, event=None, values=None, new_events=None) -> bool:
+        """store.worker_update, renewing the lease with the write; its events are log lines too (logs.py)."""
+        lease = self.settings.lease_seconds
+        done = self.store.worker_update(job_id, token, event, values, new_events, lease_seconds=lease)
+        if done:
+            log_job_events(job_id, new_events)
+        return done
 
     def _fail(self, job: dict, token: str, code: str, message: str, param: str | None = None) -> None:
         self._update(
@@ -215,7 +227,8 @@ class Worker:
     def _plan(self, job: dict, token: str, run: Path, plan_path: Path) -> bool:
         """Plan the job, once: the test set held out into its run folder, the data prepared, the plan written for the
         trainer to execute. Its warnings become events, in the caller's terms."""
-        config = dataclasses.replace(self._config(job, run), gpu=self.device_kind)  # estimates for this machine
+        # estimates for this machine, costed at this worker's prices (usage.py)
+        config = dataclasses.replace(self._config(job, run), gpu=self.device_kind, **usage.prices_of(self.settings))
         try:
             plan = core.plan_job(config, out=run).plan
         except UserError as exc:  # the data as tokenized and split, or the settings, cannot train
@@ -238,14 +251,16 @@ class Worker:
         )
         numbers = ("total_steps", "epochs", "effective_batch", "tokens_processed")
         data = {name: getattr(plan, name) for name in numbers} | {"examples": plan.data.examples}
+        planned = usage.planned_values(plan)  # usage: the estimate, and the prices the job is costed at
+        data["usage"] = usage.job_usage({**job, **planned})
         new_events = [{"message": summary, "data": data}]
         new_events += [
             {"message": f"[{w['code']}] {render(w['template'], 'api', kind)}", "level": "warn"} for w in plan.warnings
         ]
         seconds = plan.cost.seconds
-        values = {"resolved": resolved, "estimated_finish": now() + int(seconds) if seconds else None}
+        values = {"resolved": resolved, "estimated_finish": now() + int(seconds) if seconds else None, **planned}
         self._update(job["id"], token, "planned", values, new_events)
-        job["resolved"] = resolved
+        job.update(resolved=resolved, **planned)
         return True
 
     # ------------------------------------------------------------------ training
@@ -274,6 +289,10 @@ class Worker:
         self._finish(job, token, run, code, stop_sent, log_path)
 
     def _finish(self, job: dict, token: str, run: Path, code: int, stop_sent: bool, log_path: Path) -> None:
+        if self._clock is not None:  # usage: this attempt's device time, however it ended
+            spent, self._clock = self._clock.values(), None
+            job.update(spent)
+            self._update(job["id"], token, values=spent)
         status = self.store.heartbeat(job["id"], token, self.settings.lease_seconds)
         if code == 0 and core.read_report(run) is not None:
             if status == "running":
@@ -308,7 +327,8 @@ class Worker:
         self.store.add_file(job["tenant"], file_id, "step_metrics.csv", "fine-tune-results", len(content))
         name = fine_tuned_model_name(job)
         new_events = [e for e in [diagnosis_event(report)] if e]
-        new_events.append({"message": "The job has successfully completed"})
+        ended = {**job, "status": "succeeded", "trained_tokens": report.get("tokens_processed")}
+        new_events.append({"message": "The job has successfully completed", "data": {"usage": usage.job_usage(ended)}})
         done = self._update(
             job["id"],
             token,
@@ -343,7 +363,8 @@ class Worker:
         if fresh:
             last = fresh[-1]["step"]
             # after a cancel or pause the terminal or paused event stays the last word
-            if self._update(job["id"], token, "progress", {"events_step": last}, new_events):
+            values = {"events_step": last, **(self._clock.values() if self._clock else {})}  # usage: time so far
+            if self._update(job["id"], token, "progress", values, new_events):
                 job["events_step"] = last
         by_step = {r["step"]: r for r in rows}
         kept = {step: checkpoint_metrics(by_step.get(step, {"step": step})) for step in core.checkpoint_steps(run)}

@@ -68,7 +68,8 @@ def service(tmp_path_factory, toy_model) -> Service:
     log = open(data_dir / "serve.log", "w")  # noqa: SIM115 - closed at teardown
     process = subprocess.Popen(
         [sys.executable, "-m", "finetune", "serve", "--host", "127.0.0.1", "--port", str(port)]
-        + ["--data-dir", str(data_dir), "--model", f"toy={toy_model}", "--workers", "2"],
+        + ["--data-dir", str(data_dir), "--model", f"toy={toy_model}", "--workers", "2"]
+        + ["--price-per-million-tokens", "2", "--gpu-hour-price", "1.5"],  # the Usage page shows costs
         cwd=data_dir,
         # two toy jobs side by side, one thread each, so the comparison's second run does not wait for the first
         env=dict(os.environ, OMP_NUM_THREADS="1"),

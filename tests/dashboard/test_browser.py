@@ -287,6 +287,32 @@ def test_advice_names_the_fields_label_and_links_to_it(alice, tmp_path):
     assert field.is_visible()  # "More settings" opened to show it
 
 
+def test_the_usage_page_shows_the_apis_numbers_per_day_and_model(alice, service, screenshots):
+    page = alice
+    page.get_by_role("navigation").get_by_role("link", name="Usage").click()
+    page.get_by_role("heading", name="Usage").wait_for()
+    totals = page.get_by_role("table", name="Usage totals")
+    totals.wait_for()
+    answer = _api(service, "/v1/usage?group_by=day")
+    total = answer["total"]
+    assert total["jobs"] == 2 and total["billed_tokens"] > 0 and total["cost"] > 0  # both runs ended, prices set
+    for part, numbers in (("actual", total), ("estimate", total["estimate"])):
+        for key in ("billed_tokens", "device_seconds", "cost"):
+            shown = totals.locator(f"[data-testid=total-{part}-{key}]").get_attribute("data-value")
+            assert float(shown) == numbers[key], (part, key)  # the API's own number, not a sum of its own
+    assert totals.locator("[data-testid=total-actual-billed_tokens]").inner_text() == f"{total['billed_tokens']:,}"
+    per_day = page.get_by_role("table", name="Usage per day")
+    assert [r.get_attribute("data-key") for r in per_day.locator("tbody tr").all()] == [
+        g["key"] for g in answer["data"]
+    ]
+    by_model = _api(service, "/v1/usage?group_by=model")
+    per_model = page.get_by_role("table", name="Usage per model")
+    assert [r.get_attribute("data-key") for r in per_model.locator("tbody tr").all()] == ["toy"]
+    assert by_model["data"][0]["billed_tokens"] == total["billed_tokens"]
+    assert per_model.locator("tfoot th").text_content() == "Total"
+    _shoot(page, screenshots, "usage")
+
+
 def test_a_preference_job_plans_with_dpo_and_its_beta(alice, service, tmp_path):
     """The new-job page also starts preference tuning: a pairs file plans as DPO, with Auto's beta and its reason."""
     pairs = tmp_path / "pairs.jsonl"

@@ -1,18 +1,22 @@
 """Test-only stand-in for `python -m finetune train --config C --out OUT [--resume]` (fake_service.py starts it):
 writes a one-step run folder in milliseconds, so tests can push many jobs through claim, lease, run and
 complete. FAKE_TRAINER_LOG: a file to append the run folder's name to (one line per run);
-FAKE_TRAINER_MODE=die: SIGKILL itself at once (a trainer that dies)."""
+FAKE_TRAINER_MODE=die: SIGKILL itself at once (a trainer that dies); FAKE_TRAINER_MODE=wait: sleep until stopped
+(at most a minute: a trainer a test cancels or pauses)."""
 
 import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 args = sys.argv[1:]
 out = Path(args[args.index("--out") + 1])
 if os.environ.get("FAKE_TRAINER_MODE") == "die":
     os.kill(os.getpid(), signal.SIGKILL)
+if os.environ.get("FAKE_TRAINER_MODE") == "wait":
+    time.sleep(60)  # SIGTERM (a cancel or a pause) ends it
 if os.environ.get("FAKE_TRAINER_LOG"):
     with open(os.environ["FAKE_TRAINER_LOG"], "a") as log:
         log.write(out.name + "\n")

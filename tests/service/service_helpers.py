@@ -70,7 +70,7 @@ class Server:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=1) as answer:
                     if answer.status == 200:
-                        found = re.search(r"ftk-\S+", self.output())
+                        found = re.search(r"ftk-[\w-]+", self.output())  # a text line, or a JSON log line
                         return found.group(0) if found else None
             except OSError:
                 time.sleep(0.2)

@@ -37,3 +37,21 @@ def test_worker_devices_reach_the_worker(tmp_path):
     with pytest.raises(UserError, match="--devices must be at least 1"):
         settings_from(build_parser().parse_args(["worker", "--data-dir", str(tmp_path), "--devices", "0"]))
     store.close()
+
+
+def test_prices_and_the_metrics_token_reach_serve_and_its_workers(tmp_path):
+    from finetune.service.commands import _start_worker
+
+    flags = ["--price-per-million-tokens", "2.5", "--gpu-hour-price", "3", "--log-format", "json"]
+    args = build_parser().parse_args(["serve", "--data-dir", str(tmp_path), "--metrics-token", "t0k", *flags])
+    settings = settings_from(args)
+    assert (settings.price_per_million_tokens, settings.gpu_hour_price, settings.metrics_token) == (2.5, 3.0, "t0k")
+    worker = build_parser().parse_args(["worker", "--data-dir", str(tmp_path), *flags])
+    assert (settings_from(worker).price_per_million_tokens, settings_from(worker).gpu_hour_price) == (2.5, 3.0)
+    started = _start_worker(args, settings, ["true"])  # the command serve starts a worker with (`true`: exits)
+    started.wait()
+    command = started.args
+    assert command[command.index("--gpu-hour-price") + 1] == "3.0" and "t0k" not in command  # the token stays
+    assert command[command.index("--log-format") + 1] == "json"
+    with pytest.raises(UserError, match="--gpu-hour-price must be a number of at least 0"):
+        settings_from(build_parser().parse_args(["worker", "--data-dir", str(tmp_path), "--gpu-hour-price", "-1"]))

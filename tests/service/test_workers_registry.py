@@ -44,6 +44,8 @@ def test_register_heartbeat_live_and_goodbye(store):
 def test_a_version_2_database_gains_the_registry_idempotency_keys_and_model_deletion(tmp_path):
     from sqlalchemy import text
 
+    from finetune.service.db import SCHEMA_VERSION
+
     url = f"sqlite:///{tmp_path / 'old.db'}"
     old = Store(url)
     old.migrate()
@@ -61,7 +63,7 @@ def test_a_version_2_database_gains_the_registry_idempotency_keys_and_model_dele
     store.workers.register("h:1", "h", 1, 1, "cpu")
     assert [w["name"] for w in store.workers.live(30)] == ["h:1"]
     assert store.idempotency.begin("a", "k", "POST /v1/files", "0" * 64) is None
-    assert store.migrate() == 3  # applied once
+    assert store.migrate() == SCHEMA_VERSION  # applied once
     store.close()
 
 

@@ -13,6 +13,7 @@ from finetune.service.auth import current_tenant
 from finetune.service.deps import check_limit, settings_of, store_of
 from finetune.service.errors import APIError, not_found
 from finetune.service.idempotency import digest_file, once
+from finetune.service.metrics import metrics_of
 from finetune.service.objects import file_object, page_object
 from finetune.service.store import new_id
 from finetune.service.upload import Upload, gunzip_upload, receive_upload
@@ -48,10 +49,12 @@ def _keep(request: Request, tenant: str, upload: Upload, purpose: str) -> dict:
     final = settings_of(request).files_dir / file_id
     os.replace(upload.temp, final)
     try:
-        return store_of(request).add_file(tenant, file_id, upload.filename[:512], purpose, upload.size)
+        row = store_of(request).add_file(tenant, file_id, upload.filename[:512], purpose, upload.size)
     except BaseException:
         final.unlink(missing_ok=True)
         raise
+    metrics_of(request).upload_bytes.labels(tenant).inc(upload.size)
+    return row
 
 
 @router.get("/files")

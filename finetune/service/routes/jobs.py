@@ -25,6 +25,7 @@ from finetune.service.pool import pool_for
 from finetune.service.protocol import MAX_SEED, BodyError, JobCreate, parse_body
 from finetune.service.routes.files import find_file
 from finetune.service.store import IllegalTransition, Page
+from finetune.service.usage import prices_of
 
 router = APIRouter(prefix="/v1/fine_tuning", dependencies=[Depends(current_tenant)])
 RESULTS_PURPOSE = "fine-tune-results"  # what a job writes (step_metrics.csv), never what one trains on
@@ -119,9 +120,6 @@ def _create_job(request: Request, tenant: str, body: JobCreate, integrations: An
     kind, hyper = body.method_and_hyperparameters()
     run_settings = _settings(kind, hyper)
     run_settings |= run_settings_for(integrations)  # report_to and its options (integrations.py)
-    price = settings_of(request).price_per_million_tokens
-    if price is not None:
-        run_settings["price_per_million_tokens"] = price
     return store_of(request).create_job(
         tenant,
         {
@@ -245,6 +243,7 @@ async def plan(request: Request, tenant: str = Depends(current_tenant)) -> dict:
     data = files_dir / training["id"]
     val = files_dir / validation["id"] if validation else None
     config = core.run_config(run_settings, str(data), location, body.seed or 0, str(val) if val else None)
+    config = dataclasses.replace(config, **prices_of(settings_of(request)))  # costed at this server's prices
     pool = pool_for(store_of(request), settings_of(request), config.devices)  # sized for the workers, never assumed
     if pool.device_kind is not None:
         config = dataclasses.replace(config, gpu=pool.device_kind)
@@ -280,31 +279,3 @@ def without_server_paths(value: Any, shown: dict[str, str], data_dir: Path) -> A
     for form in {str(data_dir), str(data_dir.resolve())}:
         value = value.replace(form, "<data folder>")
     return value
-
-
-def usage_of(store, tenant: str) -> dict:
-    rows = []
-    for job in store.all_jobs(tenant):
-        report = job["report"] or {}
-        rows.append({
-            "job_id": job["id"], "model": job["model"], "status": job["status"],
-            "fine_tuned_model": job["fine_tuned_model"], "trained_tokens": job["trained_tokens"],
-            "cost": report.get("cost"), "currency": report.get("currency"),
-        })  # fmt: skip
-    costs = [r["cost"] for r in rows if r["cost"] is not None]
-    return {
-        "object": "usage",
-        "tenant": tenant,
-        "data": rows,
-        "total_trained_tokens": sum(r["trained_tokens"] or 0 for r in rows),
-        "total_cost": sum(costs) if costs else None,
-    }
-
-
-usage_router = APIRouter(prefix="/v1", dependencies=[Depends(current_tenant)])
-
-
-@usage_router.get("/usage")
-def usage(request: Request, tenant: str = Depends(current_tenant)) -> dict:
-    """Our addition: trained tokens and cost per job and in total, for the caller's tenant."""
-    return usage_of(store_of(request), tenant)

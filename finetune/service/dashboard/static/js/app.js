@@ -8,6 +8,7 @@ import * as files from "./pages/files.js";
 import * as preview from "./pages/preview.js";
 import * as run from "./pages/run.js";
 import * as compare from "./pages/compare.js";
+import * as usage from "./pages/usage.js";
 
 const routes = [
   [/^#\/login$/, login, "Sign in"],
@@ -17,6 +18,7 @@ const routes = [
   [/^#\/files\/([\w-]+)$/, preview, "Data preview"],
   [/^#\/jobs\/([\w-]+)$/, run, "Run"],
   [/^#\/compare\/([\w,-]+)$/, compare, "Compare runs"],
+  [/^#\/usage$/, usage, "Usage"],
 ];
 
 let controller = null;
