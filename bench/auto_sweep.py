@@ -75,6 +75,15 @@ def sweep_grid(kind: str) -> list[Point]:
     """The points a user would try: LoRA (the adapter only, as LoRA usually trains) at three rates x three
     (epochs, batch) shapes, LoRA with the output layer trained too at three rates, full at three rates. LoRA
     points keep Auto's rank."""
+    if kind == "real":  # a real pretrained base: slower (keep it short), its output layer tied (no head points)
+        points = [
+            Point(f"lora lr {lr:g} e3 b8", "sweep", {"lr": lr, "epochs": 3, "batch_size": 8, **ADAPTER_ONLY})
+            for lr in (3e-4, 1e-3, 3e-3)
+        ]
+        return points + [
+            Point(f"full lr {lr:g} e3 b8", "sweep", {"method": "full", "lr": lr, "epochs": 3, "batch_size": 8})
+            for lr in (3e-5, 1e-4)
+        ]
     if kind == "smoke":
         return [
             Point("lora lr 1e-3 e1 b8", "sweep", {"lr": 1e-3, "epochs": 1, "batch_size": 8, **ADAPTER_ONLY}),
@@ -233,8 +242,10 @@ def run_sweep(
     val_size: int = VAL_CONVERSATIONS,
     save=None,
     log=print,
+    done: dict | None = None,
 ) -> dict:
-    """Every point at every size; `save(results)` after each point, so an interrupted sweep keeps what it ran."""
+    """Every point at every size; `save(results)` after each point, so an interrupted sweep keeps what it ran
+    (`done`: such results, whose points are kept and not run again)."""
     from finetune.data.read import read_file
 
     style = json.loads((EXAMPLES / "house_style.json").read_text())
@@ -248,8 +259,9 @@ def run_sweep(
         for n in sizes:
             rows: list[dict] = []
             results["sizes"][str(n)] = {"rows": rows}
+            kept = {r["name"]: r for r in ((done or {}).get("sizes", {}).get(str(n), {}).get("rows", []))}
             for point in points:
-                rows.append(run_point(point, base, files[n], val, work, prompts, markers))
+                rows.append(kept.get(point.name) or run_point(point, base, files[n], val, work, prompts, markers))
                 if save:
                     save(results)
                 r = rows[-1]
@@ -270,9 +282,16 @@ def run_sweep(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--base", default=None, help="a pretrained toy base (default: the cached one, built if needed)")
+    parser.add_argument(
+        "--base", default=None,
+        help="a model folder, .gguf or pulled base name (default: the cached pretrained toy base, built if needed)",
+    )  # fmt: skip
+    parser.add_argument("--resume", default=None, metavar="JSON", help="keep the points an earlier --json holds")
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="training-set sizes, comma-separated")
-    parser.add_argument("--grid", choices=["full", "smoke"], default="full", help="smoke: two sweep points")
+    parser.add_argument(
+        "--grid", choices=["full", "real", "smoke"], default="full",
+        help="full: the toy's 15 points; real: 5 points for a real base (slower); smoke: two",
+    )  # fmt: skip
     parser.add_argument("--peers", choices=["all", "none"], default="all", help="score the peers' defaults too")
     parser.add_argument("--test-prompts", type=int, default=30, help="held-out prompts for the house-style rate")
     parser.add_argument("--val", type=int, default=VAL_CONVERSATIONS, help="held-out conversations (fewer: faster)")
@@ -280,9 +299,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", default=None, help="write the result tables here")
     args = parser.parse_args(argv)
 
+    from finetune.model_source import resolve_model
     from finetune.toy import pretrained_base
 
-    base = Path(args.base) if args.base else pretrained_base(log=print)[0]
+    base = Path(resolve_model(args.base)) if args.base else pretrained_base(log=print)[0]
+    done = json.loads(Path(args.resume).read_text()) if args.resume else None
     sizes = tuple(int(s) for s in args.sizes.split(","))
     started = time.perf_counter()
 
@@ -291,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
             Path(args.json).write_text(json.dumps(results, indent=2))
 
     results = run_sweep(
-        base, sizes, args.grid, args.test_prompts, peers=args.peers == "all", val_size=args.val, save=save
+        base, sizes, args.grid, args.test_prompts, peers=args.peers == "all", val_size=args.val, save=save, done=done
     )
     results["seconds"] = round(time.perf_counter() - started)
     save(results)

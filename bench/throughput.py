@@ -260,7 +260,7 @@ def run_trl(spec: Spec, rec: StepRecorder, packed: bool) -> None:
     # very records of finetune's optimizer steps, in order, read sequentially
     dataset = Dataset.from_list(rows if packed else [rows[i] for i in finetune_step_order(spec)])
     tokenizer = AutoTokenizer.from_pretrained(spec.model)
-    tokenizer.chat_template = GENERATION_TEMPLATE
+    tokenizer.chat_template = generation_template_for(tokenizer)
     model = AutoModelForCausalLM.from_pretrained(spec.model, dtype=torch.float32, use_safetensors=True)
     peft_config = None
     if spec.method == "lora":
@@ -498,21 +498,33 @@ def prepare_assets(work: Path, conversations: int, hidden: int, layers: int, mod
     return data, model
 
 
+def generation_template_for(tokenizer) -> str:
+    """GENERATION_TEMPLATE, with the default system turn the model's own template adds to a chat without one
+    (SmolLM2's does): TRL then reads the very tokens finetune reads."""
+    chat = [{"role": "user", "content": "u"}]
+    ours = tokenizer.apply_chat_template(chat, tokenize=False)
+    plain = tokenizer.apply_chat_template(chat, tokenize=False, chat_template=GENERATION_TEMPLATE)
+    if ours == plain or not ours.endswith(plain):
+        return GENERATION_TEMPLATE
+    default = ours[: -len(plain)].replace("'", "\\'").replace("\n", "\\n")
+    return "{% if messages[0]['role'] != 'system' %}{{ '" + default + "' }}{% endif %}" + GENERATION_TEMPLATE
+
+
 def check_generation_template(model: Path) -> None:
     """TRL's copy of the template must render byte for byte what finetune's renders."""
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(model)
-    chat = [
-        {"role": "system", "content": "s"},
+    turns = [
         {"role": "user", "content": "u"},
         {"role": "assistant", "content": "a"},
         {"role": "user", "content": "v"},
         {"role": "assistant", "content": "b"},
     ]
-    ours = tok.apply_chat_template(chat, tokenize=False)
-    theirs = tok.apply_chat_template(chat, tokenize=False, chat_template=GENERATION_TEMPLATE)
-    assert ours == theirs, (ours, theirs)
+    for chat in ([{"role": "system", "content": "s"}, *turns], turns):
+        ours = tok.apply_chat_template(chat, tokenize=False)
+        theirs = tok.apply_chat_template(chat, tokenize=False, chat_template=generation_template_for(tok))
+        assert ours == theirs, (ours, theirs)
 
 
 def run_one(spec: Spec, timeout: float) -> dict:
@@ -598,6 +610,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=1, help="untimed optimizer steps at the start of each run")
     parser.add_argument("--timed", type=int, default=4, help="timed optimizer steps per run")
     parser.add_argument("--conversations", type=int, default=200)
+    parser.add_argument("--model", default=None, help="a real model (folder, .gguf or pulled base) instead of the toy")
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--vocab", type=int, default=32768, help="model vocabulary (embedding and LM-head rows)")
@@ -617,8 +630,18 @@ def main(argv: list[str] | None = None) -> None:
     work = Path(args.work or tempfile.mkdtemp(prefix="finetune-bench-"))
     load_before = load_snapshot()
     started = time.time()
-    data, model = prepare_assets(work, args.conversations, args.hidden, args.layers, args.vocab)
-    print(f"data {data}, model {model} (hidden {args.hidden} x {args.layers} layers, vocab {args.vocab})", flush=True)
+    if args.model:
+        from bench.data import write_dataset
+        from finetune.model_source import resolve_model
+
+        data, model = write_dataset(work / "bench.jsonl", n=args.conversations, seed=0), Path(resolve_model(args.model))
+        check_generation_template(model)  # TRL's marked copy must render what the model's own template renders
+        print(f"data {data}, model {model}", flush=True)
+    else:
+        data, model = prepare_assets(work, args.conversations, args.hidden, args.layers, args.vocab)
+        print(
+            f"data {data}, model {model} (hidden {args.hidden} x {args.layers} layers, vocab {args.vocab})", flush=True
+        )
 
     results: dict[tuple[str, str], list[dict]] = {}
     for method in methods:
@@ -717,6 +740,15 @@ uses the fused kernel.
 """
 
 
+def _model_line(args) -> str:
+    if args.model:
+        return f"Model: {args.model} (its own tokenizer and chat template; TRL gets the same ChatML turns, marked)."
+    return (
+        f"Model: toy Llama architecture (finetune/toy.py), hidden {args.hidden} × {args.layers} layers, vocabulary "
+        f"{args.vocab:,} rows\n(embedding and LM head; the BPE tokenizer trained on the data uses the first few thousand)."
+    )
+
+
 def write_results(path, args, argv, table, summaries, load_before, load_after, wall, facts) -> None:
     command = " ".join(["python bench/throughput.py", *(argv if argv is not None else sys.argv[1:])])
     per_run = "\n".join(
@@ -730,8 +762,7 @@ Reproduce: `.venv/bin/{command}` (whole run: {wall / 60:.1f} min).
 
 Machine: {v["cores"]} CPU cores ({_cpu_name()}), torch threads {v["threads"]}, device {v["device"]}.
 Versions: Python {v["python"]}, torch {v["torch"]}, transformers {v["transformers"]}, peft {v["peft"]}, TRL {v["trl"]}.
-Model: toy Llama architecture (finetune/toy.py), hidden {args.hidden} × {args.layers} layers, vocabulary {args.vocab:,} rows
-(embedding and LM head; the BPE tokenizer trained on the data uses the first few thousand).
+{_model_line(args)}
 Data: bench/data.py, {args.conversations} conversations, seed 0: {facts}.
 Runs: {args.rounds} alternating round(s) of every configuration, {args.warmup} warm-up + {args.timed} timed optimizer
 steps each, every run in its own process.
