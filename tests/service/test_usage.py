@@ -12,7 +12,7 @@ import threading
 import time
 
 import pytest
-from fake_service import fake_train_command
+from fake_service import fake_launcher
 from fastapi.testclient import TestClient
 from service_helpers import fresh_postgres_database, settings_for
 from sqlalchemy import update
@@ -37,7 +37,7 @@ def _add_job(store: Store, settings, data, tenant: str, model: str = "toy") -> s
 
 
 def _run(settings, store) -> None:
-    assert Worker(settings, store, train_command=fake_train_command).run_once()
+    assert Worker(settings, store, launcher=fake_launcher()).run_once()
 
 
 def _cancel_while_running(settings, store, job_id: str, tenant: str) -> None:
