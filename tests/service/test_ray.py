@@ -121,8 +121,14 @@ def ray_cluster():
 
     temp = tempfile.mkdtemp(prefix="ftray-", dir="/tmp")  # short: Ray's socket paths have a length limit
     before = set(_ray_processes(temp))
-    saved = {name: os.environ.get(name) for name in RAY_ENV}
-    os.environ.update(RAY_ENV)
+    # RAY_TMPDIR: Ray's own files (the current cluster's address among them) in this folder, not /tmp/ray, which
+    # a fresh machine does not have
+    env = {**RAY_ENV, "RAY_TMPDIR": temp}
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    from ray._common.utils import get_ray_address_file
+
+    Path(get_ray_address_file(None)).parent.mkdir(parents=True, exist_ok=True)  # Ray writes there, makes it not
     cluster = None
     try:
         cluster = Cluster(initialize_head=True, head_node_args={**NODE, "temp_dir": temp})
