@@ -155,3 +155,17 @@ def test_preview_lists_problems_with_lines_and_renders_records(app, tmp_path):
     assert page["split"]["val_conversations"] == 30 and len(page["split"]["val_lines"]) == 30
     assert alice.get(f"/v1/dashboard/files/{examples}/preview", params={"model": "other"}).status_code == 400
     assert bob.get(f"/v1/dashboard/files/{examples}/preview").status_code == 404
+
+
+def test_the_run_page_gets_the_retention_check_when_it_ran(app, retention_report):
+    alice = _client(app, "alice")
+    job_id, run = _job_with_run(app, alice)
+    assert alice.get(f"/v1/dashboard/jobs/{job_id}/run").json()["retention"] is None
+    (run / "retention.json").write_text(json.dumps(retention_report(dropped=True)))
+    retention = alice.get(f"/v1/dashboard/jobs/{job_id}/run").json()["retention"]
+    assert retention["flag"] is True and retention["flagged"] == ["accuracy"]
+    assert retention["accuracy"]["tuned"]["rate"] == 0 and retention["remedies"]
+    assert "more than chance" in retention["message"]
+    assert not {"rows", "choices", "base_model", "tuned"} & set(retention)  # no answers, no server paths
+    (run / "retention.json").write_text(json.dumps(retention_report(dropped=False)))  # a later check replaces it
+    assert alice.get(f"/v1/dashboard/jobs/{job_id}/run").json()["retention"]["flag"] is False

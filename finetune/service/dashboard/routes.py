@@ -6,7 +6,8 @@ as every other route (the key as a Bearer header or the sign-in cookie), plus th
     DELETE /v1/dashboard/session                     sign out (clears the cookie)
     GET    /v1/dashboard/progress?job_id=...         the jobs list's live columns, for many jobs in one call
     GET    /v1/dashboard/jobs/{id}/curve?points=N    down-sampled metrics for the charts
-    GET    /v1/dashboard/jobs/{id}/run               the frozen plan (settings + Auto reasons) and the report
+    GET    /v1/dashboard/jobs/{id}/run               the frozen plan (settings + Auto reasons), the report and the
+                                                     retention check (`finetune eval RUN --retention`) when it ran
     GET    /v1/dashboard/jobs/{id}/download          a zip of the final weights, or ?checkpoint=ID of one checkpoint
     GET    /v1/dashboard/files/{id}/preview          validation problems, counts, histogram, records, split
 """
@@ -145,7 +146,12 @@ def run_details(job_id: str, request: Request, tenant: str = Depends(current_ten
     report = view.report()
     if report:  # server paths are nobody's business
         report = {k: v for k, v in report.items() if k not in ("out_dir", "final_weights")}
-    return {"object": "dashboard.run", "plan": view.plan(), "report": report}
+    retention = view.retention()
+    if retention:  # the numbers and the verdict; not every answer, nor server paths
+        from finetune.eval.retention import summary
+
+        retention = summary(retention)
+    return {"object": "dashboard.run", "plan": view.plan(), "report": report, "retention": retention}
 
 
 def _weights_folder(request: Request, tenant: str, job_id: str, checkpoint: str | None) -> tuple[Path, str]:
