@@ -110,11 +110,13 @@ OPPOSITE_ALSO = {
     "light": ["lightweight"],
 }
 
+# A word: a run of non-spaces with a letter or digit in it ("it's", "sea-side,"; not "--" or "...").
+WORD = r"[^\s]*[A-Za-z0-9][^\s]*"
 # Instructions with a rule the answer can be checked against: (rule, instruction, pattern).
 RULES: list[tuple[str, str, str]] = [
-    ("three_words", "Answer in exactly three words.", r"^\s*\S+\s+\S+\s+\S+\s*$"),
-    ("one_word", "Answer with one word only.", r"^\s*\S+\s*$"),
-    ("at_most_five_words", "Answer in five words or fewer.", r"^\s*\S+(\s+\S+){0,4}\s*$"),
+    ("three_words", "Answer in exactly three words.", rf"^\s*{WORD}\s+{WORD}\s+{WORD}\s*$"),
+    ("one_word", "Answer with one word only.", rf"^\s*{WORD}\s*$"),
+    ("at_most_five_words", "Answer in five words or fewer.", rf"^\s*{WORD}(\s+{WORD}){{0,4}}\s*$"),
     ("lowercase", "Reply in lowercase letters only, with no capital letters.", r"^[^A-Z]*[a-z][^A-Z]*$"),
     ("uppercase", "Reply in capital letters only.", r"^[^a-z]*[A-Z][^a-z]*$"),
     ("ends_with_question", "End your reply with a question.", r"\?[\"'”’)\s]*$"),

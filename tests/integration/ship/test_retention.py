@@ -16,6 +16,7 @@ from finetune.eval import retention
 from finetune.eval.general_set import load_general_set
 from finetune.eval.generate import generate_ids
 from finetune.run_folder import locate_weights
+from finetune.toy import general_corpus
 from finetune.train.model import load_model
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -111,14 +112,32 @@ def test_a_zero_adapter_is_the_base(run_copy):
     assert report["flag"] is False
 
 
-def test_a_damaged_run_is_flagged(pretrained_toy_base, tmp_path):
-    """Every weight of the pretrained base trained at a huge learning rate for a few steps: it forgets."""
+@pytest.fixture(scope="module")
+def terse_base(toy_model, tmp_path_factory) -> Path:
+    """A base with something to lose: the toy taught to answer every question with "YES", which keeps five of the
+    set's twelve rules (one word, at most five words, capitals, no commas, start with Yes or No). The pretrained
+    toy base has too little to lose: its answers hardly depend on the question (3% accuracy on the set, measured)."""
+    folder = tmp_path_factory.mktemp("terse")
+    questions = [next(m for m in c["messages"] if m["role"] == "user") for c in general_corpus(96, seed=11)]
+    lines = [json.dumps({"messages": [q, {"role": "assistant", "content": "YES"}]}) for q in questions]
+    (folder / "yes.jsonl").write_text("\n".join(lines) + "\n")
+    args = ["train", str(folder / "yes.jsonl"), "--model", str(toy_model), "--out", str(folder / "run")]
+    assert (
+        main([*args, "--method", "full", "--lr", "3e-3", "--epochs", "3", "--batch-size", "8", "--val-fraction", "0"])
+        == 0
+    )
+    return folder / "run" / "model"
+
+
+def test_a_damaged_run_is_flagged(terse_base, tmp_path):
+    """Every weight of the base trained at a huge learning rate for a few steps: it forgets how to answer."""
     out = tmp_path / "damaged"
-    args = ["train", str(EXAMPLES / "train.jsonl"), "--model", str(pretrained_toy_base), "--out", str(out)]
-    assert main([*args, "--method", "full", "--lr", "0.05", "--max-steps", "3", "--batch-size", "8"]) == 0
-    report = retention.check_retention(out, max_new_tokens=24, limit=100)
-    assert report["accuracy"]["base"]["rate"] >= 0.2  # the toy base knows the set's arithmetic, units and capitals
-    assert report["flag"] is True and "accuracy" in report["flagged"]
-    assert report["accuracy"]["change"]["high"] < 0 and report["kl"]["mean_per_token"] > 0.5
+    args = ["train", str(EXAMPLES / "train.jsonl"), "--model", str(terse_base), "--out", str(out)]
+    assert main([*args, "--method", "full", "--lr", "0.3", "--max-steps", "3", "--batch-size", "8"]) == 0
+    report = retention.check_retention(out)
+    rules = report["rule_pass_rate"]
+    assert rules["base"]["rate"] >= 0.4 and rules["tuned"]["rate"] < rules["base"]["rate"]
+    assert report["flag"] is True and "rule_pass_rate" in report["flagged"] and rules["change"]["high"] < 0
+    assert report["kl"]["mean_per_token"] > 1.0
     assert report["remedies"] == retention.remedies("full") and "more than chance" in report["message"]
     assert any("--method lora" in remedy for remedy in report["remedies"])

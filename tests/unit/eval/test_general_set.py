@@ -127,6 +127,7 @@ def test_every_rule_keeps_and_breaks_as_written():
         if good is not None:
             assert passed(item, good), (rule, good)
         assert not passed(item, bad), (rule, bad)
+    assert not passed(rules["one_word"], "------") and not passed(rules["three_words"], "- - -")  # no words
     for item in (p for p in prompts if p.rule == "uses_word"):
         word = item.prompt.split('"')[1]
         assert passed(item, f"A {word.upper()} thing.") and not passed(item, "Nothing.")
