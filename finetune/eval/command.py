@@ -315,7 +315,7 @@ def _print_retention(report: dict) -> None:
     console.print(f"[bold red]{report['message']}[/bold red]" if report["flag"] else report["message"])
     for remedy in report["remedies"]:
         console.print(f"  - {remedy}")
-    console.print(f"written: {report['file']} ({report['seconds']['total']:.0f} s)")
+    console.print(f"written: {report['file']} ({report['seconds']['total']:.0f} s)", soft_wrap=True)  # a whole path
 
 
 def _numbers_table(result: dict):

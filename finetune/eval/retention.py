@@ -28,6 +28,7 @@ import json
 import os
 import time
 from contextlib import contextmanager, nullcontext
+from functools import partial
 from pathlib import Path
 
 from finetune.eval.general_set import ANSWER_KINDS, Choice, GeneralPrompt, load_general_set, passed, set_digest
@@ -76,32 +77,20 @@ def _adapter_off(model):
         yield model
 
 
-class _Sides:
-    """The base and the tuned model of a run, each handed out by a context manager."""
-
-    def __init__(self, tuned, base=None) -> None:
-        self.tuned_model, self.base_model = tuned, base
-
-    def tuned(self):
-        return nullcontext(self.tuned_model)
-
-    def base(self):
-        if self.base_model is not None:
-            return nullcontext(self.base_model)
-        return _adapter_off(self.tuned_model)  # a LoRA run: the same weights with the adapter switched off
-
-
 def _load(run: Path):
+    """(the run's weights, {"base": ..., "tuned": ...} each a context manager giving that model, tokenizer)."""
     from finetune.run_folder import load_for_generation, locate_weights
     from finetune.train.model import load_model
 
     weights = locate_weights(run)
     tuned, tokenizer = load_for_generation(weights)
-    base = None
-    if not weights.is_lora:
-        base = load_model(weights.base)
-        base.eval()
-    return weights, _Sides(tuned, base), tokenizer
+    if weights.is_lora:  # one copy of the base weights: the adapter (and a trained output layer) switched off
+        base = partial(_adapter_off, tuned)
+    else:
+        base_model = load_model(weights.base)
+        base_model.eval()
+        base = partial(nullcontext, base_model)
+    return weights, {"base": base, "tuned": partial(nullcontext, tuned)}, tokenizer
 
 
 def _choice_rows(tokenizer, choices: list[Choice]) -> list[tuple[list[int], list[int]]]:
@@ -186,8 +175,8 @@ def check_retention(
     # ---- greedy answers of both sides, checked
     messages = [p.messages() for p in prompts]
     new_ids = {}
-    for name in ("base", "tuned"):
-        with getattr(sides, name)() as model:
+    for name, side in sides.items():
+        with side() as model:
             new_ids[name] = generate_ids(model, tokenizer, messages, max_new_tokens, batch_size)
     answers = {
         name: [tokenizer.decode(ids, skip_special_tokens=True).strip() for ids in rows]
@@ -198,14 +187,14 @@ def check_retention(
 
     # ---- KL(tuned || base) on the base's own answers
     rows = [(prompt_ids(tokenizer, m), ids) for m, ids in zip(messages, new_ids["base"], strict=True)]
-    kl_rows = kl_per_row(sides.tuned, sides.base, rows, pad_id, batch_size=max(1, batch_size // 2))
+    kl_rows = kl_per_row(sides["tuned"], sides["base"], rows, pad_id, batch_size=max(1, batch_size // 2))
     kl_sum, kl_tokens = sum(s for s, _ in kl_rows), sum(n for _, n in kl_rows)
 
     # ---- multiple choice: the most likely option per model
     option_rows = _choice_rows(tokenizer, choices)
     picks: dict[str, list[int]] = {}
-    for name in ("base", "tuned"):
-        with getattr(sides, name)() as model:
+    for name, side in sides.items():
+        with side() as model:
             scores = target_log_probs(model, option_rows, pad_id, batch_size=max(1, batch_size // 2))
         means, at = [sum(s) / len(s) for s in scores], 0
         picks[name] = []
