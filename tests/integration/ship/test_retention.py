@@ -73,7 +73,8 @@ def test_eval_retention_writes_every_number_and_refreshes_the_card(run_copy, mon
     # the LoRA run's base side is the base itself: the adapter (and the trained output layer) switched off
     weights = locate_weights(run_copy)
     tokenizer = load_tokenizer(weights.tokenizer)
-    plain = generate_ids(load_model(weights.base), tokenizer, [p.messages() for p in prompts], 6)  # same batches
+    messages = [p.messages() for p in prompts]
+    plain = generate_ids(load_model(weights.base), tokenizer, messages, 6, retention.BATCH)  # the same batches
     assert [tokenizer.decode(ids, skip_special_tokens=True).strip() for ids in plain] == [r["base"] for r in rows]
 
 
