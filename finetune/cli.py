@@ -153,6 +153,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             rules=tuple(args.rule),
             out=args.out,
             show=args.show,
+            retention=args.retention,
         )
     )
 
@@ -242,6 +243,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--marker", action="append", default=[], help="text every answer should contain (repeatable)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument(
+        "--retention",
+        action="store_true",
+        help="run folder: also compare the tuned model with its base on a general set never trained on, and flag "
+        "a drop beyond chance (RUN/retention.json; minutes on a CPU)",
+    )
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("convert", help="write any data format finetune reads as OpenAI chat JSONL")

@@ -4,6 +4,9 @@
     finetune eval RUN [--test FILE] [--checkpoints] [--rule NAME=REGEX ...]  a run: its base, its final
                                                   weights and (--checkpoints) every kept checkpoint, on the
                                                   run's own test set (train --test-fraction) or --test FILE
+    finetune eval RUN --retention                 also: did tuning cost the base what it knew? (retention.py)
+                                                  RUN/retention.json, and a `retention` section in eval.json
+                                                  and eval.html; a run without a test set gets the check alone
 
 For each held-out conversation the final assistant message is the reference; every model answers the
 conversation before it (greedy). Numbers per example and overall (metrics.py): exact match, token F1,
@@ -84,6 +87,7 @@ class EvalRequest:
     rules: tuple[str, ...] = ()
     out: str | None = None
     show: int = 3
+    retention: bool = False
 
 
 def _run_candidates(request: EvalRequest) -> tuple[str, str, list[Candidate], Path]:
@@ -230,14 +234,88 @@ def write_outputs(result: dict, out: Path) -> tuple[Path, Path]:
     return out / "eval.json", out / "eval.html"
 
 
+def _has_test_set(request: EvalRequest) -> bool:
+    from finetune.eval.test_split import TEST_FILE
+
+    return bool(request.test) or (Path(request.data) / TEST_FILE).exists()
+
+
+def _check_retention(request: EvalRequest) -> dict:
+    """The retention report of a run, written to RUN/retention.json."""
+    from finetune.eval.retention import check_retention, write_retention
+
+    report = check_retention(request.data)
+    report["file"] = str(write_retention(request.data, report))
+    return report
+
+
 def run_eval(request: EvalRequest) -> int:
-    result, out = evaluate(request)
-    written = write_outputs(result, out) if out is not None else None
+    from finetune.eval.retention import summary
+    from finetune.run_folder import is_run_folder
+
+    if request.retention and not is_run_folder(request.data):
+        raise UserError("--retention compares a run with its base: pass the run folder (finetune eval RUN --retention)")
+    evaluates = not request.retention or _has_test_set(request)
+    result, out = evaluate(request) if evaluates else (None, None)
+    retention = _check_retention(request) if request.retention else None
+    if result is not None and retention is not None:
+        result["retention"] = summary(retention)
+    written = write_outputs(result, out) if result is not None and out is not None else None
+    if written or retention is not None:
+        _refresh_card(Path(request.data))
     if request.as_json:
-        print(json.dumps(result, ensure_ascii=False, indent=2))
+        print(json.dumps(result if result is not None else summary(retention), ensure_ascii=False, indent=2))
         return 0
-    _print(result, written)
+    if result is not None:
+        _print(result, written)
+    elif retention is not None:
+        print(f"{request.data} has no test set: only the retention check ran (train with --test-fraction F or pass")
+        print("--test FILE to compare the answers with the team's too).")
+    if retention is not None:
+        _print_retention(retention)
     return 0
+
+
+def _refresh_card(run: Path) -> None:
+    """The card in the run's adapter/ or model/ folder carries the new numbers (a run folder only)."""
+    from finetune.export.card import refresh_run_card
+    from finetune.run_folder import is_run_folder
+
+    if is_run_folder(run):
+        refresh_run_card(run)
+
+
+def _print_retention(report: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from finetune.eval.retention import MEASURES, points
+
+    console = Console(highlight=False)
+    table = Table(title="Retention: the base and the tuned model on the general set (95% intervals)")
+    for column in ("", "prompts", "base", "tuned", "change (points)"):
+        table.add_column(column, justify="left" if not column else "right")
+    for key, name in MEASURES.items():
+        numbers = report[key]
+        if not numbers["n"]:
+            continue
+        base, tuned, change = numbers["base"], numbers["tuned"], numbers["change"]
+        table.add_row(
+            name,
+            str(numbers["n"]),
+            f"{base['rate']:.0%} ({base['low']:.0%}-{base['high']:.0%})",
+            f"{tuned['rate']:.0%} ({tuned['low']:.0%}-{tuned['high']:.0%})",
+            f"{points(change['value'])} ({points(change['low'])} to {points(change['high'])})"
+            + (" DROP" if numbers["dropped"] else ""),
+        )
+    console.print(table)
+    console.print(
+        f"mean KL(tuned || base) per token on the base's own answers: {report['kl']['mean_per_token']:.4g} nats"
+    )
+    console.print(f"[bold red]{report['message']}[/bold red]" if report["flag"] else report["message"])
+    for remedy in report["remedies"]:
+        console.print(f"  - {remedy}")
+    console.print(f"written: {report['file']} ({report['seconds']['total']:.0f} s)", soft_wrap=True)  # a whole path
 
 
 def _numbers_table(result: dict):

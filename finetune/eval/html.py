@@ -12,6 +12,7 @@ th { background: #f3f3f3; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 td.text { white-space: pre-wrap; }
 .note { color: #555; }
+.flag { color: #a61e1e; font-weight: bold; }
 """
 
 
@@ -70,6 +71,41 @@ def _all_rows(result: dict) -> str:
     return f"<h2>Every answer</h2><table>{head}</tr>{''.join(rows)}</table>"
 
 
+def _retention(retention: dict | None) -> str:
+    """The retention check of the same call (finetune eval RUN --retention): numbers, verdict, remedies."""
+    from finetune.eval.retention import MEASURES, points
+
+    if not retention:
+        return ""
+
+    def rate(side: dict) -> str:
+        return f"{side['rate']:.0%} ({side['low']:.0%}&ndash;{side['high']:.0%})"
+
+    rows = []
+    for key, name in MEASURES.items():
+        numbers = retention[key]
+        if not numbers["n"]:
+            continue
+        change = numbers["change"]
+        text = f"{points(change['value'])} ({points(change['low'])} to {points(change['high'])})"
+        rows.append(
+            f"<tr><th>{escape(name)}</th><td class='num'>{numbers['n']}</td><td class='num'>{rate(numbers['base'])}</td>"
+            f"<td class='num'>{rate(numbers['tuned'])}</td><td class='num'>{text}"
+            f"{' <strong>drop</strong>' if numbers['dropped'] else ''}</td></tr>"
+        )
+    head = "<tr><th></th><th>prompts</th><th>base</th><th>tuned</th><th>change, points (95% interval)</th></tr>"
+    remedies = "".join(f"<li>{escape(r)}</li>" for r in retention.get("remedies") or [])
+    verdict = f"<p class='{'flag' if retention['flag'] else 'note'}'>{escape(retention['message'])}</p>"
+    return (
+        "<h2>Retention: the base and the tuned model on the general set</h2>"
+        f"<table>{head}{''.join(rows)}</table>"
+        f"<p>Mean KL(tuned || base) per token on the base's own answers: "
+        f"{retention['kl']['mean_per_token']:.4g} nats ({retention['kl']['tokens']} tokens).</p>"
+        + verdict
+        + (f"<p>Usual remedies:</p><ul>{remedies}</ul>" if remedies else "")
+    )
+
+
 def render_html(result: dict) -> str:
     rules = result.get("rules") or {}
     rule_list = "".join(f"<li><code>{escape(n)}</code>: <code>{escape(p)}</code></li>" for n, p in rules.items())
@@ -81,6 +117,7 @@ def render_html(result: dict) -> str:
         "team's wording, not correctness: read the answers.</p>"
         + (f"<p>Rules (rates are the share of answers that match):</p><ul>{rule_list}</ul>" if rules else "")
         + _summary(result)
+        + _retention(result.get("retention"))
         + _examples(f"Best by {result['ranked_by']}", result["best"])
         + _examples(f"Worst by {result['ranked_by']}", result["worst"])
         + _all_rows(result)

@@ -1,14 +1,17 @@
 """The model card (README.md) of an export: what the model is, how it was made, how well it did.
 
-Everything comes from the run folder (plan.json, report.json, eval.json when `finetune eval` ran);
-a missing figure is left out, never replaced by a placeholder.
+Everything comes from the run folder (plan.json, report.json, eval.json when `finetune eval` ran, retention.json
+when `finetune eval RUN --retention` ran); a missing figure is left out, never replaced by a placeholder.
+`refresh_run_card(run)` rewrites the card training left in the run's own adapter/ or model/ folder, so it carries
+the numbers of an evaluation run later.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from finetune.run_folder import RunWeights, read_json
+from finetune.run_folder import RunWeights, locate_weights, read_json
 from finetune.settings import in_a_sentence
 
 # the plan keys the card shows, in this order (their labels are declared with each setting, or on Plan)
@@ -171,6 +174,46 @@ def _evaluation(evaluation: dict) -> list[str]:
     return [*lines, ""]
 
 
+def _percent(side: dict) -> str:
+    return f"{side['rate']:.0%} ({side['low']:.0%}-{side['high']:.0%})"
+
+
+def _retention(retention: dict) -> list[str]:
+    """What tuning kept of the base's general ability (finetune eval RUN --retention)."""
+    from finetune.eval.retention import MEASURES, points
+
+    if not retention.get("accuracy"):
+        return []
+    general = retention.get("general_set") or {}
+    lines = [
+        "## Retention",
+        "",
+        f"`finetune eval --retention`: the base and this model on {general.get('prompts', '?')} general prompts "
+        f"and {general.get('choices', '?')} multiple-choice questions never trained on (95% intervals).",
+        "",
+        "| measure | prompts | base | tuned | change (points) |",
+        "|---|---|---|---|---|",
+    ]
+    for key, name in MEASURES.items():
+        numbers = retention.get(key) or {}
+        if not numbers.get("n"):
+            continue
+        change = numbers["change"]
+        mark = " **drop**" if numbers.get("dropped") else ""
+        lines.append(
+            f"| {name} | {numbers['n']} | {_percent(numbers['base'])} | {_percent(numbers['tuned'])} | "
+            f"{points(change['value'])} ({points(change['low'])} to {points(change['high'])}){mark} |"
+        )
+    kl = retention.get("kl") or {}
+    if kl.get("tokens"):
+        lines += ["", f"Mean KL(tuned || base) per token on the base's own answers: {kl['mean_per_token']:.4g} nats."]
+    if retention.get("message"):
+        lines += ["", f"**{'Flag' if retention.get('flag') else 'Verdict'}:** {retention['message']}"]
+    if retention.get("flag") and retention.get("remedies"):
+        lines += ["", "Usual remedies:", ""] + [f"- {remedy}" for remedy in retention["remedies"]]
+    return [*lines, ""]
+
+
 def model_card(weights: RunWeights, kind: str, gguf_type: str | None = None) -> str:
     """README.md for an export of `kind` "merged", "full" or "adapter" (with `gguf_type`: and its model.gguf)."""
     plan = read_json(weights.run / "plan.json")
@@ -201,6 +244,7 @@ def model_card(weights: RunWeights, kind: str, gguf_type: str | None = None) -> 
     lines += _usage(kind, weights.base) + (_gguf_usage(gguf_type) if gguf_type else [])
     lines += _data(plan, test_split) + _hyperparameters(plan) + _results(report, weights.step)
     lines += _evaluation(evaluation)
+    lines += _retention(read_json(weights.run / "retention.json"))
     lines += [
         "## Limits",
         "",
@@ -209,3 +253,16 @@ def model_card(weights: RunWeights, kind: str, gguf_type: str | None = None) -> 
         "",
     ]
     return "\n".join(lines)
+
+
+def refresh_run_card(run: str | Path) -> Path | None:
+    """Rewrite README.md in the run's final adapter/ or model/ folder (training wrote it before any evaluation)."""
+    weights = locate_weights(run)
+    final = weights.adapter or weights.model
+    if final is None or not final.is_dir():
+        return None
+    path = final / "README.md"
+    tmp = final / f".README.md.{os.getpid()}.tmp"
+    tmp.write_text(model_card(weights, "adapter" if weights.is_lora else "full"), encoding="utf-8")
+    os.replace(tmp, path)
+    return path

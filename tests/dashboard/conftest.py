@@ -124,3 +124,32 @@ def screenshots() -> Path | None:
     path = Path(folder)
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def _retention_report(dropped: bool) -> dict:
+    """retention.json as `finetune eval RUN --retention` writes it (numbers built by its own functions)."""
+    from finetune.eval.retention import measure, remedies, verdict
+
+    base = [True] * 60 + [False] * 40
+    report = {
+        "base_model": "/srv/models/base",
+        "tuned": "/srv/runs/job/adapter",
+        "method": "lora",
+        "general_set": {"digest": "abc", "prompts": 100, "choices": 40, "limit": None},
+        "accuracy": measure(base, [False] * 100 if dropped else base),
+        "rule_pass_rate": measure(base[:50], base[:50]),
+        "choice_accuracy": measure(base[20:60], base[20:60]),
+        "kl": {"mean_per_token": 0.8 if dropped else 0.01, "tokens": 4000, "direction": "KL(tuned || base)"},
+        "rows": [{"id": "arithmetic-001", "base": "35", "tuned": "36"}],
+        "choices": [],
+        "seconds": {"total": 12.0},
+    }
+    report["flag"], report["flagged"], report["message"] = verdict(report)
+    report["remedies"] = remedies("lora") if report["flag"] else []
+    return report
+
+
+@pytest.fixture(scope="session")
+def retention_report():
+    """retention_report(dropped) -> a retention.json, flagged or not."""
+    return _retention_report

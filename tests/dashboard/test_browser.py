@@ -245,6 +245,28 @@ def test_checkpoints_best_badge_pick_and_download(alice, service):
     assert page.get_by_role("link", name="Download as GGUF").count() == 1
 
 
+def test_the_run_page_shows_a_retention_check_and_its_flag(alice, service, retention_report):
+    page = alice
+    job_id = shared["first"]
+    path = service.data_dir / "runs" / job_id / "retention.json"
+    report = retention_report(dropped=True)
+    path.write_text(json.dumps(report))  # as `finetune eval RUN --retention` leaves it in the run folder
+    try:
+        page.goto(f"{service.base}/#/jobs/{job_id}")
+        page.reload()  # the same address as the last test's: read the run again
+        section = page.locator("section[aria-label=Retention]")
+        expect(section).to_be_visible()
+        expect(section.locator("#retention tbody tr")).to_have_count(3)
+        expect(section.locator("tr[data-measure=accuracy]")).to_contain_text("drop")
+        expect(section.get_by_test_id("retention-verdict")).to_have_text(report["message"])
+        expect(section.locator("li")).to_have_count(len(report["remedies"]))
+    finally:
+        path.unlink()
+    page.reload()
+    page.locator("section[aria-label=Diagnosis]").get_by_text("Next step:").wait_for()
+    expect(page.locator("section[aria-label=Retention]")).to_be_hidden()
+
+
 def test_jobs_list_and_compare_two_runs(alice, service, screenshots):
     _wait_status(service, shared["second"], {"succeeded"})
     page = alice

@@ -201,3 +201,17 @@ def test_gguf_of_a_run_that_cannot_be_converted_says_why(app):
     assert gguf["supported"] is False and "base model" in gguf["reason"]
     response = alice.get(f"/v1/dashboard/jobs/{job_id}/download", params={"format": "gguf"})
     assert response.status_code == 400 and response.json()["error"]["code"] == "gguf_not_supported"
+
+
+def test_the_run_page_gets_the_retention_check_when_it_ran(app, retention_report):
+    alice = _client(app, "alice")
+    job_id, run = _job_with_run(app, alice)
+    assert alice.get(f"/v1/dashboard/jobs/{job_id}/run").json()["retention"] is None
+    (run / "retention.json").write_text(json.dumps(retention_report(dropped=True)))
+    retention = alice.get(f"/v1/dashboard/jobs/{job_id}/run").json()["retention"]
+    assert retention["flag"] is True and retention["flagged"] == ["accuracy"]
+    assert retention["accuracy"]["tuned"]["rate"] == 0 and retention["remedies"]
+    assert "more than chance" in retention["message"]
+    assert not {"rows", "choices", "base_model", "tuned"} & set(retention)  # no answers, no server paths
+    (run / "retention.json").write_text(json.dumps(retention_report(dropped=False)))  # a later check replaces it
+    assert alice.get(f"/v1/dashboard/jobs/{job_id}/run").json()["retention"]["flag"] is False

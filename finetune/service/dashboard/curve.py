@@ -67,6 +67,7 @@ class RunView:
     _metrics: _Cached = field(default_factory=_Cached)
     _plan: _Cached = field(default_factory=_Cached)
     _report: _Cached = field(default_factory=_Cached)
+    _retention: _Cached = field(default_factory=_Cached)
     _answers: dict = field(default_factory=dict)  # (what, argument) -> (stamps, answer)
 
     def _cached(self, cache: _Cached, name: str, load):
@@ -99,6 +100,10 @@ class RunView:
 
     def report(self) -> dict | None:
         return self._cached(self._report, "report.json", _read_json)
+
+    def retention(self) -> dict | None:
+        """retention.json of `finetune eval RUN --retention`, when it ran on this run folder."""
+        return self._cached(self._retention, "retention.json", _read_json)
 
     def checkpoint_steps(self) -> list[int]:
         steps = []

@@ -8,7 +8,8 @@ never the store: what a tenant may see is decided in one place.
     DELETE /v1/dashboard/session                     sign out (clears the cookie)
     GET    /v1/dashboard/progress?job_id=...         the jobs list's live columns, for many jobs in one call
     GET    /v1/dashboard/jobs/{id}/curve?points=N    down-sampled metrics for the charts
-    GET    /v1/dashboard/jobs/{id}/run               the frozen plan (settings + Auto reasons) and the report
+    GET    /v1/dashboard/jobs/{id}/run               the frozen plan (settings + Auto reasons), the report and the
+                                                     retention check (`finetune eval RUN --retention`) when it ran
     GET    /v1/dashboard/jobs/{id}/download          a zip of the final weights, or ?checkpoint=ID of one checkpoint;
                                                      ?format=gguf[&gguf_type=f16|bf16|f32|q8_0]: one .gguf file instead
     GET    /v1/dashboard/files/{id}/preview          validation problems, counts, histogram, records, split
@@ -141,10 +142,16 @@ def run_details(job_id: str, request: Request, tenant: str = Depends(current_ten
     report = view.report()
     if report:  # server paths are nobody's business
         report = {k: v for k, v in report.items() if k not in ("out_dir", "final_weights")}
+    retention = view.retention()
+    if retention:  # the numbers and the verdict; not every answer, nor server paths
+        from finetune.eval.retention import summary
+
+        retention = summary(retention)
     return {
         "object": "dashboard.run",
         "plan": view.plan(),
         "report": report,
+        "retention": retention,
         "gguf": _gguf_offer(run_folder(request, job_id)),
     }
 

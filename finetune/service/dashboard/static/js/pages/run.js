@@ -1,11 +1,41 @@
 // A run's page: progress, loss / learning-rate / gradient-norm charts, checkpoints (best badged, pick one by
-// clicking the curve), the report's diagnosis, the events log following live, the frozen settings, and
-// cancel / pause / resume. Everything is polled from the public API while the job is not finished.
+// clicking the curve), the report's diagnosis, the retention check (when `finetune eval RUN --retention` ran on
+// the run folder), the events log following live, the frozen settings, and cancel / pause / resume.
+// Everything is polled from the public API while the job is not finished.
 import { align, ema, line, makeChart } from "../chart.js";
-import { api, badge, fmt, h, inDashboardTerms, poll, qs, settingsSchema, TERMINAL } from "../util.js";
+import { api, badge, fill, fmt, h, inDashboardTerms, poll, qs, settingsSchema, TERMINAL } from "../util.js";
 import { planView } from "./newjob.js";
 
 const EVENTS_PAGE = 50;
+const RETENTION_MEASURES = [["accuracy", "accuracy"], ["rule_pass_rate", "rule pass-rate"], ["choice_accuracy", "multiple-choice accuracy"]];
+
+const pct = (x) => `${Math.round(100 * x)}%`;
+const points = (x) => { const v = Math.round(100 * x); return `${v > 0 ? "+" : ""}${v}`; };
+
+// The retention check's numbers, its verdict in plain words and, when it flags a drop, the usual remedies.
+function retentionView(r) {
+  const rows = RETENTION_MEASURES.filter(([k]) => r[k] && r[k].n).map(([k, name]) => {
+    const m = r[k];
+    const c = m.change;
+    return h("tr", { dataset: { measure: k }, class: m.dropped ? "dropped" : "" },
+      h("th", { scope: "row" }, name),
+      h("td", { class: "num" }, String(m.n)),
+      h("td", { class: "num" }, `${pct(m.base.rate)} (${pct(m.base.low)}–${pct(m.base.high)})`),
+      h("td", { class: "num" }, `${pct(m.tuned.rate)} (${pct(m.tuned.low)}–${pct(m.tuned.high)})`),
+      h("td", { class: "num" }, `${points(c.value)} (${points(c.low)} to ${points(c.high)})`, m.dropped ? h("strong", {}, " drop") : ""));
+  });
+  const set = r.general_set || {};
+  return [
+    h("h2", {}, "Retention"),
+    h("p", { class: "small muted" }, `The base and the tuned model on ${set.prompts ?? "–"} general prompts and ${set.choices ?? "–"} multiple-choice questions never trained on (finetune eval RUN --retention). 95% intervals; the change in percentage points.`),
+    h("div", { class: "tablewrap" }, h("table", { id: "retention" },
+      h("thead", {}, h("tr", {}, ["", "Prompts", "Base", "Tuned", "Change"].map((t, i) => h("th", { scope: "col", class: i ? "num" : "" }, t)))),
+      h("tbody", {}, rows))),
+    h("p", { class: "small" }, `Mean KL(tuned ‖ base) per token on the base's own answers: ${fmt.num(r.kl?.mean_per_token, 3)} nats.`),
+    h("p", { class: r.flag ? "alert" : "good", "data-testid": "retention-verdict" }, r.message || ""),
+    r.flag && r.remedies?.length ? [h("p", {}, h("strong", {}, "Usual remedies:")), h("ul", {}, r.remedies.map((x) => h("li", {}, x)))] : "",
+  ];
+}
 
 function xOf(curve, mode, steps) {
   if (mode === "step") return steps;
@@ -51,6 +81,7 @@ export async function render(main, [jobId], signal) {
   const stats = h("div", { class: "stats", "aria-live": "off" });
   const errorBox = h("div");
   const diagnosis = h("section", { class: "card", "aria-label": "Diagnosis" });
+  const retention = h("section", { class: "card", "aria-label": "Retention", hidden: true });
 
   // ---- charts
   const lossEl = h("div", { class: "chart", "aria-label": "Training and validation loss" });
@@ -85,7 +116,7 @@ export async function render(main, [jobId], signal) {
     errorBox, stats,
     h("section", { class: "card", "aria-label": "Curves" }, h("h2", {}, "Curves"), controls, lossEl, chartNote,
       h("div", { class: "grid2 charts2" }, lrEl, gradEl)),
-    diagnosis,
+    diagnosis, retention,
     h("section", { "aria-label": "Checkpoints" }, h("h2", {}, "Checkpoints"),
       h("p", { class: "small muted" }, "Click a point on the loss curve to pick the nearest checkpoint."),
       h("div", { class: "tablewrap" }, h("table", { id: "checkpoints" },
@@ -285,6 +316,8 @@ export async function render(main, [jobId], signal) {
       diagnosis.replaceChildren(h("h2", {}, "Diagnosis"), h("p", { class: "muted" }, TERMINAL.has(job.status)
         ? "This run has no report." : "The report reads the curves when the run ends; until then, watch the validation loss."));
     }
+    retention.hidden = !run.retention;
+    fill(retention, run.retention ? retentionView(run.retention) : []);
     if (run.plan) {
       settingsBox.replaceChildren(
         h("dl", { class: "kv" }, h("dt", {}, "base model"), h("dd", {}, job.model), h("dt", {}, "training file"), h("dd", { class: "mono" }, job.training_file),
