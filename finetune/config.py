@@ -205,7 +205,7 @@ class RunConfig:
         elif self.test_fraction:
             raise ConfigError(
                 f"{ref('test_fraction')} holds out conversations for `finetune eval`, which scores supervised "
-                "answers; it does not apply to preference tuning. The validation split already holds out whole "
+                f"answers; it does not apply to {ref('method', 'dpo')}. The validation split already holds out whole "
                 f"prompts and reports their reward accuracy (val_reward_accuracy): use {ref('val_fraction')}, or "
                 f"{ref('val_file')} with pairs of prompts kept apart."
             )

@@ -59,7 +59,7 @@ from finetune.train.objective import Objective, objective_for
 from finetune.train.order import schedule_tokens
 from finetune.train.speed import cached_speed, local_device_kind, training_speed
 from finetune.version import code_version
-from finetune.wording import ref
+from finetune.wording import ref, render
 
 log = logging.getLogger("finetune")
 RUN_FILES = ("plan.json", "metrics.jsonl", "report.json", "checkpoints", "adapter", "model")
@@ -98,7 +98,7 @@ def _run(config: RunConfig, plan: Plan | None, on_plan, on_step, objective: Obje
         raise UserError(f"the plan is for {plan.devices} device(s) but {ctx.world_size} process(es) are running")
     if config.resume and (finished := guards.finished_report(out, plan.total_steps)) is not None:
         if ctx.is_main:  # every rank sees the same files: all stop here, and nothing is written
-            log.warning("%s", guards.finished_message(out, finished))
+            log.warning("%s", render(guards.finished_message(out, finished)))
         return TrainResult(out, plan, finished if ctx.is_main else {}, Path(finished["final_weights"]), None)
     if ctx.is_main:
         out.mkdir(parents=True, exist_ok=True)
@@ -114,7 +114,7 @@ def _run(config: RunConfig, plan: Plan | None, on_plan, on_step, objective: Obje
     examples = [*planned.prepared.train, *planned.prepared.val]
     objective.before_training(model, examples, ctx.device, pad_id, use_bf16(plan.dtype, ctx.device))
     if config.resume and ctx.is_main and (note := _resume_note(out, plan.devices)):
-        log.info("note: %s", note)
+        log.info("note: %s", render(note))
     log.info("training %d steps; outputs in %s", plan.total_steps, out)
     result = train_loop(
         model, planned.prepared.train, planned.prepared.val, plan, out, ctx,
@@ -277,7 +277,7 @@ def _open_out_folder(out: Path, resume: bool, ctx: DistContext) -> None:
         if resume:
             point = find_resume_point(out)
             if message := point.message(out):
-                log.warning("%s", message)
+                log.warning("%s", render(message))
             set_aside_damaged(point)
     barrier(ctx)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from finetune.report.plot import plot_loss_curve
 from finetune.report.preference import diagnose_preference
+from finetune.wording import render
 
 
 def _rows(accuracy, margin, chosen, val=True):
@@ -25,7 +26,7 @@ def test_a_healthy_run():
 
 def test_collapsing_chosen_answers():
     d = diagnose_preference(_rows([0, 0.8, 0.9, 0.9, 0.9, 0.9], [0, 1, 2, 3, 4, 5], [-20, -25, -30, -40, -50, -60]))
-    assert d.kind == "chosen_collapsing" and "--sft-weight" in d.next_step
+    assert d.kind == "chosen_collapsing" and "--sft-weight 0.5" in render(d.next_step, "cli")
 
 
 def test_not_learning_and_too_short():
