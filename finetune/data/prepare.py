@@ -393,7 +393,7 @@ def prepare_data(config: RunConfig, tokenizer=None, workers: int | None = None) 
     if not config.data:
         raise UserError("no training file given")
     if tokenizer is None and config.model:
-        tokenizer = load_tokenizer(config.model, config.trust_remote_code)
+        tokenizer = load_tokenizer(config.model, config.trust_remote_code, config.chat_template)
     if tokenizer is None:
         train, skipped, data_format = read_conversations_and_format(config.data, config.format, config.skip_invalid)
         val = None

@@ -29,6 +29,7 @@ import os
 import re
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 
 import numpy as np
 
@@ -93,17 +94,127 @@ class TokenizeOutcome:
     cut_tokens: int  # context tokens cut from the left (kept record) or that would have to be (dropped)
 
 
-def load_tokenizer(model: str, trust_remote_code: bool = False):
-    """The model's tokenizer, with a clear error instead of a traceback."""
+def load_tokenizer(model: str, trust_remote_code: bool = False, chat_template: str = "auto"):
+    """The model's tokenizer with the chat template `chat_template` names (see `use_chat_template`), with a
+    clear error instead of a traceback. A GGUF file or a pulled base's name loads from its converted folder."""
     from transformers import AutoTokenizer
 
+    from finetune.model_source import local_model
+
     try:
-        tokenizer = AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(local_model(model), trust_remote_code=trust_remote_code)
+    except UserError:
+        raise
     except Exception as exc:  # transformers raises many types here (OSError, ValueError, HF hub errors)
         raise UserError(f"cannot load the tokenizer of {model!r}: {exc}") from None
-    if not getattr(tokenizer, "chat_template", None):
-        raise UserError(f"the tokenizer of {model!r} has no chat template; use an instruct/chat model")
+    return use_chat_template(tokenizer, chat_template)
+
+
+# ----------------------------------------------------------------------------- the chat template
+
+CHATML = "chatml"
+CHATML_TOKENS = ("<|im_start|>", "<|im_end|>")
+
+
+def chatml_template() -> str:
+    """ChatML (`<|im_start|>role\ncontent<|im_end|>`), with tools the way Qwen2.5 / Hermes templates write them."""
+    from finetune.toy import CHAT_TEMPLATE  # the toy model's template is exactly this
+
+    return CHAT_TEMPLATE
+
+
+def use_chat_template(tokenizer, setting: str = "auto"):
+    """Give `tokenizer` the chat template the `--chat-template` setting names, and return it.
+
+    auto: the model's own template; ChatML when it has none (a base model). chatml: ChatML. Otherwise a path
+    to a Jinja file. ChatML's two special tokens are added where the vocabulary lacks them, as TRL's chat-format
+    set-up does (load_model then grows the embeddings to match; the end of turn is `<|im_end|>`).
+    """
+    if setting == "auto":
+        if getattr(tokenizer, "chat_template", None):
+            return tokenizer
+        setting = CHATML
+    if setting == CHATML:
+        vocabulary = tokenizer.get_vocab()
+        missing = [token for token in CHATML_TOKENS if token not in vocabulary]
+        if missing:
+            tokenizer.add_special_tokens({"additional_special_tokens": missing}, replace_extra_special_tokens=False)
+        tokenizer.chat_template = chatml_template()
+        return tokenizer
+    tokenizer.chat_template = read_template_file(setting)
     return tokenizer
+
+
+def read_template_file(path: str) -> str:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(
+            f"--chat-template {path}: not auto, chatml or a readable Jinja file ({exc.__class__.__name__})"
+        ) from None
+    if not text.strip():
+        raise UserError(f"--chat-template {path}: the file is empty")
+    return text
+
+
+def has_own_template(model: str) -> bool | None:
+    """Whether a model's tokenizer carries a chat template, read from its files without loading it; None when
+    that cannot be told here (a hub id that is not in the local cache)."""
+    path = Path(model).expanduser()
+    if path.is_file() and path.name.lower().endswith(".gguf"):
+        from finetune.gguf_model import read_header
+
+        return read_header(path).chat_template is not None
+    if not path.is_dir():
+        from finetune.bases import converted, find_base
+
+        base = find_base(model)
+        path = converted(base) if base is not None else None
+        if path is None:
+            return _hub_template(model)
+    if (path / "chat_template.jinja").is_file() or (path / "chat_template.json").is_file():
+        return True
+    try:
+        config = json.loads((path / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return bool(config.get("chat_template")) if isinstance(config, dict) else None
+
+
+def _hub_template(model: str) -> bool | None:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        for name in ("chat_template.jinja", "tokenizer_config.json"):
+            cached = try_to_load_from_cache(model, name)
+            if isinstance(cached, str):
+                return has_own_template(str(Path(cached).parent))
+    except Exception:  # not a hub id, or no cache: unknown
+        return None
+    return None
+
+
+def describe_chat_template(model: str | None, setting: str = "auto") -> tuple[str, str | None]:
+    """(the template a run uses, Auto's reason when the setting is auto): "model" (its own), "chatml", or the
+    Jinja file's path; for the plan, which says which template is used and why."""
+    if setting != "auto":
+        if setting != CHATML:
+            read_template_file(setting)  # a bad path fails at plan time, not after the data is read
+        return setting, None
+    if not model:
+        return "auto", None
+    own = has_own_template(model)
+    if own:
+        return "model", "auto: the model's tokenizer carries a chat template, and the data is rendered with it"
+    if own is None:
+        return "auto", (
+            "auto: the model's own chat template, or ChatML when it has none (known once its tokenizer loads)"
+        )
+    return CHATML, (
+        "auto: the model has no chat template (a base model), so ChatML, the documented default: "
+        "<|im_start|>/<|im_end|> added as special tokens where missing (the embeddings grow to match), "
+        "<|im_end|> ends each turn"
+    )
 
 
 @dataclass(frozen=True)

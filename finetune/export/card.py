@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from finetune.model_source import origin
 from finetune.run_folder import RunWeights, read_json
 
 # hyperparameters shown in the card, in this order, with the plan key and the name a reader knows
@@ -165,6 +166,16 @@ def _evaluation(evaluation: dict) -> list[str]:
     return [*lines, ""]
 
 
+def _origin_rows(source: dict | None) -> list[str]:
+    """The GGUF file the base was converted from, with its sha256 (and the known base it is)."""
+    if not source or not source.get("sha256"):
+        return []
+    rows = [f"| converted from | {source.get('gguf_file')} (GGUF, sha256 {source['sha256']}) |"]
+    if source.get("base"):
+        rows.append(f"| known base | {source['base']} ({source.get('package')}, licence {source.get('licence')}) |")
+    return rows
+
+
 def model_card(weights: RunWeights, kind: str) -> str:
     """README.md for an export of `kind` "merged", "full" or "adapter"."""
     plan = read_json(weights.run / "plan.json")
@@ -188,6 +199,8 @@ def model_card(weights: RunWeights, kind: str) -> str:
         "| | |",
         "|---|---|",
         f"| base model | {weights.base} |",
+        *_origin_rows(plan.get("base_origin") or origin(weights.base)),
+        *([f"| chat template | {plan['chat_template']} |"] if plan.get("chat_template") else []),
         f"| method | {method} |",
         f"| export | {kind} |",
         "",

@@ -41,7 +41,7 @@ def make_plan(config: RunConfig, examples: int | None = None, tokens: int | None
     if config.model:
         from finetune.data.tokenize import load_tokenizer
 
-        tokenizer = load_tokenizer(config.model, config.trust_remote_code)  # a model's problem, not the data's
+        tokenizer = load_tokenizer(config.model, config.trust_remote_code, config.chat_template)  # not the data's
     try:
         if config.method == "dpo":
             from finetune.data.preference import prepare_pairs

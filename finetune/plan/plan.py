@@ -16,8 +16,10 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from finetune.config import AUTO, RunConfig
+from finetune.data.tokenize import describe_chat_template
 from finetune.data.types import DataSummary
 from finetune.errors import UserError
+from finetune.model_source import origin
 from finetune.plan import arithmetic
 from finetune.plan.advice import AdviceContext, advise
 from finetune.plan.auto import (
@@ -177,6 +179,10 @@ class Plan:
     """Field -> reason, for every value Auto chose."""
     warnings: list[dict] = field(default_factory=list)
     """Advice: {"code", "message"}, codes stable (docs/auto.md); set once, by build_plan."""
+    chat_template: str | None = None
+    """The chat template the data is rendered with: "model" (its own), "chatml", or a Jinja file's path."""
+    base_origin: dict | None = None
+    """The GGUF file (and its sha256) the base was converted from; None for any other base."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON of `finetune plan --json` and of plan.json: the data's fields, then the plan's."""
@@ -345,6 +351,11 @@ def build_plan(
         config.gpu_hour_price,
     )
 
+    # ---- issue 21: which chat template renders the data (and why), and the GGUF file the base came from
+    template, template_reason = describe_chat_template(config.model, config.chat_template)
+    if template_reason:
+        auto["chat_template"] = template_reason
+
     plan = Plan(
         data=data,
         epochs=epochs,
@@ -386,6 +397,8 @@ def build_plan(
         memory=mem,
         cost=cost,
         auto=auto,
+        chat_template=template,
+        base_origin=origin(config.model),
     )
     context = AdviceContext(
         config=config,

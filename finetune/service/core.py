@@ -111,7 +111,7 @@ def validate_training_file(path: Path, shown_name: str, config: RunConfig, param
         if config.method == "dpo":  # pairs: the same checks as `finetune validate PREFS.jsonl`
             result = read_preferences(path)
         else:
-            tokenizer = load_tokenizer(config.model, config.trust_remote_code)
+            tokenizer = load_tokenizer(config.model, config.trust_remote_code, config.chat_template)
             result = validate_file(str(path), tokenizer, config.max_seq_len, config.record_policy)
     except UserError as exc:
         return {"code": f"invalid_{param}", "message": scrub(str(exc), path, shown_name), "param": param}

@@ -200,7 +200,7 @@ def _train(
         config = hold_out_test(config, out)  # before the split and the plan: the test set is never trained on
 
     # ---- data and plan: the plan the run writes is the plan it executes (tokens of the exact steps)
-    tokenizer = load_tokenizer(config.model, config.trust_remote_code)
+    tokenizer = load_tokenizer(config.model, config.trust_remote_code, config.chat_template)  # issue 21: the template
     if config.method != "dpo" and is_preference_file(config.data):
         raise UserError(f"{config.data} holds preference pairs (chosen/rejected): train on it with --method dpo")
     if config.method == "dpo":
@@ -232,7 +232,7 @@ def _train(
     objective = objective or (objective_for(plan) if plan.objective == "dpo" else TokenNormalisedSFT())
 
     # ---- model
-    model = load_model(config.model, torch.float32, config.trust_remote_code, attention_for(ctx.device))
+    model = load_model(config.model, torch.float32, config.trust_remote_code, attention_for(ctx.device), len(tokenizer))
     if plan.packing:
         use_varlen_attention(model)  # packed records run as one row, attention record by record: no filler, no mask
     if plan.method == "lora":
