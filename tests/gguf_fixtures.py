@@ -84,9 +84,15 @@ TENSOR_NAMES = {
 }
 
 
-def write_gguf(model_dir: Path, path: Path, chat_template: bool = True, architecture: str | None = None) -> Path:
-    """Write a transformers Llama/Qwen2 folder as a GGUF file (F32). `architecture` overrides the name written
-    (to make a file transformers cannot read)."""
+def write_gguf(
+    model_dir: Path,
+    path: Path,
+    chat_template: bool = True,
+    architecture: str | None = None,
+    float64: tuple[str, ...] = (),
+) -> Path:
+    """Write a transformers Llama/Qwen2 folder as a GGUF file (F32). `architecture` overrides the name written,
+    and the tensors named in `float64` are stored as F64 (both make files transformers cannot read)."""
     import gguf
     from safetensors.numpy import load_file
     from transformers import AutoTokenizer
@@ -142,7 +148,7 @@ def write_gguf(model_dir: Path, path: Path, chat_template: bool = True, architec
                 value = _llama_permute(value, heads)
             elif arch == "llama" and rest == "self_attn.k_proj.weight":
                 value = _llama_permute(value, kv_heads)
-        writer.add_tensor(target, value)
+        writer.add_tensor(target, value.astype(np.float64) if target in float64 else value)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
