@@ -123,8 +123,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     config = _config_from_args(args, data=getattr(args, "data", None), command="train")
     if config.devices > 1 and not launched_by_torchrun():
+        from finetune.model_source import resolve_model
         from finetune.train.launch import launch_local
 
+        resolve_model(config.model)  # a GGUF file converts here, once, not in every process the launch starts
         return launch_local(config.devices, sys.argv[1:])
 
     import json
