@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from finetune.errors import UserError
-from finetune.wording import ref
 from finetune.gguf_model import cache_folder, cache_root, converted_folder, is_converted
+from finetune.wording import ref
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,9 @@ def pulled_folder(name: str) -> Path:
     base = _known(name)
     folder = converted(base)
     if folder is None:
-        raise UserError(f"{ref(\'model\', base.name)}: run `finetune base pull {base.name}` first (it is not in the cache)")
+        raise UserError(
+            f"{ref('model', base.name)}: run `finetune base pull {base.name}` first (it is not in the cache)"
+        )
     return folder
 
 

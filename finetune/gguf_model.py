@@ -88,7 +88,7 @@ def read_header(path: str | Path) -> GGUFHeader:
     """The header of a GGUF file; UserError when it is not one (or the gguf package is missing)."""
     path = Path(path).expanduser()
     if not path.is_file():
-        raise UserError(f"{ref(\'model\', path)}: no such GGUF file")
+        raise UserError(f"{ref('model', path)}: no such GGUF file")
     return _read_header(*_file_key(path))
 
 
@@ -215,7 +215,7 @@ def converted_folder(path: str | Path, sha256: str | None = None) -> Path:
     """The safetensors folder of a GGUF file, converted now when it is not yet in the cache."""
     gguf = Path(path).expanduser()
     if not gguf.is_file():
-        raise UserError(f"{ref(\'model\', path)}: no such GGUF file")
+        raise UserError(f"{ref('model', path)}: no such GGUF file")
     sha256 = sha256 or file_sha256(gguf)
     folder = cache_folder(sha256)
     if is_converted(folder):

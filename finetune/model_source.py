@@ -15,8 +15,8 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from finetune.errors import UserError
-from finetune.wording import ref
 from finetune.gguf_model import converted_folder, is_gguf_path, read_source
+from finetune.wording import ref
 
 HUB_CONNECT_TIMEOUT_S = 3.0
 
@@ -36,17 +36,17 @@ def resolve_model(name: str) -> str:
         if is_gguf_path(name):
             return str(converted_folder(folder))
         raise UserError(
-            f"{ref(\'model\', name)} is a file; pass the folder that holds the model (config.json, *.safetensors) "
+            f"{ref('model', name)} is a file; pass the folder that holds the model (config.json, *.safetensors) "
             "or a .gguf file"
         )
     if is_gguf_path(name):
-        raise UserError(f"{ref(\'model\', name)}: no such GGUF file ({folder.resolve()})")
+        raise UserError(f"{ref('model', name)}: no such GGUF file ({folder.resolve()})")
     from finetune.bases import find_base, pulled_folder
 
     if find_base(name) is not None:  # a short name: its pulled folder, never a download here
         return str(pulled_folder(name))
     if _looks_like_a_path(name):  # a hub id is "name" or "owner/name": this one can only be a folder
-        raise UserError(f"{ref(\'model\', name)}: no such folder ({folder.resolve()})")
+        raise UserError(f"{ref('model', name)}: no such folder ({folder.resolve()})")
     from huggingface_hub import constants, try_to_load_from_cache
 
     if constants.is_offline_mode() or _hub_reachable(constants.ENDPOINT):
