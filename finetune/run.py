@@ -108,7 +108,7 @@ def _run(config: RunConfig, plan: Plan | None, on_plan, on_step, objective: Obje
             on_plan(plan)
     trackers = start_trackers(plan.run, plan) if ctx.is_main else Trackers()  # report_to (finetune/track)
 
-    model = model_for(plan, ctx.device)  # fp32 weights (+ the LoRA adapter)
+    model = model_for(plan, ctx.device, len(planned.tokenizer))  # fp32 weights (+ the LoRA adapter)
     objective = objective or objective_for(plan)
     pad_id = planned.tokenizer.pad_token_id if planned.tokenizer.pad_token_id is not None else 0
     examples = [*planned.prepared.train, *planned.prepared.val]
@@ -151,7 +151,7 @@ def plan_run(
     if config.test_fraction and out is not None:
         config = hold_out_test(config, out)  # before the split and the plan: the test set is never trained on
     config = dataclasses.replace(config, model=resolve_model(config.model)) if config.model else config
-    tokenizer = load_tokenizer(config.model, config.trust_remote_code) if config.model else None
+    tokenizer = load_tokenizer(config.model, config.trust_remote_code, config.chat_template) if config.model else None
     prepared = _prepare_on_every_rank(config, tokenizer, ctx)
     if prepared.from_cache and ctx.is_main:
         log.info("tokenized data read from the token cache (%s)", prepared.cache_entry)
@@ -231,7 +231,7 @@ def load_plan(path: str | Path, out: str, resume: bool = False, allow_changes: s
 def _executing(plan: Plan, config: RunConfig, ctx: DistContext) -> PlannedRun:
     """The given plan's data, prepared again (from the token cache), after checking it is the data planned on."""
     run = dataclasses.replace(plan.run, out=config.out, resume=config.resume, allow_changes=config.allow_changes)
-    tokenizer = load_tokenizer(run.model, run.trust_remote_code)
+    tokenizer = load_tokenizer(run.model, run.trust_remote_code, run.chat_template)
     prepared = _prepare_on_every_rank(run, tokenizer, ctx)
     for name, planned, now in (
         ("training file", plan.data.data_sha256, prepared.summary.data_sha256),

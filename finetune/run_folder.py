@@ -122,7 +122,10 @@ def load_for_generation(weights: RunWeights, dtype=None):
     if weights.adapter is not None:
         from peft import PeftModel
 
-        model = PeftModel.from_pretrained(load_model(weights.base, dtype), str(weights.adapter))
+        # the base grows to the run's tokenizer when training added tokens (ChatML on a base without a template)
+        model = PeftModel.from_pretrained(
+            load_model(weights.base, dtype, vocab_size=len(tokenizer)), str(weights.adapter)
+        )
     else:
         model = load_model(str(weights.model), dtype)
     model.eval()

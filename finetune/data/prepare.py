@@ -160,7 +160,9 @@ def _tokenize_file_in_chunks(
 ) -> Tokenized:
     settings = _settings(config, limit)
     if chunks is not None:
-        results = tokenize_chunks(chunks, chat, settings, str(folder), workers, config.model, config.trust_remote_code)
+        results = tokenize_chunks(
+            chunks, chat, settings, str(folder), workers, config.model, config.trust_remote_code, config.chat_template
+        )
         formats = {r.format for r in results if r.format is not None}
         if all(r.ok for r in results) and len(formats) <= 1 and any(r.conversations for r in results):
             sources = [partial(read_chunk_conversations, chunk, config.format) for chunk in chunks]
@@ -199,7 +201,7 @@ def prepare_data(config: RunConfig, tokenizer=None, workers: int | None = None) 
     if not config.data:
         raise UserError("no training file given")
     if tokenizer is None and config.model:
-        tokenizer = load_tokenizer(config.model, config.trust_remote_code)
+        tokenizer = load_tokenizer(config.model, config.trust_remote_code, config.chat_template)
     if tokenizer is None:
         train, skipped, data_format = read_conversations_and_format(config.data, config.format, config.skip_invalid)
         val = None

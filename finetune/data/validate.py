@@ -294,6 +294,8 @@ def run_validate(
     format: str | None = None,
     truncation: str = "left",
     strict: bool = False,
+    chat_template: str = "auto",
+    trust_remote_code: bool = False,
 ) -> int:
     """The `finetune validate` command: print the report; 0 when the file is usable, 1 when not."""
     _check_flags(show, max_seq_len, record_policy, truncation)
@@ -302,7 +304,7 @@ def run_validate(
     if model is not None:
         from finetune.data.tokenize import load_tokenizer
 
-        tokenizer = load_tokenizer(model)
+        tokenizer = load_tokenizer(model, trust_remote_code, chat_template)
     config = RunConfig(
         model=model, max_seq_len=max_seq_len, record_policy=record_policy, truncation=truncation, strict=strict
     )

@@ -69,7 +69,12 @@ def load_tuned(base: str, tuned: str):
     if (Path(tuned) / "adapter_config.json").exists():
         from peft import PeftModel
 
-        return PeftModel.from_pretrained(load_model(base), tuned)
+        from finetune.data.tokenize import load_tokenizer
+
+        with_tokenizer = (Path(tuned) / "tokenizer_config.json").exists()  # training may have added tokens (ChatML)
+        return PeftModel.from_pretrained(
+            load_model(base, vocab_size=len(load_tokenizer(tuned)) if with_tokenizer else None), tuned
+        )
     return load_model(tuned)
 
 
@@ -165,6 +170,7 @@ def evaluate(request: EvalRequest) -> tuple[dict, Path | None]:
     from finetune.data.tokenize import load_tokenizer
     from finetune.eval.generate import generate_answers, style_rate
     from finetune.run_folder import is_run_folder
+    from finetune.train.model import grow_vocabulary
 
     _check(request)
     run_mode = is_run_folder(request.data)
@@ -176,7 +182,9 @@ def evaluate(request: EvalRequest) -> tuple[dict, Path | None]:
 
     answers: dict[str, list[str]] = {}
     for candidate in candidates:
-        answers[candidate.name] = generate_answers(candidate.load(), tokenizer, conversations, request.max_new_tokens)
+        model = candidate.load()
+        grow_vocabulary(model, len(tokenizer))  # the base, when the run's tokenizer added tokens (ChatML)
+        answers[candidate.name] = generate_answers(model, tokenizer, conversations, request.max_new_tokens)
     scores = {name: [score(a, r, rules) for a, r in zip(got, references, strict=True)] for name, got in answers.items()}
     summary = {name: summarize(rows) for name, rows in scores.items()}
     if request.markers:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from finetune.model_source import origin
 from finetune.run_folder import RunWeights, locate_weights, read_json
 from finetune.settings import in_a_sentence
 
@@ -214,6 +215,16 @@ def _retention(retention: dict) -> list[str]:
     return [*lines, ""]
 
 
+def _origin_rows(source: dict | None) -> list[str]:
+    """The GGUF file the base was converted from, with its sha256 (and the known base it is)."""
+    if not source or not source.get("sha256"):
+        return []
+    rows = [f"| converted from | {source.get('gguf_file')} (GGUF, sha256 {source['sha256']}) |"]
+    if source.get("base"):
+        rows.append(f"| known base | {source['base']} ({source.get('package')}, licence {source.get('licence')}) |")
+    return rows
+
+
 def model_card(weights: RunWeights, kind: str, gguf_type: str | None = None) -> str:
     """README.md for an export of `kind` "merged", "full" or "adapter" (with `gguf_type`: and its model.gguf)."""
     plan = read_json(weights.run / "plan.json")
@@ -237,6 +248,8 @@ def model_card(weights: RunWeights, kind: str, gguf_type: str | None = None) -> 
         "| | |",
         "|---|---|",
         f"| base model | {weights.base} |",
+        *_origin_rows(plan.get("base_origin") or origin(weights.base)),
+        *([f"| chat template | {plan['chat_template']} |"] if plan.get("chat_template") else []),
         f"| method | {method} |",
         f"| export | {kind} |",
         "",

@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from finetune.config import AUTO, RunConfig
+from finetune.data.chat_template import describe_chat_template
 from finetune.data.seq_len import model_context_length
 from finetune.data.types import DataSummary
 from finetune.errors import UserError
+from finetune.model_source import origin
 from finetune.plan import arithmetic
 from finetune.plan.advice import AdviceContext, advise
 from finetune.plan.auto import (
@@ -89,6 +91,14 @@ class _Resolving:
 
 
 # ----------------------------------------------------------------------------- the steps
+
+
+def _base_and_chat_template(r: _Resolving) -> None:
+    """Which chat template renders the data, and why; the GGUF file (and its hash) the base was converted from."""
+    template, reason = describe_chat_template(r.config.model, r.config.chat_template)
+    if reason:
+        r.auto["chat_template"] = reason
+    r.numbers |= {"chat_template": template, "base_origin": origin(r.config.model)}
 
 
 def _sequence_length(r: _Resolving) -> None:
@@ -240,6 +250,7 @@ def _tokens_and_cost(r: _Resolving) -> None:
 
 
 STEPS = (
+    _base_and_chat_template,
     _sequence_length,
     _epochs_and_adapter,
     _batch,

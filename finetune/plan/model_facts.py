@@ -3,9 +3,13 @@
     facts = load_model_facts("path/to/model")        # a local folder (config.json + *.safetensors)
     facts = load_model_facts("path/to/config.json")  # a config file alone
     facts = load_model_facts("Qwen/Qwen2.5-0.5B")    # a hub id: only from the built-in table, never the network
+    facts = load_model_facts("model.gguf")           # a GGUF file: its header, without converting it
+    facts = load_model_facts("smollm2-135m-instruct") # a pulled base (finetune base pull): its folder
 
 For a local folder the parameter count comes from the safetensors headers (exact, a few KB read);
 without weight files it is computed from config.json for Llama/Mistral/Qwen2/Qwen3-like layouts.
+For a GGUF file it is the sum of the element counts of its tensors, and the dimensions are its metadata
+(`<arch>.embedding_length`, `.block_count`, ...); the output layer is tied when there is no `output.weight`.
 Hub ids that are not local come from a small table of published configs, labelled as such.
 """
 
@@ -55,6 +59,8 @@ class ModelFacts:
     """True when the output layer shares the embedding's weights."""
     attention_bias: bool = False
     """Biases on the q/k/v projections (Qwen2 has them)."""
+    context_length: int | None = None
+    """Longest sequence the model was trained for (max_position_embeddings, a GGUF's context_length)."""
 
     @property
     def q_dim(self) -> int:
@@ -120,8 +126,13 @@ def _dims(name: str, source: str, cfg: dict) -> ModelFacts:
         vocab_size=vocab,
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         attention_bias=model_type == "qwen2" or bool(cfg.get("attention_bias", False)),
+        context_length=_whole(cfg.get("max_position_embeddings")),
     )
     return replace(facts, total_params=params_from_dims(facts))
+
+
+def _whole(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def from_config(cfg: dict, name: str, source: str) -> ModelFacts:
@@ -302,16 +313,68 @@ BUILTIN_CONFIGS: dict[str, dict] = {
 _BUILTIN_BY_LOWER = {key.lower(): key for key in BUILTIN_CONFIGS}
 
 
-def load_model_facts(model: str | None) -> ModelFacts | None:
-    """Facts of `model` (local folder, config.json path, or a hub id in the built-in table); None when unknown.
+# ----------------------------------------------------------------------------- GGUF header
 
-    Raises UserError only for a local path that exists but cannot be read as a model.
+
+def from_gguf(name: str, path: Path) -> ModelFacts:
+    """ModelFacts from a GGUF file's header (no weight is read, nothing is converted)."""
+    from finetune.gguf_model import check_loadable, read_header
+
+    header = read_header(path)
+    check_loadable(header)  # the plan of a file train cannot load stops here, with the reason
+    source = f"GGUF header of {path}"
+
+    def number(key: str, default: int | None = None) -> int:
+        value = header.get(key)
+        if isinstance(value, list):  # per-layer values (e.g. LFM2's kv heads): the widest layer
+            value = max(value, default=0)
+        if not isinstance(value, int) or isinstance(value, bool):
+            if default is not None:
+                return default
+            raise UserError(f"{source}: no {header.architecture}.{key}, so this planner cannot size the model")
+        return value
+
+    hidden, heads = number("embedding_length"), number("attention.head_count")
+    facts = ModelFacts(
+        name=name,
+        source=source,
+        model_type=header.architecture,
+        total_params=header.total_params,
+        exact=True,
+        hidden_size=hidden,
+        num_layers=number("block_count"),
+        num_heads=heads,
+        num_kv_heads=number("attention.head_count_kv", heads),
+        head_dim=number("attention.key_length", hidden // heads),
+        intermediate_size=number("feed_forward_length"),
+        vocab_size=header.vocab_size or 0,
+        tie_word_embeddings=not header.has_output,
+        attention_bias=header.architecture == "qwen2",
+        context_length=_whole(header.get("context_length")),
+    )
+    if not facts.vocab_size:
+        raise UserError(f"{source}: no vocabulary size and no token list, so this planner cannot size the model")
+    return facts
+
+
+def load_model_facts(model: str | None) -> ModelFacts | None:
+    """Facts of `model` (local folder, config.json path, GGUF file, pulled base, or a hub id in the built-in
+    table); None when unknown.
+
+    Raises UserError for a local path that exists but cannot be read as a model, and for a known base that
+    is not pulled yet.
     """
     if not model:
         return None
     path = Path(model).expanduser()
+    if path.is_file() and path.name.lower().endswith(".gguf"):
+        return from_gguf(model, path)
     if path.exists():
         return _from_local(model, path)
+    from finetune.bases import find_base, pulled_folder
+
+    if find_base(model) is not None:
+        return _from_local(model, pulled_folder(model))
     key = _BUILTIN_BY_LOWER.get(model.lower())
     if key is None:
         return None

@@ -65,6 +65,10 @@ class Plan:
     """Advice: {"code", "message"} (+ the message's "template", wording.py), codes stable (docs/auto.md)."""
     code_version: str = ""
     """The finetune code that made the plan (finetune/version.py): a trainer refuses a plan of other code."""
+    chat_template: str | None = None
+    """The chat template the data is rendered with: "model" (its own), "chatml", or a Jinja file's path."""
+    base_origin: dict | None = None
+    """The GGUF file (and its sha256) the base was converted from; None for any other base."""
     model_facts: ModelFacts | None = field(default=None, repr=False)
     """The model's numbers the plan used (not written to plan.json: they are re-read from the model)."""
 

@@ -104,7 +104,7 @@ def validate_training_file(path: Path, shown_name: str, config: RunConfig, param
         if config.method == "dpo":  # pairs: the same checks as `finetune validate PREFS.jsonl`
             result = read_preferences(path)
         else:
-            tokenizer = load_tokenizer(config.model, config.trust_remote_code)
+            tokenizer = load_tokenizer(config.model, config.trust_remote_code, config.chat_template)
             result = validate_file(str(path), tokenizer, format=config.format, config=config)  # long: only strict fails
     except UserError as exc:
         return {

@@ -73,13 +73,15 @@ class ServiceSettings:
 
 
 def parse_models(pairs: list[str] | None) -> dict[str, str]:
-    """`--model NAME=PATH_OR_HUB_ID` (repeatable) -> {NAME: location}."""
+    """`--model NAME=PATH_OR_HUB_ID` (repeatable) -> {NAME: location}; a GGUF file or a pulled base's name
+    becomes its converted folder."""
     from finetune.errors import UserError
+    from finetune.model_source import local_model
 
     models: dict[str, str] = {}
     for pair in pairs or []:
         name, sep, location = pair.partition("=")
         if not sep or not name.strip() or not location.strip():
             raise UserError(f"--model expects NAME=PATH_OR_HUB_ID, got {pair!r}")
-        models[name.strip()] = location.strip()
+        models[name.strip()] = local_model(location.strip())  # a GGUF file is converted once, here, at start
     return models

@@ -94,9 +94,10 @@ class Engine:
         from finetune.train.model import load_model
 
         if base not in self._bases:
-            model = load_model(base, self.dtype).to(self.device)
+            tokenizer = load_tokenizer(base)  # with ChatML added to a base without a template: the model grows to it
+            model = load_model(base, self.dtype, vocab_size=len(tokenizer)).to(self.device)
             model.eval()
-            self._bases[base] = _Base(model, load_tokenizer(base))
+            self._bases[base] = _Base(model, tokenizer)
         return self._bases[base]
 
     def _attach(self, entry: _Base, adapter: str) -> str:

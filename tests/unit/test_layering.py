@@ -1,7 +1,8 @@
 """The package's layers: a module imports only from its own layer or the ones below it (lazy imports included).
 
     base      the vocabulary every layer speaks: errors, settings and their wording, RunConfig, the data types
-    rules     the plan's pure rules the data path also needs: Auto's choices, memory, model facts, arithmetic
+    rules     where a model comes from (a folder, a GGUF file, a pulled base) and its facts; the plan's pure
+              rules the data path also needs: Auto's choices, memory, arithmetic
     data      files -> validated conversations -> tokenized records (no torch)
     plan      RunConfig + the data's numbers -> Plan (no torch)
     report    metrics -> diagnosis, curves, report.json
@@ -22,9 +23,13 @@ PACKAGE = Path(__file__).resolve().parents[2] / "finetune"
 LAYERS = [
     (
         "base",
-        ("errors", "settings", "wording", "version", "config", "fingerprint", "model_source", "data.types", "track"),
+        ("errors", "settings", "wording", "version", "config", "fingerprint", "data.types", "track"),
     ),
-    ("rules", tuple(f"plan.{m}" for m in ("auto", "memory", "model_facts", "arithmetic", "cost", "preference"))),
+    (
+        "rules",
+        ("model_source", "gguf_model", "bases")
+        + tuple(f"plan.{m}" for m in ("auto", "memory", "model_facts", "arithmetic", "cost", "preference")),
+    ),
     ("data", ("data", "prompting")),
     ("plan", ("plan",)),
     ("report", ("report",)),

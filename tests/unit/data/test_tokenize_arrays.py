@@ -18,10 +18,11 @@ import pytest
 from tokenizers import Regex, normalizers, pre_tokenizers
 from transformers import AutoTokenizer
 
-from finetune.data import tokenize
+from finetune.data import segment_encoder
 from finetune.data.read import parse_bytes
 from finetune.data.records import build_records
-from finetune.data.tokenize import ChatTokenizer, SegmentEncoder, TokenizeOutcome
+from finetune.data.segment_encoder import SegmentEncoder
+from finetune.data.tokenize import ChatTokenizer, TokenizeOutcome
 from finetune.data.types import IGNORE_INDEX, TokenizedRecord, Truncation
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -133,7 +134,7 @@ def test_batch_and_repeats_equal_one_by_one(toy_model, monkeypatch):
     expected = [tokenizer(t, add_special_tokens=False)["input_ids"] if t else [] for t in texts]
     assert [ids.tolist() for ids in chat.encode_arrays(texts)] == expected
     assert [ids.tolist() for ids in chat.encode_arrays(texts)] == expected  # from the cache now
-    monkeypatch.setattr(tokenize, "_SEGMENT_CACHE_CHARS", 200)  # cleared again and again
+    monkeypatch.setattr(segment_encoder, "_SEGMENT_CACHE_CHARS", 200)  # cleared again and again
     assert [chat.encode_arrays([t])[0].tolist() for t in texts] == expected
     assert all(ids.dtype == np.int32 for ids in chat.encode_arrays(texts))
 
