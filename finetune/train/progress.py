@@ -1,6 +1,6 @@
 """What a person sees while a run trains: the plan, a progress bar on a terminal (plain log lines
-otherwise), and the recipe's notes. The library call shows none of it; `RunDisplay` is what the command
-line (and the demo) pass as the recipe's callbacks. Everything goes to one stream (stderr for
+otherwise), and the run's notes. The library call shows none of it; `RunDisplay` is what the command
+line (and the demo) pass as the run's callbacks. Everything goes to one stream (stderr for
 `finetune train`), never hard-wrapped when it is not a terminal.
 
 The progress reads the loop's per-step metrics row (step, epoch, lr, train_loss, tokens_per_s, val_loss).
@@ -90,7 +90,7 @@ def console_for(stream: TextIO) -> Console:
 
 
 class RunDisplay:
-    """The recipe's callbacks for a person: `on_plan` prints the plan and starts the progress, `on_step`
+    """The run's callbacks for a person: `on_plan` prints the plan and starts the progress, `on_step`
     advances it; notes of the `finetune` logger are printed too. Use as a context manager around the run."""
 
     def __init__(self, stream: TextIO | None = None, first_step: int = 0) -> None:
