@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,7 +58,7 @@ from finetune.train.loop import LoopResult, TrainingInterrupted, train_loop, use
 from finetune.train.model import model_for
 from finetune.train.objective import Objective, objective_for
 from finetune.train.order import schedule_tokens
-from finetune.train.speed import cached_speed, local_device_kind, training_speed
+from finetune.train.speed import cached_speed, local_device_kind, remember_run_speed, training_speed
 from finetune.version import code_version
 from finetune.wording import ref, render
 
@@ -131,6 +132,7 @@ def _run(config: RunConfig, plan: Plan | None, on_plan, on_step, objective: Obje
     kind = "adapter" if plan.method == "lora" else "full"
     (final / "README.md").write_text(model_card(locate_weights(out), kind), encoding="utf-8")  # the model card
     trackers.finish(out, report)  # report_to: the report, loss curve and card; waits a few seconds at most
+    _remember_speed(out, plan, planned.prepared.summary, ctx)
     return TrainResult(out, plan, report, final, result)
 
 
@@ -177,6 +179,15 @@ def _speed_for(config: RunConfig, summary, device, measure: bool, speed_of) -> f
     if not measure:
         return cached_speed(config.model, config.trained_weights, seq_len, device)
     return training_speed(config.model, config.trained_weights, seq_len, device, config.trust_remote_code)
+
+
+def _remember_speed(out: Path, plan: Plan, summary, ctx: DistContext) -> None:
+    """The median speed of this run's steps becomes this machine's speed for the model (one device: a rank of a
+    many-device run shares the machine, so its speed is not one device's)."""
+    speeds = [row["tokens_per_s"] for row in read_metrics(out / "metrics.jsonl") if row.get("tokens_per_s")]
+    if plan.devices == 1 and len(speeds) >= 3:  # the first steps warm up: a median of a few says more
+        seq_len = summary.max_record_tokens or summary.max_seq_len or 1024  # as _speed_for keys it
+        remember_run_speed(plan.run.model, plan.run.trained_weights, seq_len, ctx.device, statistics.median(speeds))
 
 
 # ============================================================================ the entry point

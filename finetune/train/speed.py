@@ -8,6 +8,7 @@ is what this machine did with this model, method and sequence length, seconds ag
 
 A measurement is the median of a few forward + backward + AdamW steps on one micro-batch of random tokens of
 the planned length, with the weights the run trains (LoRA of the planned rank, or all), after one warm-up step.
+A finished single-device run replaces the measurement with its own steps' median speed (`remember_run_speed`).
 The cache (speed.json in the finetune cache folder) is keyed by the machine (CPU model, cores, threads, torch
 version, device), the model's identity (fingerprint.model_identity: its path and weight headers), the method,
 and the sequence length (a power of two near the run's); it is safe to delete.
@@ -127,6 +128,15 @@ def training_speed(
         return None
     _write(_key(model, trained_weights, length, device), measured)
     return measured
+
+
+def remember_run_speed(
+    model: str, trained_weights: str, seq_len: int, device: torch.device, tokens_per_s: float
+) -> None:
+    """A finished run's own speed (tokens/s of its steps) replaces the cached measurement of its model, method and
+    length on this machine: the next plan is estimated from what a real run did. A few timed micro-steps taken
+    while the machine was busy would otherwise stay in the cache (a SmolLM2 plan once said 11.7 h for a 14 min run)."""
+    _write(_key(model, trained_weights, measured_length(seq_len), device), tokens_per_s)
 
 
 def _measure(
