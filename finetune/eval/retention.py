@@ -33,6 +33,7 @@ from pathlib import Path
 
 from finetune.eval.general_set import ANSWER_KINDS, Choice, GeneralPrompt, load_general_set, passed, set_digest
 from finetune.eval.intervals import paired_difference, wilson
+from finetune.run_folder import read_json
 
 RETENTION_FILE = "retention.json"
 MAX_NEW_TOKENS = 48
@@ -48,16 +49,19 @@ REMEDIES = {
     "lr": "Lower the learning rate (--lr).",
     "lora": "Tune a LoRA adapter instead of every weight (--method lora; --base-method lora for DPO): the base "
     "weights stay as they were.",
-    "smaller_lora": "The run is a LoRA adapter already: a lower rank (--lora-rank) or the output layer left as the "
-    "base had it (--lora-train-head off) changes less of the base.",
+    "smaller_lora": "The run is a LoRA adapter already: a lower rank (--lora-rank) changes less of the base.",
+    "smaller_lora_head": "The run is a LoRA adapter already: a lower rank (--lora-rank) or the output layer left as "
+    "the base had it (--lora-train-head off) changes less of the base.",
     "mix": "Mix general conversations into the training file (a share of everyday questions with plain answers, like "
     "examples/generate_general.py writes), so tuning keeps rehearsing what the base knew.",
 }
 
 
-def remedies(method: str) -> list[str]:
-    """The usual remedies for forgetting, in the order to try them; LoRA instead of full only for a full run."""
-    return [REMEDIES[k] for k in ("epochs", "lr", "smaller_lora" if method == "lora" else "lora", "mix")]
+def remedies(method: str, head_trained: bool = False) -> list[str]:
+    """The usual remedies for forgetting, in the order to try them; LoRA instead of full only for a full run, the
+    output layer only when the LoRA run trained it."""
+    smaller = "smaller_lora_head" if head_trained else "smaller_lora"
+    return [REMEDIES[k] for k in ("epochs", "lr", smaller if method == "lora" else "lora", "mix")]
 
 
 KL_DEFINITION = (
@@ -243,7 +247,8 @@ def check_retention(
         },
     }
     report["flag"], report["flagged"], report["message"] = verdict(report)
-    report["remedies"] = remedies(report["method"]) if report["flag"] else []
+    head_trained = bool(read_json(weights.run / "plan.json").get("lora_train_head"))
+    report["remedies"] = remedies(report["method"], head_trained) if report["flag"] else []
     report["rows"] = [
         {
             "id": p.id,

@@ -59,7 +59,8 @@ def test_eval_retention_writes_every_number_and_refreshes_the_card(run_copy, mon
     # the flag is exactly "some rate's paired interval lies below zero", and it brings the remedies
     dropped = [key for key in retention.MEASURES if report[key]["change"]["high"] < 0]
     assert report["flagged"] == dropped and report["flag"] == bool(dropped)
-    assert report["remedies"] == (retention.remedies("lora") if dropped else [])
+    head_trained = json.loads((run_copy / "plan.json").read_text())["lora_train_head"]
+    assert report["remedies"] == (retention.remedies("lora", head_trained) if dropped else [])
 
     # the same call's eval.json and eval.html carry the summary, the card in the run's adapter/ the section
     evaluation = json.loads((run_copy / "eval.json").read_text())
@@ -86,6 +87,12 @@ def test_without_a_test_set_retention_runs_alone(run_copy, monkeypatch, capsys):
     printed = json.loads(capsys.readouterr().out)
     assert "rows" not in printed and printed["accuracy"]["n"] > 0
     assert (run_copy / "retention.json").exists() and not (run_copy / "eval.json").exists()
+
+
+def test_the_remedies_name_the_output_layer_only_when_the_run_trained_it():
+    assert not any("--lora-train-head" in r for r in retention.remedies("lora", head_trained=False))
+    assert any("--lora-train-head off" in r for r in retention.remedies("lora", head_trained=True))
+    assert any("--method lora" in r for r in retention.remedies("full"))
 
 
 def test_retention_needs_a_run_folder(capsys):
