@@ -21,6 +21,7 @@ import json
 import multiprocessing
 import os
 import uuid
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -332,7 +333,14 @@ def tokenize_chunks(
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     inherited = chat if context.get_start_method() == "fork" else None  # forked: passed as is, never pickled
-    with context.Pool(
-        processes, _init_worker, (model, trust_remote_code, settings, out_dir, inherited, chat_template)
-    ) as pool:
-        return list(pool.imap(_run_chunk, chunks))
+    initargs = (model, trust_remote_code, settings, out_dir, inherited, chat_template)
+    # an executor, not multiprocessing.Pool: a chunk that raises (a record the template refuses) must stop the
+    # work cleanly; Pool.terminate() with chunks still queued could wait forever on its own task thread
+    with ProcessPoolExecutor(processes, mp_context=context, initializer=_init_worker, initargs=initargs) as pool:
+        futures = [pool.submit(_run_chunk, chunk) for chunk in chunks]
+        try:
+            return [future.result() for future in futures]
+        except BaseException:
+            for future in futures:
+                future.cancel()  # the chunks not started are dropped; the running ones end, then the workers
+            raise
