@@ -171,7 +171,7 @@ def plan_run(
 def _speed_for(config: RunConfig, summary, device, measure: bool, speed_of) -> float | None:
     """Training tokens/s with this model on the machine the run will train on: `speed_of`'s, or this machine's
     (a few timed steps, cached) when the plan is for this machine's device; `measure=False` reads the cache only."""
-    seq_len = summary.max_record_tokens or summary.max_seq_len or 1024  # the longest record as it will train
+    seq_len = _speed_length(summary)
     if speed_of is not None:
         return speed_of(config.model, config.trained_weights, seq_len)
     if resolve_device(config.gpu)[0].name != local_device_kind(device):
@@ -181,13 +181,18 @@ def _speed_for(config: RunConfig, summary, device, measure: bool, speed_of) -> f
     return training_speed(config.model, config.trained_weights, seq_len, device, config.trust_remote_code)
 
 
+def _speed_length(summary) -> int:
+    """The length a speed is known by: the longest record as it will train."""
+    return summary.max_record_tokens or summary.max_seq_len or 1024
+
+
 def _remember_speed(out: Path, plan: Plan, summary, ctx: DistContext) -> None:
     """The median speed of this run's steps becomes this machine's speed for the model (one device: a rank of a
     many-device run shares the machine, so its speed is not one device's)."""
     speeds = [row["tokens_per_s"] for row in read_metrics(out / "metrics.jsonl") if row.get("tokens_per_s")]
     if plan.devices == 1 and len(speeds) >= 3:  # the first steps warm up: a median of a few says more
-        seq_len = summary.max_record_tokens or summary.max_seq_len or 1024  # as _speed_for keys it
-        remember_run_speed(plan.run.model, plan.run.trained_weights, seq_len, ctx.device, statistics.median(speeds))
+        speed = statistics.median(speeds)
+        remember_run_speed(plan.run.model, plan.run.trained_weights, _speed_length(summary), ctx.device, speed)
 
 
 # ============================================================================ the entry point

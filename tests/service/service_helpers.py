@@ -97,3 +97,15 @@ def settings_for(data_dir: Path, model: Path, database: str | None = None, **val
 
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+LOOPBACK = "http://127.0.0.1"  # the address an in-process client calls from (the CSRF check reads it)
+
+
+def api_client(app, tenant: str = "alice"):
+    """An in-process client of `app` (the `app` fixture) with `tenant`'s API key."""
+    from fastapi.testclient import TestClient
+
+    client = TestClient(app, base_url=LOOPBACK)
+    client.headers["Authorization"] = f"Bearer {app.state.test_keys[tenant]}"
+    return client

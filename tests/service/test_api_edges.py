@@ -11,23 +11,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from service_helpers import EXAMPLES, settings_for
-
-from finetune.service.app import create_app
-
-
-@pytest.fixture
-def app(tmp_path, toy_model):
-    app = create_app(settings_for(tmp_path / "data", toy_model))
-    app.state.test_keys = {tenant: app.state.store.create_key(tenant)[1] for tenant in ("alice", "bob")}
-    yield app
-    app.state.store.close()
-
-
-def _client(app, tenant: str = "alice") -> TestClient:
-    client = TestClient(app, base_url="http://127.0.0.1")
-    client.headers["Authorization"] = f"Bearer {app.state.test_keys[tenant]}"
-    return client
+from service_helpers import EXAMPLES, api_client
 
 
 def _upload(client: TestClient, data: bytes, name: str = "t.jsonl"):
@@ -35,7 +19,7 @@ def _upload(client: TestClient, data: bytes, name: str = "t.jsonl"):
 
 
 def test_the_plan_answer_names_no_path_on_the_server(app, tiny_data, toy_model):
-    alice = _client(app)
+    alice = api_client(app)
     file_id = _upload(alice, tiny_data.read_bytes(), "mine.jsonl").json()["id"]
     val_id = _upload(alice, tiny_data.read_bytes(), "val.jsonl").json()["id"]
     answer = alice.post(
@@ -51,7 +35,7 @@ def test_the_plan_answer_names_no_path_on_the_server(app, tiny_data, toy_model):
 
 
 def test_events_after_an_unknown_id_are_an_empty_page(app, tiny_data):
-    alice = _client(app)
+    alice = api_client(app)
     file_id = _upload(alice, tiny_data.read_bytes()).json()["id"]
     job = alice.post("/v1/fine_tuning/jobs", json={"model": "toy", "training_file": file_id}).json()
     other = alice.post("/v1/fine_tuning/jobs", json={"model": "toy", "training_file": file_id}).json()
@@ -68,7 +52,7 @@ def test_events_after_an_unknown_id_are_an_empty_page(app, tiny_data):
 
 
 def test_a_results_file_is_refused_as_training_or_validation_data(app, tiny_data):
-    alice = _client(app)
+    alice = api_client(app)
     store, settings = app.state.store, app.state.settings
     (settings.files_dir / "file-results").write_text("step,train_loss\n1,1.0\n")
     store.add_file("alice", "file-results", "step_metrics.csv", "fine-tune-results", 22)
@@ -84,7 +68,7 @@ def test_a_results_file_is_refused_as_training_or_validation_data(app, tiny_data
 
 
 def test_delete_a_fine_tuned_model_like_openai(app, tiny_data):
-    alice, bob = _client(app), _client(app, "bob")
+    alice, bob = api_client(app), api_client(app, "bob")
     store, settings = app.state.store, app.state.settings
     file_id = _upload(alice, tiny_data.read_bytes()).json()["id"]
     job = alice.post("/v1/fine_tuning/jobs", json={"model": "toy", "training_file": file_id, "suffix": "s"}).json()
@@ -112,7 +96,7 @@ def test_delete_a_fine_tuned_model_like_openai(app, tiny_data):
 
 
 def test_a_gzip_upload_is_read_like_the_cli_reads_it(app, tiny_data):
-    alice = _client(app)
+    alice = api_client(app)
     answer = _upload(alice, gzip.compress(tiny_data.read_bytes()), "tiny.jsonl.gz")
     assert answer.status_code == 200, answer.text
     uploaded = answer.json()
@@ -125,7 +109,7 @@ def test_a_gzip_upload_is_read_like_the_cli_reads_it(app, tiny_data):
 
 
 def test_a_gzip_bomb_upload_is_refused_and_leaves_nothing(app):
-    alice = _client(app)
+    alice = api_client(app)
     bomb = gzip.compress(b'{"messages": [{"role": "user", "content": "') + gzip.compress(b"x" * 2**20) * 64
     answer = _upload(alice, bomb, "bomb.jsonl.gz")  # 64 KB that would inflate to 64 MB on one line
     error = answer.json()["error"]
@@ -141,7 +125,7 @@ def test_a_gzip_bomb_upload_is_refused_and_leaves_nothing(app):
 
 
 def test_the_preview_reads_a_file_of_preference_pairs(app):
-    alice = _client(app)
+    alice = api_client(app)
     pairs = (EXAMPLES / "prefs.jsonl").read_text().splitlines()[:12]
     file_id = _upload(alice, ("\n".join(pairs) + "\n").encode(), "prefs.jsonl").json()["id"]
     for model in ("", "toy"):  # estimated, then through the model's chat template
@@ -182,7 +166,7 @@ def test_the_preview_reads_a_file_of_preference_pairs(app):
     ],
 )  # fmt: skip
 def test_job_bodies_keep_their_error_codes_and_params(app, tiny_data, body, status, code, param):
-    alice = _client(app)
+    alice = api_client(app)
     file_id = _upload(alice, tiny_data.read_bytes()).json()["id"]
     body = {k: (file_id if v == "F" else v) for k, v in body.items()}
     answer = alice.post("/v1/fine_tuning/jobs", json=body)

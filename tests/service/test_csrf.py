@@ -9,31 +9,20 @@ import json
 
 import pytest
 from fastapi.testclient import TestClient
-from service_helpers import settings_for
+from service_helpers import LOOPBACK as SAME  # the server's own origin
 
-from finetune.service.app import create_app
-
-SAME = "http://127.0.0.1"
 JOB = {"model": "toy", "training_file": None}
-
-
-@pytest.fixture
-def app(tmp_path, toy_model):
-    app = create_app(settings_for(tmp_path / "data", toy_model))
-    app.state.test_key = app.state.store.create_key("alice")[1]
-    yield app
-    app.state.store.close()
 
 
 def _by_cookie(app) -> TestClient:
     client = TestClient(app, base_url=SAME)
-    client.cookies.set("finetune_key", app.state.test_key)
+    client.cookies.set("finetune_key", app.state.test_keys["alice"])
     return client
 
 
 def _by_bearer(app) -> TestClient:
     client = TestClient(app, base_url=SAME)
-    client.headers["Authorization"] = f"Bearer {app.state.test_key}"
+    client.headers["Authorization"] = f"Bearer {app.state.test_keys['alice']}"
     return client
 
 

@@ -8,25 +8,7 @@ import openai
 import pytest
 from fastapi.testclient import TestClient
 from openai import OpenAI
-from service_helpers import settings_for
-
-from finetune.service.app import create_app
-
-BASE = "http://127.0.0.1"
-
-
-@pytest.fixture
-def app(tmp_path, toy_model):
-    app = create_app(settings_for(tmp_path / "data", toy_model))
-    app.state.test_keys = {tenant: app.state.store.create_key(tenant)[1] for tenant in ("alice", "bob")}
-    yield app
-    app.state.store.close()
-
-
-def _client(app, tenant: str = "alice") -> TestClient:
-    client = TestClient(app, base_url=BASE)
-    client.headers["Authorization"] = f"Bearer {app.state.test_keys[tenant]}"
-    return client
+from service_helpers import LOOPBACK, api_client
 
 
 def _upload(client: TestClient, data: bytes, key: str | None = None, name: str = "t.jsonl"):
@@ -35,7 +17,7 @@ def _upload(client: TestClient, data: bytes, key: str | None = None, name: str =
 
 
 def test_the_same_key_and_body_give_the_same_job_and_another_body_is_409(app, tiny_data):
-    alice = _client(app)
+    alice = api_client(app)
     file_id = _upload(alice, tiny_data.read_bytes()).json()["id"]
     body = {"model": "toy", "training_file": file_id, "seed": 3, "suffix": "x"}
     first = alice.post("/v1/fine_tuning/jobs", json=body, headers={"Idempotency-Key": "job-1"})
@@ -51,7 +33,7 @@ def test_the_same_key_and_body_give_the_same_job_and_another_body_is_409(app, ti
     assert len(alice.get("/v1/fine_tuning/jobs").json()["data"]) == 1
 
     # keys are the tenant's own, and without a key every request makes a job
-    bob = _client(app, "bob")
+    bob = api_client(app, "bob")
     bob_file = _upload(bob, tiny_data.read_bytes()).json()["id"]
     mine = bob.post(
         "/v1/fine_tuning/jobs", json=body | {"training_file": bob_file}, headers={"Idempotency-Key": "job-1"}
@@ -63,7 +45,7 @@ def test_the_same_key_and_body_give_the_same_job_and_another_body_is_409(app, ti
 
 
 def test_a_refused_request_gives_its_key_back(app, tiny_data):
-    alice = _client(app)
+    alice = api_client(app)
     file_id = _upload(alice, tiny_data.read_bytes()).json()["id"]
     bad = alice.post(
         "/v1/fine_tuning/jobs", json={"model": "nope", "training_file": file_id}, headers={"Idempotency-Key": "k"}
@@ -76,7 +58,7 @@ def test_a_refused_request_gives_its_key_back(app, tiny_data):
 
 
 def test_the_same_upload_twice_is_one_file(app, tiny_data):
-    alice = _client(app)
+    alice = api_client(app)
     first = _upload(alice, tiny_data.read_bytes(), key="upload-1")
     again = _upload(alice, tiny_data.read_bytes(), key="upload-1")
     assert first.status_code == again.status_code == 200 and again.json() == first.json()
@@ -104,8 +86,8 @@ class _LosesTheFirstAnswer(TestClient):
 
 
 def test_the_openai_sdk_retrying_a_lost_answer_makes_one_job(app, tiny_data):
-    http = _LosesTheFirstAnswer(app, base_url=BASE)
-    client = OpenAI(base_url=f"{BASE}/v1", api_key=app.state.test_keys["alice"], http_client=http, max_retries=2)
+    http = _LosesTheFirstAnswer(app, base_url=LOOPBACK)
+    client = OpenAI(base_url=f"{LOOPBACK}/v1", api_key=app.state.test_keys["alice"], http_client=http, max_retries=2)
     f = client.files.create(file=("t.jsonl", tiny_data.read_bytes()), purpose="fine-tune")
     job = client.fine_tuning.jobs.create(model="toy", training_file=f.id, extra_headers={"Idempotency-Key": "sdk-1"})
     assert http.lost == 1  # the first answer was lost, the retry got the job

@@ -12,12 +12,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-import pytest
-from fastapi.testclient import TestClient
 from openai import OpenAI
-from service_helpers import Server, settings_for
+from service_helpers import Server, api_client
 
-from finetune.service.app import create_app
 from finetune.service.store import Store
 from finetune.service.supervise import FIRST_PAUSE_S, LONGEST_PAUSE_S, STABLE_AFTER_S, next_pause
 
@@ -67,17 +64,8 @@ def test_a_version_2_database_gains_the_registry_idempotency_keys_and_model_dele
     store.close()
 
 
-@pytest.fixture
-def app(tmp_path, toy_model):
-    app = create_app(settings_for(tmp_path / "data", toy_model))
-    app.state.test_key = app.state.store.create_key("alice")[1]
-    yield app
-    app.state.store.close()
-
-
 def test_healthz_counts_live_workers_and_a_job_waits_queued_without_one(app, tiny_data):
-    client = TestClient(app, base_url="http://127.0.0.1")
-    client.headers["Authorization"] = f"Bearer {app.state.test_key}"
+    client = api_client(app)
     health = client.get("/healthz").json()
     assert health["status"] == "ok" and health["workers"] == 0 and "no live worker" in health["warnings"][0]
 
