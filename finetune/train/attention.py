@@ -56,19 +56,19 @@ def varlen_sdpa_attention(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
         )
     rows, heads, length, dim = query.shape
-    groups = heads // key.shape[1]
-    if groups > 1:  # grouped-query attention: share each key/value head with its query heads
-        key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
     # [rows, heads, length, dim] -> [1, heads, rows·length, dim]: the rows end to end, as the bounds count them
-    flat = lambda t: t.transpose(0, 1).reshape(1, heads, rows * length, dim) if rows > 1 else t  # noqa: E731
-    q, k, v = flat(query), flat(key), flat(value)
+    flat = lambda t: t.transpose(0, 1).reshape(1, t.shape[1], rows * length, dim) if rows > 1 else t  # noqa: E731
     edges = bounds.tolist()
+    sizes = [b - a for a, b in zip(edges[:-1], edges[1:], strict=True) if b > a]
+    # split (not slices): its backward is one concatenation, where each slice's backward fills a zero tensor of
+    # the whole row; enable_gqa shares key/value heads without the copies repeat_interleave makes
     parts = [
         F.scaled_dot_product_attention(
-            q[:, :, a:b], k[:, :, a:b], v[:, :, a:b], dropout_p=dropout, is_causal=True, scale=scaling
+            q, k, v, dropout_p=dropout, is_causal=True, scale=scaling, enable_gqa=key.shape[1] != heads
         )
-        for a, b in zip(edges[:-1], edges[1:], strict=True)
-        if b > a
+        for q, k, v in zip(
+            flat(query).split(sizes, dim=2), flat(key).split(sizes, dim=2), flat(value).split(sizes, dim=2), strict=True
+        )
     ]
     out = torch.cat(parts, dim=2)  # [1, heads, rows·length, dim]
     out = out.view(heads, rows, length, dim).permute(1, 2, 0, 3) if rows > 1 else out.transpose(1, 2)
