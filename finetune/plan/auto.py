@@ -32,6 +32,10 @@ REFERENCE_BATCH = 16
 REFERENCE_WIDTH = 4096  # hidden size of Llama-3.1-8B / Mistral-7B, where those rates are common practice
 BATCH_FACTOR_RANGE = (0.25, 4.0)
 WIDTH_FACTOR_RANGE = (0.5, 32.0)
+# Full fine-tuning scales with 1 / width (muP); LoRA with 1 / width^1.5. On SmolLM2-135M (width 576; bench/AUTO.md)
+# the best full rate was where 1 / width puts it, the best LoRA rate ~3x above it; 1.5 also meets Tinker's calibrated
+# LoRA rates for Llama-3.2-1B and 3.1-8B (docs/auto.md). Narrower than ~400, LoRA reaches the cap (the toy base).
+WIDTH_EXPONENT = {"lora": 1.5, "full": 1.0}
 # A run with fewer than TARGET_STEPS steps (tiny data, even at the smallest batch) takes larger steps: x sqrt(100/steps),
 # at most 2. On the toy base, 40 conversations (40 steps): best val loss 1.77 at Auto's old 3.2e-3, 1.36 at 5.1e-3.
 MAX_SHORT_RUN_FACTOR = 2.0
@@ -158,7 +162,7 @@ def _clamp(x: float, bounds: tuple[float, float]) -> float:
 
 def auto_lr(method: str, effective: int, hidden_size: int | None = None, steps: int | None = None) -> Choice[float]:
     """Peak learning rate: 2e-4 (LoRA) or 2e-5 (full) at effective batch 16 and width 4096, times
-    sqrt(effective / 16) and 4096 / hidden size (both clamped), and sqrt(100 / steps) (at most 2) for a run
+    sqrt(effective / 16) and (4096 / hidden size)^1.5 for LoRA, ^1 for full (both clamped), and sqrt(100 / steps) (at most 2) for a run
     shorter than TARGET_STEPS."""
     base = LORA_LR if method == "lora" else FULL_LR
     batch_factor = _clamp(math.sqrt(effective / REFERENCE_BATCH), BATCH_FACTOR_RANGE)
@@ -169,11 +173,14 @@ def auto_lr(method: str, effective: int, hidden_size: int | None = None, steps: 
         f"x sqrt({effective}/{REFERENCE_BATCH}) for the effective batch"
     )
     if hidden_size:
-        width_factor = _clamp(REFERENCE_WIDTH / hidden_size, WIDTH_FACTOR_RANGE)
+        exponent = WIDTH_EXPONENT["lora" if method == "lora" else "full"]
+        width_factor = _clamp((REFERENCE_WIDTH / hidden_size) ** exponent, WIDTH_FACTOR_RANGE)
         lr *= width_factor
+        power = "" if exponent == 1 else f"^{exponent:g}"
         reason += (
             f" x {width_factor:.2f} for the model width {hidden_size} "
-            f"({REFERENCE_WIDTH}/{hidden_size}: narrower models take larger steps, as muP scales Adam's rate)"
+            f"(({REFERENCE_WIDTH}/{hidden_size}){power}, at most {WIDTH_FACTOR_RANGE[1]:g}: narrower models take "
+            f"larger steps, as muP scales Adam's rate{'; LoRA more steeply' if power else ''})"
         )
     else:
         reason += " (model width unknown: no width scaling)"
