@@ -105,7 +105,7 @@ def test_lora_lr_is_ten_times_full_times_the_steeper_width_factor(effective, hid
     full = auto.auto_lr("full", effective, hidden).value
     assert lora > full
     steeper = 1 if hidden is None else min(32, max(0.5, (4096 / hidden) ** 1.5)) / min(32, max(0.5, 4096 / hidden))
-    assert math.isclose(lora / full, 10 * steeper, rel_tol=0.05)  # both rounded to two digits
+    assert math.isclose(lora / full, 10 * steeper, rel_tol=0.1)  # each rounded to two digits: up to 5% apiece
 
 
 @given(a=st.integers(1, 4096), b=st.integers(1, 4096))
