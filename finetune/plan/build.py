@@ -82,7 +82,10 @@ class _Resolving:
         return value
 
     def memory(self, batch: int, ckpt: bool, shard: str) -> MemoryEstimate:
-        rows = batch * (2 if self.dpo else 1)  # a preference pair runs its chosen and its rejected answer
+        per_example = 2 if self.dpo else 1  # a preference pair runs its chosen and its rejected answer
+        rows = batch * per_example
+        if self.device.name == "cpu":  # a CPU runs a micro-batch in passes of at most one packed row (pass_tokens)
+            rows = min(rows, max(per_example, self.get("max_seq_len") // max(1, self.seq_len)))
         return estimate_memory(
             self.facts, self.config.trained_weights, rows, self.seq_len, ckpt, self.values.get("lora_rank"),
             self.config.devices, shard, self.device, self.device_assumed, self.dtype,

@@ -1,4 +1,4 @@
-"""Which records make each optimizer step, and how a step is cut into micro-batches. No torch.
+"""Which records make each optimizer step, and how a step is cut into micro-batches and passes. No torch.
 
 The rule: the records of an optimizer step depend only on (seed, epoch, effective batch). How the
 step is then split across devices and accumulation micro-batches is a separate, later decision,
@@ -67,3 +67,24 @@ def micro_batches(
     size = -(-len(ordered) // groups)  # ceil: at most batch_size records per micro-batch
     chunks = [ordered[j * size : (j + 1) * size] for j in range(groups)]
     return [chunk for j, chunk in enumerate(chunks) if j % devices == rank and chunk]
+
+
+def passes(micro: list[int], lengths: list[int], max_tokens: int | None) -> list[list[int]]:
+    """A micro-batch cut into forward/backward passes of at most `max_tokens` tokens: whole records, in order
+    (a longer record is a pass of its own). None: the micro-batch is one pass.
+
+    A micro-batch's loss is a sum over its records (objective.py), so running it in passes changes no gradient,
+    only how many activations are held at once.
+    """
+    if max_tokens is None:
+        return [micro]
+    cut: list[list[int]] = []
+    tokens = 0
+    for index in micro:
+        if cut and tokens + lengths[index] <= max_tokens:
+            cut[-1].append(index)
+            tokens += lengths[index]
+        else:
+            cut.append([index])
+            tokens = lengths[index]
+    return cut

@@ -203,6 +203,18 @@ def test_cost_without_tokens_or_model():
     assert cost.billed_tokens is None and cost.token_cost is None and cost.seconds is None and cost.notes
 
 
+def test_a_cpu_plan_holds_one_packed_row_of_activations():
+    """On a CPU a micro-batch runs in passes of at most one row (train/distributed.pass_tokens): the estimate
+    counts the activations of one such pass, on a GPU those of the whole micro-batch."""
+    facts = load_model_facts("Qwen/Qwen2.5-0.5B")
+    memory = {}
+    for gpu in ("cpu", "h100-80gb"):
+        config = RunConfig(batch_size=16, max_seq_len=1024, method="lora", gpu=gpu, dtype="fp32")
+        memory[gpu] = build_plan(config, what_if_summary(config, 1000, 200_000), facts).memory
+    assert memory["cpu"].micro_batch_tokens == 1024 and memory["h100-80gb"].micro_batch_tokens == 16 * 1024
+    assert memory["cpu"].activations * 16 == memory["h100-80gb"].activations
+
+
 def test_cpu_time_is_a_rough_estimate():
     cost = estimate_cost(1000, True, 1_000_000, "full", DEVICES["cpu"], False)
     assert cost.mfu is None and cost.seconds > 0 and any("rough" in note for note in cost.notes)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from finetune.train.batching import pack_batch, pack_rows
-from finetune.train.order import epoch_steps, micro_batches
+from finetune.train.order import epoch_steps, micro_batches, passes
 
 
 def test_every_record_once_per_epoch_and_reshuffled():
@@ -32,6 +32,18 @@ def test_micro_batches_cover_the_step_exactly(devices, grad_accum):
     flat = sorted(i for rank_parts in parts for micro in rank_parts for i in micro)
     assert flat == step
     assert all(len(rank_parts) <= grad_accum for rank_parts in parts)
+
+
+@pytest.mark.parametrize("budget", [1, 30, 64, 500])
+def test_passes_keep_whole_records_in_order_within_the_budget(budget):
+    micro = [5, 2, 9, 7, 1, 3]
+    lengths = [(i * 11) % 37 + 4 for i in range(10)]
+    cut = passes(micro, lengths, budget)
+    assert [i for part in cut for i in part] == micro  # every record once, in the micro-batch's order
+    assert all(sum(lengths[i] for i in part) <= budget or len(part) == 1 for part in cut)
+    # greedy: a pass ends only where the next record would not fit
+    assert all(sum(lengths[i] for i in a) + lengths[b[0]] > budget for a, b in zip(cut, cut[1:], strict=False))
+    assert passes(micro, lengths, None) == [micro]
 
 
 def test_rows_are_bounded_and_lose_nothing(records):

@@ -50,6 +50,36 @@ def test_grad_accumulation_gives_the_same_weights(toy_model, records, tmp_path):
     assert not torch.equal(reference["lm_head.weight"], load_model(str(toy_model)).lm_head.weight.double())
 
 
+def test_passes_on_a_cpu_give_the_weights_of_one_pass(toy_model, records, tmp_path, monkeypatch):
+    """On a CPU a micro-batch runs as passes of at most one packed row (pass_tokens): the same weights, and
+    more forward/backward passes than micro-batches (fp64, one layer, as above)."""
+    from finetune.train import distributed
+    from finetune.train.objective import TokenNormalisedSFT
+
+    assert distributed.pass_tokens(make_plan(records), torch.device("cpu")) == 64  # the plan's max_seq_len
+    assert distributed.pass_tokens(make_plan(records), torch.device("cuda")) is None  # a GPU keeps it whole
+    weights, runs = [], []
+    for budget in (None, 64):
+        monkeypatch.setattr(distributed, "pass_tokens", lambda plan, device, budget=budget: budget)
+        seen: list[int] = []
+
+        class Counted(TokenNormalisedSFT):
+            def loss(self, model, batch, seen=seen):
+                if torch.is_grad_enabled():
+                    seen.append(batch.num_tokens)
+                return super().loss(model, batch)
+
+        plan = make_plan(records, batch_size=8, max_steps=2)
+        model = AutoModelForCausalLM.from_pretrained(toy_model, num_hidden_layers=1, dtype=torch.float64)
+        train_loop(model, records, [], plan, tmp_path / f"run{budget}", objective=Counted())
+        weights.append(_weights(model))
+        runs.append(seen)
+    assert len(runs[0]) == 2 and len(runs[1]) > 4 and max(runs[1]) <= 64  # 2 steps of one 8-record pass each
+    assert sum(runs[0]) == sum(runs[1])
+    for name, value in weights[0].items():
+        assert torch.allclose(value, weights[1][name], rtol=0, atol=1e-10), name
+
+
 def test_takes_exactly_the_planned_steps_and_logs_each(toy_model, records, tmp_path):
     rows = []
     _, result = _train(toy_model, records, tmp_path, on_step=rows.append)
