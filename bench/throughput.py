@@ -9,7 +9,8 @@ alternating order (round 1: finetune, TRL padded, TRL packed, bare...; round 2: 
 that a change in machine load hits every configuration alike and the ratios stay meaningful:
 
     finetune      RunConfig(..., packing=True) through finetune.train: padding-free packed rows,
-                  length-grouped micro-batches, chunked LM head + loss on target positions only
+                  length-grouped micro-batches (on a CPU run as passes of at most one row), chunked
+                  LM head + loss on target positions only
     trl-padded    SFTTrainer, assistant_only_loss=True, TRL's default padded batches
     trl-packed    SFTTrainer, packing=True (BFD, padding-free rows of max_length), batch 1 x accum 8:
                   the best TRL configuration on the CPU
@@ -736,7 +737,9 @@ metrics every micro-batch: that is TRL as shipped.
 finetune's side: `finetune.train(RunConfig(...))`, the same code as `finetune train`, with validation
 off; the checkpoint written after the last step is left out of the timing. Packed micro-batches run
 as one row of real tokens with attention record by record (`loss.use_varlen_attention`), and AdamW
-uses the fused kernel.
+uses the fused kernel. On a CPU finetune runs each micro-batch of 4 records as forward/backward passes
+of whole records of at most one 1,024-token row (`pass_tokens`, its default there: the same gradient, a
+longer pass buys a CPU no speed, docs/arithmetic.md), about the size of one of TRL packed's rows.
 """
 
 
