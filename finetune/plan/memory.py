@@ -130,6 +130,11 @@ class MemoryEstimate:
         return asdict(self)
 
 
+def activation_bytes_per_token(model: ModelFacts, rank: int | None) -> int:
+    """The estimate's activations of one token in fp32, without gradient checkpointing."""
+    return _activation_bytes(model, 1, FP32, rank)[0]
+
+
 def _activation_bytes(model: ModelFacts, tokens: int, dtype_bytes: int, rank: int | None) -> tuple[int, int]:
     """(without, with) gradient checkpointing, for `tokens` tokens in one micro-batch."""
     h, i = model.hidden_size, model.intermediate_size

@@ -34,6 +34,7 @@ import torch
 import torch.distributed as dist
 
 from finetune.errors import UserError
+from finetune.train.order import pass_tokens
 
 # objective.py (and transformers with it) is imported where it is used: the launcher imports this module only to
 # know whether it runs under torchrun
@@ -274,16 +275,6 @@ class Parallelism:
     """The fused AdamW kernel; sharded (DTensor) parameters keep the default one."""
 
 
-def pass_tokens(plan, device: torch.device) -> int | None:
-    """Tokens per forward/backward pass: on a CPU one packed row (max_seq_len), on a GPU the whole micro-batch.
-
-    A CPU gains no speed from a longer pass, only memory: SmolLM2 LoRA on 2 cores, 16 records in passes of 1, 2,
-    4 and 8 records, took 34.0, 34.8, 34.9 and 33.6 s and peaked at 3.9, 5.4, 8.7 and 12.8 GB (docs/memory.md).
-    A GPU runs a longer pass faster, so there the micro-batch stays whole.
-    """
-    return plan.max_seq_len if device.type == "cpu" else None
-
-
 def _single(ctx: DistContext, plan) -> Parallelism:
     def wrap(model, objective: Objective, filler: Batch | None = None) -> LossFn:
         model.to(ctx.device)
@@ -292,7 +283,7 @@ def _single(ctx: DistContext, plan) -> Parallelism:
     def mine(step_examples: list[int], lengths: list[int]) -> Iterator[list[int]]:
         from finetune.train.order import micro_batches, passes
 
-        budget = pass_tokens(plan, ctx.device)
+        budget = pass_tokens(plan, ctx.device.type)
         for micro in micro_batches(step_examples, lengths, plan.devices, plan.grad_accum, ctx.rank):
             yield from passes(micro, lengths, budget)
 

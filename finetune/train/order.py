@@ -88,3 +88,25 @@ def passes(micro: list[int], lengths: list[int], max_tokens: int | None) -> list
             cut.append([index])
             tokens = lengths[index]
     return cut
+
+
+PASS_ACTIVATION_BYTES = 2**30  # a pass may hold this much of the memory estimate's activations (or one row)
+
+
+def pass_tokens(plan, device_type: str) -> int | None:
+    """Tokens per forward/backward pass: on a CPU at most 1 GiB of estimated activations but at least one packed
+    row (max_seq_len); on a GPU the whole micro-batch.
+
+    A CPU gains no speed from a longer pass of a real model, only memory: SmolLM2 LoRA on 2 cores, 16 records in
+    passes of 1, 2, 4 and 8 records, took 34.0, 34.8, 34.9 and 33.6 s and peaked at 3.9, 5.4, 8.7 and 12.8 GB
+    (docs/arithmetic.md). A tiny model pays a fixed cost per pass instead (the toy demo trained in 19-21 s whole,
+    32-38 s in rows), and its activations are small: its micro-batches stay whole. A GPU runs a longer pass faster.
+    """
+    if device_type != "cpu":
+        return None
+    if plan.model_facts is None:
+        return plan.max_seq_len
+    from finetune.plan.memory import activation_bytes_per_token
+
+    per_token = activation_bytes_per_token(plan.model_facts, plan.run.lora_rank if plan.method == "lora" else None)
+    return max(plan.max_seq_len, PASS_ACTIVATION_BYTES // max(1, per_token))

@@ -56,11 +56,11 @@ def test_passes_on_a_cpu_give_the_weights_of_one_pass(toy_model, records, tmp_pa
     from finetune.train import distributed
     from finetune.train.objective import TokenNormalisedSFT
 
-    assert distributed.pass_tokens(make_plan(records), torch.device("cpu")) == 64  # the plan's max_seq_len
-    assert distributed.pass_tokens(make_plan(records), torch.device("cuda")) is None  # a GPU keeps it whole
+    assert distributed.pass_tokens(make_plan(records), "cpu") == 64  # the plan's max_seq_len
+    assert distributed.pass_tokens(make_plan(records), "cuda") is None  # a GPU keeps it whole
     weights, runs = [], []
     for budget in (None, 64):
-        monkeypatch.setattr(distributed, "pass_tokens", lambda plan, device, budget=budget: budget)
+        monkeypatch.setattr(distributed, "pass_tokens", lambda plan, device_type, budget=budget: budget)
         seen: list[int] = []
 
         class Counted(TokenNormalisedSFT):
