@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from typing import Any
 
 from finetune.train.launchers import LAUNCHERS
 
@@ -24,6 +26,10 @@ def cmd_keys(args: argparse.Namespace) -> int:
     from finetune.service.commands import run_keys
 
     return run_keys(args)
+
+
+# `finetune serve <command>`: (name, a function adding its parser to the sub-parsers, given `store_flags`)
+ADMIN_COMMANDS: list[tuple[str, Callable[[Any, Callable[[argparse.ArgumentParser], None]], None]]] = []
 
 
 def add_launcher_flags(p: argparse.ArgumentParser, what: str) -> None:
@@ -66,6 +72,10 @@ def add_service_parsers(sub) -> None:
     lease_flags(p)
     service_flags.serve_flags(p)
     p.set_defaults(func=cmd_serve)
+    # the operator's commands on a service's data (`finetune serve purge|audit|tenants ...`); without one, serve
+    admin = p.add_subparsers(dest="serve_command", metavar="{" + ",".join(name for name, _ in ADMIN_COMMANDS) + "}")
+    for _, add_parser in ADMIN_COMMANDS:
+        add_parser(admin, store_flags)
 
     p = sub.add_parser("worker", help="run a worker alone (another process or machine, same database)")
     store_flags(p)
