@@ -99,15 +99,17 @@ def load_tokenizer(model: str, trust_remote_code: bool = False, chat_template: s
     from transformers import AutoTokenizer
 
     from finetune.data.chat_template import use_chat_template
+    from finetune.data.template_sandbox import install
     from finetune.model_source import load_failure, local_model
 
+    install()  # every chat template this process renders is compiled with a budget of work and size
     try:
         tokenizer = AutoTokenizer.from_pretrained(local_model(model), trust_remote_code=trust_remote_code)
     except UserError:
         raise
     except Exception as exc:  # transformers raises many types here (OSError, ValueError, HF hub errors)
         raise load_failure(f"the tokenizer of {model!r}", exc) from None  # issue 26: names --trust-remote-code
-    return use_chat_template(tokenizer, chat_template)
+    return use_chat_template(tokenizer, chat_template, model)
 
 
 @dataclass(frozen=True)
