@@ -100,8 +100,9 @@ def load_tokenizer(model: str, trust_remote_code: bool = False, chat_template: s
 
     from finetune.data.chat_template import use_chat_template
     from finetune.data.template_sandbox import install
-    from finetune.model_source import load_failure, local_model
+    from finetune.model_source import check_remote_code, load_failure, local_model
 
+    check_remote_code(model, trust_remote_code)
     install()  # every chat template this process renders is compiled with a budget of work and size
     try:
         tokenizer = AutoTokenizer.from_pretrained(local_model(model), trust_remote_code=trust_remote_code)
