@@ -5,7 +5,7 @@ running code, but not from running for ever or filling memory: two nested `range
 and a string doubled in a loop took `validate` to 19.5 GB. `BoundedSandbox` is that environment with a budget per
 render, reset for every conversation:
 
-- work: every loop iteration, call, filter and intercepted operator is one step (at most `steps` per render);
+- work: every loop iteration, filter and intercepted operator is one step, a call 25 (at most `steps` per render);
 - size: every value a template builds through an operator (`*`, `+`, `%`, `**`, `~`), a call or a filter, every
   value it outputs, and the whole output are measured (characters, list items, deep) and must stay under
   `chars` per render; where an operation could build far more than it is given (`'a' * n`, `replace`, `join`,
@@ -34,6 +34,7 @@ from jinja2.utils import Namespace
 
 BASE_STEPS = 2_000_000  # ~1 s of Jinja work; a real template takes tens of steps per message
 STEPS_PER_ITEM = 1_000  # more for each message and tool in the conversation
+CALL_STEPS = 25  # a call (a macro's above all) costs about as much as 25 loop iterations
 BASE_CHARS = 1_000_000  # the rendered text and any value built on the way
 CHARS_FACTOR = 8  # ... plus this many times the conversation's own size
 MAX_INT_BITS = 4_096  # integers a template computes (10 ** 1233): enough for any arithmetic a template does
@@ -314,10 +315,11 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
 
     def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 (Jinja's own signature)
         budget = _current()
-        budget.step()
+        budget.step(CALL_STEPS)
         _ints_allowed([*args, *kwargs.values()])  # what a call is given exists already: only what it builds counts
-        if isinstance(getattr(__obj, "__self__", None), str):
-            args = _predict_method(__obj, args)
+        method = getattr(__obj, "__wrapped__", __obj)  # the sandbox wraps str.format, keeping it as __wrapped__
+        if isinstance(getattr(method, "__self__", None), str):
+            args = _predict_method(method, args)
         elif isinstance(__obj, LoopContext) and args:  # a recursive loop's next level: its items count too
             args = (__self.counted(args[0]), *args[1:])
         elif getattr(__obj, "__name__", "") == "generate_lorem_ipsum":
