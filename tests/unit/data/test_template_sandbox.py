@@ -35,7 +35,7 @@ HOSTILE = {
     "doubling with +": "{% set ns = namespace(s='ab') %}{% for i in range(60) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
     "doubling in a macro": "{% macro d(s, n) %}{{ d(s ~ s, n - 1) if n else s|length }}{% endmacro %}{{ d('ab', 60) }}",
     "doubling in a set block": "{% set ns = namespace(s='ab') %}{% for i in range(60) %}{% set t %}{{ ns.s }}{{ ns.s }}{% endset %}{% set ns.s = t %}{% endfor %}",
-    "doubling without a loop": "{% set a = 'abcdefgh' * 1000 %}" + "".join(f"{{% set a = a ~ a %}}" for _ in range(40)),
+    "doubling without a loop": "{% set a = 'abcdefgh' * 1000 %}" + "".join("{% set a = a ~ a %}" for _ in range(40)),
     "a repeated string": "{{ ('a' * 1000000000)|length }}",
     "a huge power": "{{ (2 ** 100000000) > 1 }}",
     "a squared integer in a loop": "{% set ns = namespace(x=3) %}{% for i in range(40) %}{% set ns.x = ns.x * ns.x %}{% endfor %}",
@@ -102,7 +102,9 @@ def test_a_long_conversation_is_not_refused():
     messages = [{"role": ("user", "assistant")[i % 2], "content": f"{i} " + "x" * 2000} for i in range(4000)]
     env = _env(BoundedSandbox)
     text = env.from_string(CHATML_TEMPLATE).render(messages=messages, tools=TOOLS)
-    assert text == _env(ImmutableSandboxedEnvironment).from_string(CHATML_TEMPLATE).render(messages=messages, tools=TOOLS)
+    assert text == _env(ImmutableSandboxedEnvironment).from_string(CHATML_TEMPLATE).render(
+        messages=messages, tools=TOOLS
+    )
 
 
 def test_the_budget_is_per_render_not_per_template():
