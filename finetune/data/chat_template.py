@@ -193,6 +193,7 @@ def check_template(tokenizer, source: str) -> None:
     from finetune.data.template_sandbox import install
 
     install()
+    tokenizer.finetune_template_source = source  # for a record that takes it over its budget (ChatTokenizer)
     probe = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]
     try:
         tokenizer.apply_chat_template(probe, tokenize=False)

@@ -28,11 +28,14 @@ def _limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
 
 
-def _validate(tmp_path, model, *extra: str) -> tuple[subprocess.CompletedProcess, float]:
+def _validate(
+    tmp_path, model, *extra: str, command: str = "validate", data=TRAIN
+) -> tuple[subprocess.CompletedProcess, float]:
     """`finetune validate TRAIN --model MODEL ...` in a new interpreter, its memory capped (so a template that
-    is not bounded fails here with a MemoryError, not by filling the machine); and how long it took."""
+    is not bounded fails here with a MemoryError, not by filling the machine), its time too (one that loops for
+    ever fails by the timeout); and how long it took."""
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "FINETUNE_CACHE": str(tmp_path / "cache")}
-    command = [sys.executable, "-m", "finetune", "validate", str(TRAIN), "--model", str(model), *extra]
+    command = [sys.executable, "-m", "finetune", command, str(data), "--model", str(model), *extra]
     started = time.monotonic()
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120, preexec_fn=_limit_memory)
     return result, time.monotonic() - started
@@ -113,3 +116,16 @@ def test_a_ggufs_own_hostile_template_is_named_by_its_metadata(tmp_path, toy_mod
     result, seconds = _validate(tmp_path, gguf)
     _one_sentence(result, f"the chat template in {gguf}'s metadata (tokenizer.chat_template): the chat template")
     assert seconds < 90  # the GGUF converts first
+
+
+def test_a_template_that_goes_over_on_one_record_stops_at_that_line(tmp_path, toy_model):
+    """The probe passes; the bomb is only in conversations of more than six messages. Every record could cost the
+    whole budget, so the first that goes over ends the command, naming it."""
+    long = [{"role": ("user", "assistant")[i % 2], "content": f"message {i}"} for i in range(8)]
+    data = tmp_path / "data.jsonl"
+    data.write_text("\n".join(json.dumps({"messages": m}) for m in (long[:2], long, long)) + "\n")
+    bomb = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    file = _template(tmp_path, "{% if messages|length > 6 %}" + bomb + "{% endif %}" + CHAT, "late.jinja")
+    for command in ("validate", "plan"):
+        result, _ = _validate(tmp_path, toy_model, "--chat-template", file, command=command, data=data)
+        _one_sentence(result, f"--chat-template {file}: the chat template was refused at line 2: it ran too long")
