@@ -77,3 +77,28 @@ def test_the_command_line_prints_the_warning_on_stderr(tmp_path, toy_model):
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr
     assert [line for line in result.stderr.splitlines() if "auto_map" in line] == [_expected(folder)]
+
+
+def test_the_loaders_of_eval_export_and_serving_say_the_same(tmp_path, toy_model, monkeypatch, caplog):
+    """eval, export and the serving engine load through load_tokenizer and load_model: each reads config.json
+    first, so each refuses or warns exactly as train does."""
+    import pytest
+
+    from finetune import model_source
+    from finetune.data.tokenize import load_tokenizer
+    from finetune.errors import UserError
+    from finetune.train.model import load_model
+
+    custom = _with_auto_map(tmp_path / "a", toy_model, model_type="toy_custom")
+    known = _with_auto_map(tmp_path / "b", toy_model)
+    for load in (load_tokenizer, load_model):
+        with pytest.raises(UserError) as refused:
+            load(str(custom))
+        assert str(refused.value) == f"cannot load the model '{custom}': it needs Python code from the model's own " \
+            "folder or repository, which finetune runs only with --trust-remote-code (read that code first: it " \
+            "runs with your rights)"  # fmt: skip
+        monkeypatch.setattr(model_source, "_SAID", set())
+        caplog.clear()
+        with caplog.at_level("INFO", logger="finetune"):
+            load(str(known))
+        assert [r.getMessage() for r in caplog.records if "auto_map" in r.getMessage()] == [_expected(known)]
