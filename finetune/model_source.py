@@ -155,7 +155,8 @@ def check_remote_code(model: str | None, trust_remote_code: bool) -> None:
 
 def _config_of(model: str) -> dict:
     """config.json of a folder, a pulled base, or a hub id already in the local cache; {} where there is none."""
-    folder = Path(local_model(model)).expanduser()
+    folder = Path(model).expanduser()
+    folder = folder if folder.is_dir() else Path(local_model(model))  # a pulled base's name: its folder
     path = folder / "config.json"
     if not folder.is_dir():
         from huggingface_hub import try_to_load_from_cache

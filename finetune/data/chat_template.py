@@ -174,10 +174,12 @@ def own_template_source(model: str | None) -> str:
         return f"the chat template in {model}'s metadata (tokenizer.chat_template)"
     from finetune.model_source import local_model
 
-    try:
-        folder = Path(local_model(model))
-    except Exception:  # a hub id not fetched, or a base not pulled: only the name is known
-        folder = None
+    folder = Path(model).expanduser()
+    if not folder.is_dir():
+        try:
+            folder = Path(local_model(model))  # a pulled base's name: its folder
+        except Exception:  # a hub id not fetched, or a base not pulled: only the name is known
+            folder = None
     if folder is not None and (folder / "chat_template.jinja").is_file():
         return f"the chat template in {model}'s chat_template.jinja"
     return f"the chat template in {model}'s tokenizer_config.json"
