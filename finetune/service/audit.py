@@ -129,8 +129,10 @@ class AuditLog:
                 return
             last = rows[-1]["seq"]
 
-    def verify(self) -> Verdict:
-        """Walk the whole chain: every seq present from 1, every hash what its record and the one before make."""
+    def verify(self, noted: tuple[int, str] | None = None) -> Verdict:
+        """Walk the whole chain: every seq present from 1, every hash what its record and the one before make.
+        `noted`: a (seq, hash) kept elsewhere earlier; that record must still be there with that hash (a chain
+        cut short, or rewritten from its start, holds together, but not that)."""
         previous, expected, count = GENESIS, 1, 0
         for record in self.records():
             if record["seq"] != expected:
@@ -143,5 +145,11 @@ class AuditLog:
                 if expected > 1:
                     problem += f", or record {expected - 1}'s hash was"
                 return Verdict(count, expected - 1 or None, previous, expected, problem)
+            if noted is not None and noted[0] == expected and noted[1] != record["hash"]:
+                return Verdict(count, expected - 1 or None, previous, expected,
+                               f"record {expected}'s hash is not the one noted ({noted[1]}): the trail was rewritten")  # fmt: skip
             previous, expected, count = record["hash"], expected + 1, count + 1
+        if noted is not None and noted[0] >= expected:
+            return Verdict(count, count or None, previous if count else None, noted[0],
+                           f"record {noted[0]} is gone (the trail ends at record {count}): it was cut short")  # fmt: skip
         return Verdict(count, count or None, previous if count else None)
