@@ -39,6 +39,7 @@ ACTIONS: dict[tuple[str, str], str] = {
 DOWNLOADS = {template for method, template in ACTIONS if method == "GET"}
 # a download whose object is a query parameter when given: template -> (parameter, the action then)
 QUERY_OBJECTS = {"/v1/dashboard/jobs/{job_id}/download": ("checkpoint", "checkpoint.download")}
+SIGNED_IN_ONLY_IF_MATCHED = {"session.sign_in"}  # answered 303 either way by a form: refused when no key matched
 VERBS = {"POST": "create", "PUT": "update", "PATCH": "update", "DELETE": "delete", "GET": "download"}
 HELD_BODY_MAX = 1 << 20  # a create's JSON answer is read for its id up to this size
 log = logging.getLogger("finetune.service.audit")
@@ -166,6 +167,9 @@ class AuditTrail:
         by_cookie = not _header(scope, b"authorization") and (
             f"{COOKIE}=" in (_header(scope, b"cookie") or "") or template.startswith("/v1/dashboard/")
         )
+        outcome = outcome_of(status)
+        if action in SIGNED_IN_ONLY_IF_MATCHED and noted.get("key_tenant") is None and outcome == "ok":
+            outcome = "refused"
         client = scope.get("client")
         self.log.append(
             action,
@@ -177,7 +181,7 @@ class AuditTrail:
             method=method,
             route=template,
             status=status,
-            outcome=outcome_of(status),
+            outcome=outcome,
         )
 
 

@@ -145,6 +145,7 @@ def test_dashboard_sign_in_sign_out_and_a_weights_download_are_recorded(service,
         assert browser.get(f"/v1/dashboard/jobs/{job.id}/download").status_code == 200
         assert browser.delete("/v1/dashboard/session").status_code == 200
     assert httpx.post(f"{base}/v1/dashboard/session", json={"key": "ftk-nobody-wrong"}).status_code == 401
+    assert httpx.post(f"{base}/v1/dashboard/session", data={"key": "ftk-nobody-wrong"}).status_code == 303  # a form
     tail = [(r.action, r.object_id, r.via, r.outcome) for r in _records(alice)][-3:]
     assert tail == [
         ("session.sign_in", None, "dashboard", "ok"),
@@ -152,13 +153,11 @@ def test_dashboard_sign_in_sign_out_and_a_weights_download_are_recorded(service,
         ("session.sign_out", None, "dashboard", "ok"),
     ]
     exported = _finetune("serve", "audit", "--data-dir", str(service.data_dir))
-    last = json.loads(exported.stdout.splitlines()[-1])  # the refused sign-in: no tenant, for the operator only
-    assert (last["action"], last["tenant"], last["key_id"], last["outcome"]) == (
-        "session.sign_in",
-        None,
-        None,
-        "refused",
-    )
+    refused = [json.loads(line) for line in exported.stdout.splitlines()[-2:]]  # no tenant: the operator's only
+    assert [(r["action"], r["tenant"], r["key_id"], r["outcome"], r["status"]) for r in refused] == [
+        ("session.sign_in", None, None, "refused", 401),
+        ("session.sign_in", None, None, "refused", 303),  # the form's answer is a redirect back to the sign-in
+    ]
 
 
 def test_the_operator_exports_json_lines_by_tenant_and_date_and_verifies(service):
