@@ -9,6 +9,7 @@ import sys
 import threading
 
 import pytest
+from fastapi import Response
 from service_helpers import api_client
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
@@ -117,10 +118,19 @@ def test_a_route_added_later_is_recorded_with_a_name_made_from_its_template(app)
     def delete_widget(widget_id: str) -> dict:
         return {"id": widget_id, "deleted": True}
 
+    @app.get("/v1/exports/{export_id}")
+    def export(export_id: str) -> Response:  # a download: sent as an attachment
+        return Response(b"a,b\n", headers={"Content-Disposition": 'attachment; filename="e.csv"'})
+
     alice = api_client(app, "alice")
     assert alice.delete("/v1/widgets/w-1").status_code == 200
-    data = alice.get("/v1/audit", params={"limit": 1}).json()["data"]
-    assert [(r["action"], r["object_id"], r["outcome"]) for r in data] == [("widget.delete", "w-1", "ok")]
+    assert alice.get("/v1/exports/e-1").status_code == 200
+    assert alice.get("/v1/files").status_code == 200  # a read: not recorded
+    data = alice.get("/v1/audit", params={"order": "asc"}).json()["data"]
+    assert [(r["action"], r["object_id"], r["outcome"]) for r in data] == [
+        ("widget.delete", "w-1", "ok"),
+        ("export.download", "e-1", "ok"),
+    ]
     assert action_for("DELETE", "/v1/fine_tuning/jobs/{job_id}") == "job.delete"
     assert action_for("PUT", "/v1/tenants/{name}/quotas") == "tenant.quotas"
     assert action_for("POST", "/v1/files/{file_id}/scan") == "file.scan"
