@@ -89,23 +89,26 @@ class AuditTrail:
         if scope["type"] != "http" or scope["method"] not in (*WRITES, "GET"):
             await self.app(scope, receive, send)
             return
-        state: dict = {"decided": False, "record": False, "start": None, "body": [], "size": 0, "done": False}
+        state: dict = {"decided": False, "recorded": False, "start": None, "body": [], "size": 0}
+
+        async def record(status: int, answer_id: str | None) -> None:
+            state["recorded"] = True
+            await self._record(scope, status, answer_id)
 
         async def sending(message) -> None:
             if message["type"] == "http.response.start" and not state["decided"]:
                 state["decided"] = True
                 route = self._template(scope)
                 is_write = scope["method"] in WRITES
-                state["record"] = route is not None and (
+                if route is None or not (
                     is_write or route in DOWNLOADS or (message["status"] < 400 and _attachment(message.get("headers")))
-                )
-                if not state["record"]:
+                ):
                     await send(message)
                     return
                 if is_write and not scope.get("path_params") and _is_json(message.get("headers")):
                     state["start"] = message  # a create: its answer's id is the object; held until it is read
                     return
-                await self._record(scope, message["status"], None)
+                await record(message["status"], None)
                 await send(message)
                 return
             if message["type"] == "http.response.body" and state["start"] is not None:
@@ -114,7 +117,7 @@ class AuditTrail:
                 if message.get("more_body") and state["size"] <= HELD_BODY_MAX:
                     return
                 start, state["start"] = state["start"], None
-                await self._record(scope, start["status"], self._answer_id(state["body"]))
+                await record(start["status"], self._answer_id(state["body"]))
                 await send(start)
                 for held in state["body"]:
                     await send(held)
@@ -124,8 +127,8 @@ class AuditTrail:
         try:
             await self.app(scope, receive, sending)
         except Exception:
-            if not state["decided"] and scope["method"] in WRITES and self._template(scope) is not None:
-                await self._record(scope, 500, None)  # Starlette answers the 500 after this
+            if not state["recorded"] and scope["method"] in WRITES and self._template(scope) is not None:
+                await record(500, None)  # Starlette answers the 500 after this (a held answer never leaves)
             raise
 
     @staticmethod

@@ -10,6 +10,7 @@ import threading
 
 import pytest
 from fastapi import Response
+from fastapi.testclient import TestClient
 from service_helpers import api_client
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
@@ -122,13 +123,20 @@ def test_a_route_added_later_is_recorded_with_a_name_made_from_its_template(app)
     def export(export_id: str) -> Response:  # a download: sent as an attachment
         return Response(b"a,b\n", headers={"Content-Disposition": 'attachment; filename="e.csv"'})
 
+    @app.post("/v1/widgets")
+    def create_widget() -> dict:
+        raise RuntimeError("a bug")
+
     alice = api_client(app, "alice")
     assert alice.delete("/v1/widgets/w-1").status_code == 200
+    crashing = TestClient(app, base_url=alice.base_url, headers=alice.headers, raise_server_exceptions=False)
+    assert crashing.post("/v1/widgets").status_code == 500
     assert alice.get("/v1/exports/e-1").status_code == 200
     assert alice.get("/v1/files").status_code == 200  # a read: not recorded
     data = alice.get("/v1/audit", params={"order": "asc"}).json()["data"]
     assert [(r["action"], r["object_id"], r["outcome"]) for r in data] == [
         ("widget.delete", "w-1", "ok"),
+        ("widget.create", None, "failed"),
         ("export.download", "e-1", "ok"),
     ]
     assert action_for("DELETE", "/v1/fine_tuning/jobs/{job_id}") == "job.delete"
