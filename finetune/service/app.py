@@ -8,6 +8,8 @@ import time
 
 from fastapi import FastAPI
 
+from finetune.service.audit import AuditLog
+from finetune.service.audit_http import install_audit
 from finetune.service.auth import current_tenant
 from finetune.service.dashboard.routes import mount_dashboard
 from finetune.service.errors import install_error_handlers
@@ -35,6 +37,7 @@ def create_app(settings: ServiceSettings, store: Store | None = None) -> FastAPI
     app.state.started = int(time.time())
     install_error_handlers(app)
     install_metrics(app, store, settings.lease_seconds)  # GET /metrics, and the HTTP requests it counts
+    install_audit(app, AuditLog(store.engine))  # every write and download, one record; GET /v1/audit
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict:

@@ -163,6 +163,27 @@ idempotency_keys = Table(
     UniqueConstraint("tenant", "key", "route"),
 )
 
+# The audit trail (v5; audit.py): one row per write or download, append-only, each row's hash chained to the one
+# before it. `seq` is given under the write lock (never a sequence's number), so a gap is a deleted record.
+audit_records = Table(
+    "audit_records",
+    metadata,
+    Column("seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("tenant", String(128)),  # None: the caller was not signed in (a refused key)
+    Column("key_id", String(32)),  # the public part of the key; never the key
+    Column("action", String(64), nullable=False),  # file.upload, job.cancel, model.download, key.create, ...
+    Column("object_id", Text),
+    Column("source", String(255), nullable=False),  # the caller's address, or "cli"
+    Column("via", String(16), nullable=False),  # api | dashboard | cli
+    Column("method", String(8)),
+    Column("route", Text),  # the route's template, never the path with its ids
+    Column("status", Integer),  # the HTTP status answered (None: the command line)
+    Column("outcome", String(16), nullable=False),  # ok | refused | failed
+    Column("hash", String(64), nullable=False),  # sha256(previous record's hash + this record's canonical JSON)
+    Index("audit_records_tenant_seq", "tenant", "seq"),
+)
+
 schema_version = Table("schema_version", MetaData(), Column("version", Integer, nullable=False))
 
 
@@ -202,7 +223,31 @@ def _v4(conn: Connection) -> None:
             conn.execute(text(f"ALTER TABLE jobs ADD COLUMN {name} {kind}"))
 
 
-MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [(1, _v1), (2, _v2), (3, _v3), (4, _v4)]
+AUDIT_APPEND_ONLY = {
+    "sqlite": [
+        f"CREATE TRIGGER IF NOT EXISTS audit_records_no_{verb.lower()} BEFORE {verb} ON audit_records "
+        "BEGIN SELECT RAISE(ABORT, 'audit records are append-only'); END"
+        for verb in ("UPDATE", "DELETE")
+    ],
+    "postgresql": [
+        "CREATE OR REPLACE FUNCTION audit_records_append_only() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$ BEGIN RAISE EXCEPTION 'audit records are append-only'; END $$",
+        "DROP TRIGGER IF EXISTS audit_records_no_change ON audit_records",
+        "CREATE TRIGGER audit_records_no_change BEFORE UPDATE OR DELETE ON audit_records "
+        "FOR EACH ROW EXECUTE FUNCTION audit_records_append_only()",
+    ],
+}
+
+
+def _v5(conn: Connection) -> None:
+    """The audit trail, and triggers that refuse an UPDATE or DELETE of its rows (a hand edit must drop them first,
+    and the hash chain still tells: audit.py)."""
+    audit_records.create(conn, checkfirst=True)
+    for statement in AUDIT_APPEND_ONLY.get(conn.dialect.name, []):
+        conn.exec_driver_sql(statement)
+
+
+MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [(1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5)]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 

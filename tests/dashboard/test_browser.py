@@ -335,6 +335,20 @@ def test_the_usage_page_shows_the_apis_numbers_per_day_and_model(alice, service,
     _shoot(page, screenshots, "usage")
 
 
+def test_the_audit_page_lists_the_tenants_own_records_newest_first(alice, service):
+    page = alice
+    page.get_by_role("navigation").get_by_role("link", name="Audit").click()
+    page.get_by_role("heading", name="Audit trail").wait_for()
+    rows = page.get_by_role("table", name="Audit records").locator("tbody tr")
+    rows.first.wait_for()
+    answer = _api(service, "/v1/audit?limit=50")  # the page's first page: the API's own records
+    assert [r.get_attribute("data-seq") for r in rows.all()] == [str(r["seq"]) for r in answer["data"]]
+    actions = {r.get_attribute("data-action") for r in rows.all()}
+    assert {"session.sign_in", "file.upload", "job.create"} <= actions
+    assert {r["tenant"] for r in answer["data"]} == {"alice"}
+    assert service.keys["alice"].split("-", 2)[2] not in page.content()  # a key is shown by its id only
+
+
 def test_a_preference_job_plans_with_dpo_and_its_beta(alice, service, tmp_path):
     """The new-job page also starts preference tuning: a pairs file plans as DPO, with Auto's beta and its reason."""
     pairs = tmp_path / "pairs.jsonl"
