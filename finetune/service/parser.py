@@ -7,6 +7,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
+from finetune.service.purge import add_purge_parser
 from finetune.train.launchers import LAUNCHERS
 
 
@@ -30,6 +31,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
 
 # `finetune serve <command>`: (name, a function adding its parser to the sub-parsers, given `store_flags`)
 ADMIN_COMMANDS: list[tuple[str, Callable[[Any, Callable[[argparse.ArgumentParser], None]], None]]] = []
+ADMIN_COMMANDS.append(("purge", add_purge_parser))
 
 
 def add_launcher_flags(p: argparse.ArgumentParser, what: str) -> None:

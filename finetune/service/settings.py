@@ -67,6 +67,11 @@ class ServiceSettings:
     def logs_dir(self) -> Path:
         return self.data_dir / "logs"
 
+    @property
+    def token_cache_dir(self) -> Path:
+        """The jobs' token cache: inside the data folder, so that deleting a file finds its entries (deletion.py)."""
+        return (self.data_dir / "cache" / "tokens").resolve()
+
     def make_dirs(self) -> None:
         for folder in (self.data_dir, self.files_dir, self.uploads_dir, self.runs_dir, self.logs_dir):
             folder.mkdir(parents=True, exist_ok=True)

@@ -191,7 +191,7 @@ class Worker:
 
     def _config(self, job: dict, run: Path):
         data, val = self._files(job)
-        settings = dict(job["run_settings"])
+        settings = dict(job["run_settings"], cache_dir=str(self.settings.token_cache_dir))  # deletion.py finds it
         if job["lr_multiplier"] and "lr_multiplier" not in settings:  # a job created before it was a setting
             settings["lr_multiplier"] = job["lr_multiplier"]
         return core.run_config(
