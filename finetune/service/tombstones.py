@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Engine, delete, or_, select, update
+from sqlalchemy import Engine, delete, func, or_, select, update
 
 from finetune.service.db import api_keys, checkpoints, events, files, idempotency_keys, jobs, transaction
 from finetune.service.store import TERMINAL, now
@@ -134,3 +134,26 @@ def held_jobs(engine: Engine, tenant: str) -> list[dict]:
     )
     with transaction(engine) as conn:
         return _rows(conn.execute(query.order_by(jobs.c.row)))
+
+
+# ---------------------------------------------------------------------------------------------- retention
+
+
+def expired_jobs(engine: Engine, cutoff: int) -> list[dict]:
+    """Ended jobs, not deleted yet and let go by their workers, that ended (or were created) before `cutoff`."""
+    ended = func.coalesce(jobs.c.finished_at, jobs.c.created_at)
+    query = select(jobs).where(
+        jobs.c.status.in_(TERMINAL), jobs.c.deleted_at.is_(None), jobs.c.claim_token.is_(None), ended < cutoff
+    )
+    with transaction(engine) as conn:
+        return _rows(conn.execute(query.order_by(jobs.c.row)))
+
+
+def expired_files(engine: Engine, cutoff: int, results_purpose: str) -> list[dict]:
+    """Files uploaded before `cutoff` that no job which has not ended uses (a job's results file goes with its job)."""
+    busy = select(jobs.c.id).where(
+        jobs.c.status.not_in(TERMINAL), or_(jobs.c.training_file == files.c.id, jobs.c.validation_file == files.c.id)
+    )
+    query = select(files).where(files.c.created_at < cutoff, files.c.purpose != results_purpose, ~busy.exists())
+    with transaction(engine) as conn:
+        return _rows(conn.execute(query.order_by(files.c.row)))

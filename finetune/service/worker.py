@@ -31,6 +31,7 @@ from finetune.service.events import checkpoint_metrics, diagnosis_event, metrics
 from finetune.service.logs import bind_job, log_job_events
 from finetune.service.objects import fine_tuned_model_name, method_type
 from finetune.service.presence import WorkerPresence
+from finetune.service.retention import RetentionSweeper
 from finetune.service.settings import ServiceSettings
 from finetune.service.store import Claim, LeaseLost, Store, new_id, now
 from finetune.train.launchers import Launcher, LocalLauncher, TrainerRun
@@ -73,6 +74,8 @@ class Worker:
             speeds_measured_here(torch_device()),
         )  # fmt: skip
         presence.start()
+        if self.settings.retain_days is not None:  # --retain-days: old data deleted hourly (retention.py)
+            RetentionSweeper(self.settings, self.store, self.stopping).start()
         try:
             while not self.stopping.is_set():
                 try:

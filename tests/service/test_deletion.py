@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from pathlib import Path
 
 from fake_service import fake_launcher
@@ -95,11 +96,14 @@ def test_deleting_the_file_then_its_job_leaves_no_copy_of_the_content(tmp_path, 
     user_cache = Path(os.environ["FINETUNE_CACHE_DIR"])  # tests/conftest.py: this session's default cache
     assert not _cache_entries(user_cache, digests)
 
+    # what `finetune eval RUN` and --skip-invalid leave in a run folder: they quote the conversations
+    for name in ("eval.json", "eval.html", "skipped.jsonl"):
+        (run / name).write_text(json.dumps({"prompt": (run / "test.jsonl").read_text()}))
     answer = client.delete(f"/v1/files/{file_id}")
     assert answer.status_code == 200, answer.text
     assert answer.json() | {"removed": None} == {"id": file_id, "object": "file", "deleted": True, "removed": None}
     removed = {item["what"] for item in answer.json()["removed"]}
-    assert {"upload", "test split", "training copy", "token cache"} <= removed
+    assert {"upload", "test split", "training copy", "token cache", "evaluation answers", "skipped lines"} <= removed
     assert _holding(settings.data_dir, marker) == [] and _holding(user_cache, marker) == []
     assert _cache_entries(settings.token_cache_dir, digests) == []
     assert client.get(f"/v1/files/{file_id}").status_code == 404
@@ -240,3 +244,41 @@ def test_a_version_4_database_gains_the_tombstone_columns(store):
     assert store.migrate() == 4
     row = store.get_job("a", job["id"])
     assert row["deleted_at"] is None and row["removed"] is None
+
+
+def test_retention_deletes_old_ended_jobs_and_unused_files_only(tmp_path, toy_model, tiny_data, monkeypatch):
+    from sqlalchemy import update
+
+    from finetune.cli import build_parser
+    from finetune.service.commands import settings_from
+    from finetune.service.db import files, jobs
+    from finetune.service.retention import sweep
+
+    monkeypatch.setenv("FAKE_TRAINER_MODE", "ok")
+    app, settings = _service(tmp_path, toy_model)
+    client, store = api_client(app), app.state.store
+    old_file = _upload(client, tiny_data.read_bytes())
+    old_job = _create_job(client, old_file, ONE_STEP)
+    assert Worker(settings, store, launcher=fake_launcher()).run_once()
+    busy_file = _upload(client, tiny_data.read_bytes())
+    queued = _create_job(client, busy_file, ONE_STEP)  # never claimed: it still needs its file
+    fresh_file = _upload(client, tiny_data.read_bytes())
+    month_ago = int(time.time()) - 31 * 86400
+    with store.engine.begin() as conn:
+        conn.execute(update(files).where(files.c.id.in_([old_file, busy_file])).values(created_at=month_ago))
+        conn.execute(update(jobs).where(jobs.c.id == old_job).values(finished_at=month_ago))
+    assert sweep(settings, store) == []  # no retention period: nothing goes
+
+    settings.retain_days = 30  # the app's own settings object
+    assert sweep(settings, store) == [old_job, old_file]
+    assert client.get(f"/v1/fine_tuning/jobs/{old_job}").json()["deleted"] is True
+    assert not (settings.runs_dir / old_job).exists() and client.get(f"/v1/files/{old_file}").status_code == 404
+    assert client.get(f"/v1/files/{busy_file}").status_code == 200  # old, but a queued job needs it
+    assert client.get(f"/v1/files/{fresh_file}").status_code == 200
+    assert client.get(f"/v1/fine_tuning/jobs/{queued}").json()["status"] == "queued"
+    assert sweep(settings, store) == []
+    store.close()
+
+    args = build_parser().parse_args(["serve", "--retain-days", "7", "--data-dir", str(settings.data_dir)])
+    assert settings_from(args).retain_days == 7
+    assert main(["worker", "--retain-days", "0", "--data-dir", str(settings.data_dir)]) == 1
