@@ -31,10 +31,18 @@ def _rank(seed: int, key: tuple) -> str:
 
 def _lines(path: str) -> list[str]:
     opener = gzip.open if path.endswith(".gz") else open
-    if not path.endswith((".jsonl", ".jsonl.gz")):
+    # a name without an extension (the job service keeps uploads as files/<id>, gzip stored decompressed) is read
+    # as JSON Lines unless it holds a JSON array
+    plain = not Path(path).suffix and not _starts_an_array(path)
+    if not path.endswith((".jsonl", ".jsonl.gz")) and not plain:
         raise UserError(f"--test-fraction needs a JSONL training file; split {path} yourself and pass --test to eval")
     with opener(path, "rt", encoding="utf-8") as handle:
         return handle.read().splitlines()
+
+
+def _starts_an_array(path: str) -> bool:
+    with open(path, "rb") as handle:
+        return handle.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"[")
 
 
 def _write(path: Path, lines: list[str]) -> None:

@@ -15,7 +15,7 @@ from finetune.service.dashboard.routes import mount_dashboard
 from finetune.service.errors import install_error_handlers
 from finetune.service.metrics import install_metrics
 from finetune.service.readiness import router as readiness_router
-from finetune.service.routes import files, jobs, models, schema, usage
+from finetune.service.routes import files, job_delete, jobs, models, schema, usage
 from finetune.service.settings import ServiceSettings
 from finetune.service.store import Store
 from finetune.service.upload import sweep_uploads
@@ -55,6 +55,7 @@ def create_app(settings: ServiceSettings, store: Store | None = None) -> FastAPI
     app.include_router(readiness_router)
     app.include_router(models.router)
     app.include_router(schema.router)
+    app.include_router(job_delete.router)  # DELETE /v1/fine_tuning/jobs/{id} (deletion.py)
     mount_dashboard(app)
     from finetune.serving.service import mount_chat_completions  # serving (issue 14): POST /v1/chat/completions
 

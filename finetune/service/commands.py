@@ -22,7 +22,7 @@ def settings_from(args) -> ServiceSettings:
 
     values = {"data_dir": args.data_dir, "database": args.database or os.environ.get(DATABASE_ENV) or None}
     names = ("lease_seconds", "heartbeat_seconds", "max_upload_bytes", "price_per_million_tokens", "max_models")
-    for name in (*names, "gpu_hour_price", "metrics_token"):
+    for name in (*names, "gpu_hour_price", "metrics_token", "retain_days"):
         if getattr(args, name, None) is not None:
             values[name] = getattr(args, name)
     if getattr(args, "devices", None) is not None:
@@ -78,7 +78,8 @@ def run_serve(args, worker_entry: list[str] | None = None) -> int:
 
 def _start_worker(args, settings: ServiceSettings, entry: list[str]) -> subprocess.Popen:
     command = [*entry, "worker", "--data-dir", str(settings.data_dir)]
-    for name in ("lease_seconds", "heartbeat_seconds", "price_per_million_tokens", "gpu_hour_price", "log_format"):
+    for name in ("lease_seconds", "heartbeat_seconds", "price_per_million_tokens", "gpu_hour_price", "log_format",
+                 "retain_days"):  # fmt: skip
         if getattr(args, name, None) is not None:  # its workers plan at serve's prices and log as serve does
             command += ["--" + name.replace("_", "-"), str(getattr(args, name))]
     env = dict(os.environ)

@@ -105,6 +105,9 @@ jobs = Table(
     Column("device_seconds", Float),  # its trainers' time (every attempt) x its devices, so far
     Column("price_per_million_tokens", Float),
     Column("gpu_hour_price", Float),
+    # ---- a deleted job (v5): its row stays as a tombstone recording what was removed and when (deletion.py)
+    Column("deleted_at", BigInteger),
+    Column("removed", JSON),  # [{"what": ..., "bytes": ...}, ...]
 )
 
 events = Table(
@@ -247,7 +250,22 @@ def _v5(conn: Connection) -> None:
         conn.exec_driver_sql(statement)
 
 
-MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [(1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5)]
+def _v6(conn: Connection) -> None:
+    """A deleted job's tombstone: when it was deleted, and what was removed (DELETE /v1/fine_tuning/jobs/{id})."""
+    have = {column["name"] for column in inspect(conn).get_columns("jobs")}
+    for name, kind in (("deleted_at", "BIGINT"), ("removed", "JSON")):
+        if name not in have:
+            conn.execute(text(f"ALTER TABLE jobs ADD COLUMN {name} {kind}"))
+
+
+MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
+    (1, _v1),
+    (2, _v2),
+    (3, _v3),
+    (4, _v4),
+    (5, _v5),
+    (6, _v6),
+]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from finetune.service.audit_command import add_audit_parser
+from finetune.service.purge import add_purge_parser
 from finetune.train.launchers import LAUNCHERS
 
 
@@ -32,6 +33,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
 # `finetune serve <command>`: (name, a function adding its parser to the sub-parsers, given `store_flags`)
 ADMIN_COMMANDS: list[tuple[str, Callable[[Any, Callable[[argparse.ArgumentParser], None]], None]]] = [
     ("audit", add_audit_parser),
+    ("purge", add_purge_parser),
 ]
 
 

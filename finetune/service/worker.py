@@ -31,6 +31,7 @@ from finetune.service.events import checkpoint_metrics, diagnosis_event, metrics
 from finetune.service.logs import bind_job, log_job_events
 from finetune.service.objects import fine_tuned_model_name, method_type
 from finetune.service.presence import WorkerPresence
+from finetune.service.retention import RetentionSweeper
 from finetune.service.settings import ServiceSettings
 from finetune.service.store import Claim, LeaseLost, Store, new_id, now
 from finetune.train.launchers import Launcher, LocalLauncher, TrainerRun
@@ -73,6 +74,8 @@ class Worker:
             speeds_measured_here(torch_device()),
         )  # fmt: skip
         presence.start()
+        if self.settings.retain_days is not None:  # --retain-days: old data deleted hourly (retention.py)
+            RetentionSweeper(self.settings, self.store, self.stopping).start()
         try:
             while not self.stopping.is_set():
                 try:
@@ -191,7 +194,7 @@ class Worker:
 
     def _config(self, job: dict, run: Path):
         data, val = self._files(job)
-        settings = dict(job["run_settings"])
+        settings = dict(job["run_settings"], cache_dir=str(self.settings.token_cache_dir))  # deletion.py finds it
         if job["lr_multiplier"] and "lr_multiplier" not in settings:  # a job created before it was a setting
             settings["lr_multiplier"] = job["lr_multiplier"]
         return core.run_config(

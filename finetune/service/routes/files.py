@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import FileResponse
 from starlette.concurrency import run_in_threadpool
 
+from finetune.service import deletion
 from finetune.service.auth import current_tenant
 from finetune.service.deps import check_limit, settings_of, store_of
 from finetune.service.errors import APIError, not_found
@@ -92,10 +93,20 @@ def retrieve_file(file_id: str, request: Request, tenant: str = Depends(current_
 
 @router.delete("/files/{file_id}")
 def delete_file(file_id: str, request: Request, tenant: str = Depends(current_tenant)) -> dict:
+    """The file and every copy of its content the service keeps (deletion.py); refused while a job needs it."""
     _file(request, tenant, file_id)
-    if store_of(request).delete_file(tenant, file_id):
-        (settings_of(request).files_dir / file_id).unlink(missing_ok=True)
-    return {"id": file_id, "object": "file", "deleted": True}
+    try:
+        removed = deletion.delete_file(settings_of(request), store_of(request), tenant, file_id)
+    except deletion.FileInUse as exc:
+        named = ", ".join(f"{job['id']} ({job['status']})" for job in exc.jobs)
+        raise APIError(
+            400,
+            f"File {file_id} is used by job(s) that have not ended: {named}. Cancel them (or wait until they end), "
+            "then delete the file.",
+            "file_in_use",
+            "file_id",
+        ) from None
+    return {"id": file_id, "object": "file", "deleted": True, "removed": [item.shown() for item in removed]}
 
 
 @router.get("/files/{file_id}/content")

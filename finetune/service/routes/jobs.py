@@ -239,6 +239,7 @@ async def plan(request: Request, tenant: str = Depends(current_tenant)) -> dict:
     if body.validation_file is not None:
         validation = _training_file(request, tenant, body.validation_file, "validation_file")
     run_settings = _settings(*body.method_and_hyperparameters())
+    run_settings["cache_dir"] = str(settings_of(request).token_cache_dir)  # the service's own (deletion.py)
     files_dir = settings_of(request).files_dir
     data = files_dir / training["id"]
     val = files_dir / validation["id"] if validation else None
