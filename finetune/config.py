@@ -54,7 +54,7 @@ class RunConfig:
     cache: bool = about(True, "Token cache", tokens=False, api=None, plan_key=None)
     """Keep the tokenized data in the token cache and reuse it (off: tokenize every time, write nothing)."""
     cache_dir: str | None = about(None, "Token cache folder", tokens=False, api=None, plan_key=None)
-    """Token cache folder (default $FINETUNE_CACHE_DIR, else ~/.cache/finetune/tokens); safe to delete."""
+    """Token cache folder (default $FINETUNE_CACHE/tokens, else ~/.cache/finetune/tokens); safe to delete."""
 
     # ---- model
     model: str | None = about(None, "Model", tokens=False, resume="allow", api=None, api_param="model",
