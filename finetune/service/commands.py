@@ -85,8 +85,9 @@ def _start_worker(args, settings: ServiceSettings, entry: list[str]) -> subproce
 
     from finetune.train.launchers import die_with_parent
 
-    # a worker outlives a killed `serve` only long enough to checkpoint its job and queue it again
-    return subprocess.Popen(command, env=env, preexec_fn=partial(die_with_parent, signal.SIGTERM))
+    # a worker dies with a killed `serve` (SIGKILL: a stopped one gets SIGTERM from it, and checkpoints), and its
+    # trainer with it: the job's lease runs out and another worker resumes it from its last checkpoint
+    return subprocess.Popen(command, env=env, preexec_fn=partial(die_with_parent, signal.SIGKILL, os.getpid()))
 
 
 def run_worker_command(args, launcher=None) -> int:

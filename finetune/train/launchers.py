@@ -95,11 +95,14 @@ def launcher_for(name: str, ray_address: str | None = None) -> Launcher:
     raise UserError(f"--launcher must be one of {', '.join(LAUNCHERS)}, got {name!r}")
 
 
-def die_with_parent(sig: int = signal.SIGKILL) -> None:
+def die_with_parent(sig: int = signal.SIGKILL, parent: int | None = None) -> None:
     """In a child (preexec_fn): receive `sig` when the parent dies (Linux), so a killed worker never leaves a
-    trainer writing on, and a stopped `serve` never leaves its workers running."""
+    trainer writing on, and a killed `serve` never leaves its workers running. `parent`: the parent's pid, taken
+    before the fork; a parent that died before the request was made (it then has another pid) sends `sig` now."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(sig))  # PR_SET_PDEATHSIG
+    if parent is not None and os.getppid() != parent:
+        os.kill(os.getpid(), sig)
 
 
 # ----------------------------------------------------------------------------- local: a child process
