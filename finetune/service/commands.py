@@ -98,7 +98,7 @@ def run_worker_command(args, launcher=None) -> int:
 
     setup_logging(args.log_format, "worker")
     settings = settings_from(args)
-    launcher = launcher or launcher_for(args.launcher, args.ray_address)
+    launcher = launcher or launcher_for(args.launcher, args.ray_address, args.placement_timeout)
     if launcher.name == "ray":  # the ranks run elsewhere: the plan's paths must mean the same on every node
         settings.data_dir = settings.data_dir.resolve()
     store = _open_store(settings)
