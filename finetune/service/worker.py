@@ -22,6 +22,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 import traceback
 from pathlib import Path
 
@@ -274,13 +275,15 @@ class Worker:
         error_path = log_path.with_suffix(".error.json")
         # its files, errors and messages in the API caller's terms (wording.py)
         env = {ERROR_FILE_ENV: str(error_path), AUDIENCE_ENV: f"api:{method_type(job)}"}
+        started = time.monotonic()  # after the job's start was written: a status read before is not a cancel
         trainer = self.launcher.start(TrainerRun(plan_path, run, resume, log=log_path, env=env))
         stop_sent = False
         try:
             while (code := trainer.wait(timeout=self.settings.heartbeat_seconds)) is None:
                 if keeper.lost:
                     raise LeaseLost(job["id"])
-                if (keeper.status not in (None, "running") or self.stopping.is_set()) and not stop_sent:
+                status = keeper.status_since(started)
+                if (status not in (None, "running") or self.stopping.is_set()) and not stop_sent:
                     trainer.stop()  # every process saves a checkpoint at the step boundary
                     stop_sent = True
                 self._tell_waiting(job, token, getattr(trainer, "waiting", None))
@@ -397,14 +400,21 @@ class LeaseKeeper(threading.Thread):
     def __init__(self, store: Store, job_id: str, token: str, settings: ServiceSettings) -> None:
         super().__init__(name=f"lease-{job_id}", daemon=True)
         self.store, self.job_id, self.token, self.settings = store, job_id, token, settings
-        self.status: str | None = None
+        self.seen: tuple[float, str | None] = (0.0, None)  # (when the last beat began, the status it read)
         self.lost = False
         self._done = threading.Event()
+
+    def status_since(self, t: float) -> str | None:
+        """The job's status as read by a beat that began after `t` (time.monotonic; None: none has yet): a beat
+        that read `queued` just before the worker wrote the job's start must not read as a cancel or a pause."""
+        began, status = self.seen
+        return status if began > t else None
 
     def run(self) -> None:
         while not self._done.wait(self.settings.heartbeat_seconds):
             try:
-                self.status = self.store.heartbeat(self.job_id, self.token, self.settings.lease_seconds)
+                began = time.monotonic()
+                self.seen = (began, self.store.heartbeat(self.job_id, self.token, self.settings.lease_seconds))
             except LeaseLost:
                 self.lost = True
                 return

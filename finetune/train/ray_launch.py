@@ -10,7 +10,9 @@ The trainer, its checkpoints, its SIGTERM handling and its bit-identical resume 
 the processes. A stop is SIGTERM to every rank (each checkpoints after the same step); a rank that dies, or whose
 node is lost, ends the run as a killed process (-SIGKILL), which the worker resumes from the last checkpoint. Before
 a run starts, whatever is left of an earlier run into the same OUT (actors, placement group) is killed and waited
-for: a run never has two sets of ranks. docs/distributed.md, "On a Ray cluster", says why not Ray Train.
+for: a run never has two sets of ranks. While the placement group waits for the cluster's resources, `waiting` says
+so; the placement timeout ends a wait (RAY_FAILED, with `failure`), and every wait looks at a stop or a kill each
+WAIT_SLICE_S. docs/distributed.md, "On a Ray cluster", says why not Ray Train.
 """
 
 from __future__ import annotations

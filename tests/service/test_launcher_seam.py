@@ -192,3 +192,49 @@ def test_placement_timeout_goes_with_the_ray_launcher():
 
     with pytest.raises(UserError, match="--placement-timeout goes with --launcher ray"):
         launcher_for("local", None, 30)
+
+
+class LateBeats(Store):
+    """A store whose lease beats that read `queued` return only once the worker has written the job's start: a beat
+    slowed by a loaded machine, racing the start."""
+
+    def heartbeat(self, job_id: str, token: str, lease_seconds: float) -> str:
+        status = super().heartbeat(job_id, token, lease_seconds)
+        deadline = time.monotonic() + 30
+        while status == "queued" and self.get_job_any(job_id)["status"] != "running" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return status
+
+
+class Watched:
+    """A stand-in trainer that runs a few heartbeats, noting a stop, then ends as stopped or as a death."""
+
+    waiting = failure = None
+
+    def __init__(self) -> None:
+        self.calls, self.stopped = 0, False
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        self.calls += 1
+        time.sleep(timeout or 0)
+        return (143 if self.stopped else 1) if self.calls > 5 else None
+
+    def stop(self) -> None:
+        self.stopped = True
+
+    def kill(self) -> None: ...
+
+
+def test_a_beat_that_read_queued_before_the_start_is_not_taken_for_a_cancel(tmp_path, toy_model, tiny_data):
+    """Seen on a loaded machine (issue 35's Ray runs): the lease's beat read `queued` (planned) just before the
+    worker wrote the job's start, and the worker took it for a cancel or pause: it stopped the trainer it had just
+    started, and the job was queued again as a new attempt."""
+    settings, store, job_id = _service_with_a_job(tmp_path, toy_model, tiny_data)
+    store.close()
+    store = LateBeats(settings.database_url)
+    trainer = Watched()
+    launcher = ClusterOf(1)
+    launcher.start = lambda run: trainer
+    assert Worker(settings, store, launcher=launcher).run_once()
+    assert trainer.calls > 5 and not trainer.stopped
+    store.close()
