@@ -106,7 +106,9 @@ def test_a_worker_takes_the_jobs_its_launcher_can_hold(tmp_path, toy_model, tiny
 
 
 WAITING = "Waiting for 2 CPUs on the Ray cluster: 1 available (the attempt ends if they are not free within the placement timeout, 1 s)"  # noqa: E501
-NOT_PLACED = "the Ray cluster did not have 2 CPUs free for the run's ranks within the placement timeout (1 s; 1 available)"
+NOT_PLACED = (
+    "the Ray cluster did not have 2 CPUs free for the run's ranks within the placement timeout (1 s; 1 available)"
+)
 
 
 class NeverPlaced:
