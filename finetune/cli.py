@@ -82,7 +82,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         config, plan = _config_of_plan(args)
     else:
         config = _config_from_args(args, data=getattr(args, "data", None), command="train")
-    if (args.launcher != "local" or args.ray_address) and not launched_by_torchrun():
+    if (args.launcher != "local" or args.ray_address or args.placement_timeout) and not launched_by_torchrun():
         from finetune.train.command import train_on_launcher
 
         return train_on_launcher(args, config, args.plan)  # plans here once, then runs the ranks where it places them

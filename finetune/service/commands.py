@@ -89,8 +89,9 @@ def _start_worker(args, settings: ServiceSettings, entry: list[str]) -> subproce
 
     from finetune.train.launchers import die_with_parent
 
-    # a worker outlives a killed `serve` only long enough to checkpoint its job and queue it again
-    return subprocess.Popen(command, env=env, preexec_fn=partial(die_with_parent, signal.SIGTERM))
+    # a worker dies with a killed `serve` (SIGKILL: a stopped one gets SIGTERM from it, and checkpoints), and its
+    # trainer with it: the job's lease runs out and another worker resumes it from its last checkpoint
+    return subprocess.Popen(command, env=env, preexec_fn=partial(die_with_parent, signal.SIGKILL, os.getpid()))
 
 
 def run_worker_command(args, launcher=None) -> int:
@@ -101,7 +102,7 @@ def run_worker_command(args, launcher=None) -> int:
 
     setup_logging(args.log_format, "worker")
     settings = settings_from(args)
-    launcher = launcher or launcher_for(args.launcher, args.ray_address)
+    launcher = launcher or launcher_for(args.launcher, args.ray_address, args.placement_timeout)
     if launcher.name == "ray":  # the ranks run elsewhere: the plan's paths must mean the same on every node
         settings.data_dir = settings.data_dir.resolve()
     store = _open_store(settings)

@@ -150,6 +150,7 @@ workers = Table(
     Column("speeds", JSON),  # training tokens/s of one device it measured, by model, method and length (speed.py)
     Column("draining", Boolean, nullable=False, default=False, server_default=false()),  # stopping: takes no job
     Column("stopped_at", BigInteger),  # it said goodbye (a killed worker just stops beating)
+    Column("waiting", JSON),  # what its job waits for now: {"job", "message", "since"} (v5; /readyz)
 )
 
 # Idempotency-Key of a POST (v3): the same key and body within a day answer the first answer again.
@@ -258,6 +259,12 @@ def _v6(conn: Connection) -> None:
             conn.execute(text(f"ALTER TABLE jobs ADD COLUMN {name} {kind}"))
 
 
+def _v7(conn: Connection) -> None:
+    """workers.waiting: what a worker's job waits for (a Ray cluster's devices), for /readyz."""
+    if "waiting" not in {column["name"] for column in inspect(conn).get_columns("workers")}:
+        conn.execute(text("ALTER TABLE workers ADD COLUMN waiting JSON"))
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _v1),
     (2, _v2),
@@ -265,6 +272,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (4, _v4),
     (5, _v5),
     (6, _v6),
+    (7, _v7),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

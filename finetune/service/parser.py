@@ -43,6 +43,19 @@ def add_launcher_flags(p: argparse.ArgumentParser, what: str) -> None:
                    "default) or ray (ranks placed on a Ray cluster's nodes, docs/distributed.md)")  # fmt: skip
     p.add_argument("--ray-address", default=None, metavar="ADDR", help="with --launcher ray: the cluster's head, "
                    "HOST:6379, or auto on one of its nodes (default $RAY_ADDRESS)")  # fmt: skip
+    p.add_argument("--placement-timeout", type=_seconds, default=None, metavar="SECONDS",
+                   help="with --launcher ray: how long a run's ranks may wait for the cluster's resources and start "
+                   "before the attempt ends (default 300)")  # fmt: skip
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"a number of seconds above 0, got {text!r}")
+    return value
 
 
 def add_service_parsers(sub) -> None:

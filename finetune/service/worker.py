@@ -22,6 +22,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 import traceback
 from pathlib import Path
 
@@ -55,6 +56,7 @@ class Worker:
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.poll_seconds = poll_seconds
         self.stopping = threading.Event()
+        self.waiting: dict | None = None  # what its job's trainer waits for now (a Ray cluster's devices): /readyz
         # where the trainer runs: a child process here (`--launcher local`), or ranks on a Ray cluster
         self.launcher = launcher or LocalLauncher()
         self.device_kind = self.launcher.device_kind()
@@ -71,7 +73,7 @@ class Worker:
         # in the workers registry (presence.py) while it runs: /healthz counts it, plans read its device
         presence = WorkerPresence(
             self.store, self.name, self.settings, self.max_devices, self.device_kind, self.stopping,
-            speeds_measured_here(torch_device()),
+            speeds_measured_here(torch_device()), waiting=lambda: self.waiting,
         )  # fmt: skip
         presence.start()
         if self.settings.retain_days is not None:  # --retain-days: old data deleted hourly (retention.py)
@@ -161,13 +163,14 @@ class Worker:
         )
         self.store.release(job["id"], token)
 
-    def _count_death(self, job: dict, token: str, run: Path, why: str) -> bool:
-        """A trainer died mid-run. False when it has now died too often at the same step (the job failed)."""
+    def _count_death(self, job: dict, token: str, run: Path, why: str, ended: str = "The trainer died") -> bool:
+        """A trainer died mid-run (or its launcher ended the attempt: `ended`). False when that has now happened too
+        often at the same step (the job failed)."""
         steps = core.checkpoint_steps(run)
         step = steps[-1] if steps else 0
         deaths = job["deaths_at_step"] + 1 if job["death_step"] == step else 1
         if deaths >= self.settings.max_deaths_at_step:
-            message = f"the trainer died {deaths} times at step {step} ({why}); not retrying"
+            message = f"{ended.lower()} {deaths} times at step {step} ({why}); not retrying"
             self._fail(job, token, "training_died", message)
             return False
         counted = self._update(
@@ -177,7 +180,7 @@ class Worker:
             {"death_step": step, "deaths_at_step": deaths},
             [
                 {
-                    "message": f"The trainer died at step {step} ({why}); resuming from its last checkpoint",
+                    "message": f"{ended} at step {step} ({why}); resuming from its last checkpoint",
                     "level": "warn",
                 }
             ],  # fmt: skip
@@ -275,23 +278,41 @@ class Worker:
         error_path = log_path.with_suffix(".error.json")
         # its files, errors and messages in the API caller's terms (wording.py)
         env = {ERROR_FILE_ENV: str(error_path), AUDIENCE_ENV: f"api:{method_type(job)}"}
+        started = time.monotonic()  # after the job's start was written: a status read before is not a cancel
         trainer = self.launcher.start(TrainerRun(plan_path, run, resume, log=log_path, env=env))
         stop_sent = False
         try:
             while (code := trainer.wait(timeout=self.settings.heartbeat_seconds)) is None:
                 if keeper.lost:
                     raise LeaseLost(job["id"])
-                if (keeper.status not in (None, "running") or self.stopping.is_set()) and not stop_sent:
+                status = keeper.status_since(started)
+                if (status not in (None, "running") or self.stopping.is_set()) and not stop_sent:
                     trainer.stop()  # every process saves a checkpoint at the step boundary
                     stop_sent = True
+                self._tell_waiting(job, token, getattr(trainer, "waiting", None))
                 self._sync(job, token, run)
         except BaseException:  # the lease lost, or this worker failing: no trainer may write on
             trainer.kill()
             raise
+        finally:
+            self.waiting = None
         self._sync(job, token, run)
-        self._finish(job, token, run, code, stop_sent, log_path)
+        self._finish(job, token, run, code, stop_sent, log_path, getattr(trainer, "failure", None))
 
-    def _finish(self, job: dict, token: str, run: Path, code: int, stop_sent: bool, log_path: Path) -> None:
+    def _tell_waiting(self, job: dict, token: str, waiting: str | None) -> None:
+        """The trainer waits for resources (a Ray cluster's devices): an event when that starts, and /readyz says so
+        while it lasts (through this worker's heartbeat)."""
+        if not waiting:
+            self.waiting = None
+            return
+        if self.waiting is None:  # "progress": after a cancel or a pause, their event stays the last word
+            self._update(job["id"], token, "progress", new_events=[{"message": waiting, "level": "warn"}])
+            self.waiting = {"job": job["id"], "since": now()}
+        self.waiting = {**self.waiting, "message": waiting}  # one assignment: the heartbeat thread reads it
+
+    def _finish(
+        self, job: dict, token: str, run: Path, code: int, stop_sent: bool, log_path: Path, failure: str | None
+    ) -> None:
         if self._clock is not None:  # usage: this attempt's device time, however it ended
             spent, self._clock = self._clock.values(), None
             job.update(spent)
@@ -317,7 +338,8 @@ class Worker:
             return
         job.update(self.store.get_job_any(job["id"]) or {})
         why = f"exit code {code}" if code >= 0 else f"killed by {signal.Signals(-code).name}"
-        if self._count_death(job, token, run, why):
+        ended = "The attempt ended" if failure else "The trainer died"  # its launcher's reason: never placed
+        if self._count_death(job, token, run, failure or why, ended):
             self._update(job["id"], token, "requeue")
             self.store.release(job["id"], token)
 
@@ -381,14 +403,21 @@ class LeaseKeeper(threading.Thread):
     def __init__(self, store: Store, job_id: str, token: str, settings: ServiceSettings) -> None:
         super().__init__(name=f"lease-{job_id}", daemon=True)
         self.store, self.job_id, self.token, self.settings = store, job_id, token, settings
-        self.status: str | None = None
+        self.seen: tuple[float, str | None] = (0.0, None)  # (when the last beat began, the status it read)
         self.lost = False
         self._done = threading.Event()
+
+    def status_since(self, t: float) -> str | None:
+        """The job's status as read by a beat that began after `t` (time.monotonic; None: none has yet): a beat
+        that read `queued` just before the worker wrote the job's start must not read as a cancel or a pause."""
+        began, status = self.seen
+        return status if began > t else None
 
     def run(self) -> None:
         while not self._done.wait(self.settings.heartbeat_seconds):
             try:
-                self.status = self.store.heartbeat(self.job_id, self.token, self.settings.lease_seconds)
+                began = time.monotonic()
+                self.seen = (began, self.store.heartbeat(self.job_id, self.token, self.settings.lease_seconds))
             except LeaseLost:
                 self.lost = True
                 return
