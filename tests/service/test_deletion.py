@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from pathlib import Path
 
 from fake_service import fake_launcher
 from service_helpers import EXAMPLES, api_client, settings_for
 
+from finetune import caches
 from finetune.cli import main
 from finetune.service.worker import Worker
 
@@ -93,7 +93,7 @@ def test_deleting_the_file_then_its_job_leaves_no_copy_of_the_content(tmp_path, 
     assert marker in (run / "test.jsonl").read_text()  # the held-out test split: a copy of conversations
     digests = {_sha256(settings.files_dir / file_id), _sha256(run / "train.jsonl")}
     assert _cache_entries(settings.token_cache_dir, digests)  # the job's token cache is in the data folder
-    user_cache = Path(os.environ["FINETUNE_CACHE_DIR"])  # tests/conftest.py: this session's default cache
+    user_cache = caches.tokens()  # tests/conftest.py: this session's default token cache
     assert not _cache_entries(user_cache, digests)
 
     # what `finetune eval RUN` and --skip-invalid leave in a run folder: they quote the conversations
