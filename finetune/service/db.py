@@ -163,6 +163,28 @@ idempotency_keys = Table(
     UniqueConstraint("tenant", "key", "route"),
 )
 
+# Quotas per tenant (v5; quotas.py), set by the operator (`finetune serve tenants set`): NULL = no quota of that kind.
+# The row of tenant "*" is the default of every tenant without its own value.
+tenant_quotas = Table(
+    "tenant_quotas",
+    metadata,
+    Column("tenant", String(128), primary_key=True),
+    Column("max_running_jobs", Integer),  # jobs a worker holds at once (validating, planning, training)
+    Column("max_queued_jobs", Integer),  # jobs waiting for a worker
+    Column("max_stored_bytes", BigInteger),  # its files (uploads and results files)
+    Column("max_monthly_tokens", BigInteger),  # billed tokens of the jobs created in a UTC calendar month
+    Column("updated_at", BigInteger, nullable=False),
+)
+
+# What a job not yet planned holds against its tenant's monthly tokens (v5): its file's estimate when it was created
+# (the plan's `estimate_billed_tokens` takes over once planned).
+job_token_holds = Table(
+    "job_token_holds",
+    metadata,
+    Column("job_id", String(64), ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
+    Column("tokens", BigInteger, nullable=False),
+)
+
 schema_version = Table("schema_version", MetaData(), Column("version", Integer, nullable=False))
 
 
@@ -202,7 +224,13 @@ def _v4(conn: Connection) -> None:
             conn.execute(text(f"ALTER TABLE jobs ADD COLUMN {name} {kind}"))
 
 
-MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [(1, _v1), (2, _v2), (3, _v3), (4, _v4)]
+def _v5(conn: Connection) -> None:
+    """Quotas per tenant, and the tokens a job not yet planned holds against its tenant's monthly quota."""
+    tenant_quotas.create(conn, checkfirst=True)
+    job_token_holds.create(conn, checkfirst=True)
+
+
+MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [(1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5)]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 

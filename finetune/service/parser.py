@@ -7,6 +7,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
+from finetune.service.quota_flags import add_tenants_parser
 from finetune.train.launchers import LAUNCHERS
 
 
@@ -29,7 +30,9 @@ def cmd_keys(args: argparse.Namespace) -> int:
 
 
 # `finetune serve <command>`: (name, a function adding its parser to the sub-parsers, given `store_flags`)
-ADMIN_COMMANDS: list[tuple[str, Callable[[Any, Callable[[argparse.ArgumentParser], None]], None]]] = []
+ADMIN_COMMANDS: list[tuple[str, Callable[[Any, Callable[[argparse.ArgumentParser], None]], None]]] = [
+    ("tenants", add_tenants_parser),
+]
 
 
 def add_launcher_flags(p: argparse.ArgumentParser, what: str) -> None:
