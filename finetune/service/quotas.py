@@ -273,7 +273,8 @@ def file_token_estimate(path: Path, run_settings: dict[str, Any]) -> int:
     """About the tokens a job on `path` bills before it is planned: the file's records estimated from their text (as
     `finetune plan` without a model), times the epochs when they are given (once when Auto chooses them)."""
     try:
-        records = build_all_records(read_file(path).conversations, run_settings.get("record_policy") or "all")
+        parsed = read_file(path, run_settings.get("format"))
+        records = build_all_records(parsed.conversations, run_settings.get("record_policy") or "all")
     except UserError:  # not chat conversations (preference pairs, or a file validation will refuse): its size
         records = []
     tokens = sum(estimate_record_tokens(r, 0).total for r in records)
