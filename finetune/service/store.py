@@ -331,7 +331,8 @@ class Store:
     def claim(self, worker: str, lease_seconds: float, max_devices: int | None = None) -> Claim | None:
         """Take the oldest job waiting (or one whose worker's lease ran out) that needs at most `max_devices`
         devices (None: any). PostgreSQL: FOR UPDATE SKIP LOCKED, so workers never wait on each other's candidate;
-        SQLite: the whole claim holds the write lock. A job no worker can run stays queued."""
+        SQLite: the whole claim holds the write lock. A job no worker can run (or its tenant at its running quota:
+        quotas.py) stays queued."""
         t = time.time()
         free = or_(jobs.c.claim_token.is_(None), jobs.c.lease_expires_at < t)
         waiting = and_(jobs.c.status.in_(CLAIMABLE), free)
