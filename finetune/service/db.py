@@ -188,6 +188,28 @@ audit_records = Table(
     Index("audit_records_tenant_seq", "tenant", "seq"),
 )
 
+# Quotas per tenant (v8; quotas.py), set by the operator (`finetune serve tenants set`): NULL = no quota of that kind.
+# The row of tenant "*" is the default of every tenant without its own value.
+tenant_quotas = Table(
+    "tenant_quotas",
+    metadata,
+    Column("tenant", String(128), primary_key=True),
+    Column("max_running_jobs", Integer),  # jobs a worker holds at once (validating, planning, training)
+    Column("max_queued_jobs", Integer),  # jobs waiting for a worker
+    Column("max_stored_bytes", BigInteger),  # its files (uploads and results files)
+    Column("max_monthly_tokens", BigInteger),  # billed tokens of the jobs created in a UTC calendar month
+    Column("updated_at", BigInteger, nullable=False),
+)
+
+# What a job not yet planned holds against its tenant's monthly tokens (v8): its file's estimate when it was created
+# (the plan's `estimate_billed_tokens` takes over once planned).
+job_token_holds = Table(
+    "job_token_holds",
+    metadata,
+    Column("job_id", String(64), ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
+    Column("tokens", BigInteger, nullable=False),
+)
+
 schema_version = Table("schema_version", MetaData(), Column("version", Integer, nullable=False))
 
 
@@ -265,6 +287,12 @@ def _v7(conn: Connection) -> None:
         conn.execute(text("ALTER TABLE workers ADD COLUMN waiting JSON"))
 
 
+def _v8(conn: Connection) -> None:
+    """Quotas per tenant, and the tokens a job not yet planned holds against its tenant's monthly quota."""
+    tenant_quotas.create(conn, checkfirst=True)
+    job_token_holds.create(conn, checkfirst=True)
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _v1),
     (2, _v2),
@@ -273,6 +301,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (5, _v5),
     (6, _v6),
     (7, _v7),
+    (8, _v8),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

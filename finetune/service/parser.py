@@ -9,6 +9,7 @@ from typing import Any
 
 from finetune.service.audit_command import add_audit_parser
 from finetune.service.purge import add_purge_parser
+from finetune.service.quota_flags import add_tenants_parser
 from finetune.train.launchers import LAUNCHERS
 
 
@@ -34,6 +35,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
 ADMIN_COMMANDS: list[tuple[str, Callable[[Any, Callable[[argparse.ArgumentParser], None]], None]]] = [
     ("audit", add_audit_parser),
     ("purge", add_purge_parser),
+    ("tenants", add_tenants_parser),
 ]
 
 

@@ -323,6 +323,11 @@ def test_the_usage_page_shows_the_apis_numbers_per_day_and_model(alice, service,
             shown = totals.locator(f"[data-testid=total-{part}-{key}]").get_attribute("data-value")
             assert float(shown) == numbers[key], (part, key)  # the API's own number, not a sum of its own
     assert totals.locator("[data-testid=total-actual-billed_tokens]").inner_text() == f"{total['billed_tokens']:,}"
+    quotas = page.get_by_role("table", name="Quotas")  # beside the usage: what alice uses now, and no quota set
+    for key, q in answer["quotas"].items():
+        used = q["used"] + q.get("pending", 0)
+        assert quotas.locator(f"[data-testid=quota-{key}-used]").get_attribute("data-value") == str(used), key
+        assert quotas.locator(f"[data-testid=quota-{key}-limit]").inner_text() == "no quota", key
     per_day = page.get_by_role("table", name="Usage per day")
     assert [r.get_attribute("data-key") for r in per_day.locator("tbody tr").all()] == [
         g["key"] for g in answer["data"]

@@ -16,6 +16,7 @@ from finetune.service.errors import APIError, not_found
 from finetune.service.idempotency import digest_file, once
 from finetune.service.metrics import metrics_of
 from finetune.service.objects import file_object, page_object
+from finetune.service.quotas import admit_file, refuse_when_full
 from finetune.service.store import new_id
 from finetune.service.upload import Upload, gunzip_upload, receive_upload
 
@@ -26,6 +27,7 @@ UPLOAD_PURPOSES = ("fine-tune", "assistants", "batch", "vision", "user_data", "e
 @router.post("/files")
 async def create_file(request: Request, tenant: str = Depends(current_tenant)) -> dict:
     settings = settings_of(request)
+    refuse_when_full(store_of(request).engine, tenant)  # 403 before receiving a byte when its quota is full
     upload = await receive_upload(request, settings.uploads_dir, settings.max_upload_bytes)
     try:
         purpose = upload.fields.get("purpose", "")
@@ -50,7 +52,9 @@ def _keep(request: Request, tenant: str, upload: Upload, purpose: str) -> dict:
     final = settings_of(request).files_dir / file_id
     os.replace(upload.temp, final)
     try:
-        row = store_of(request).add_file(tenant, file_id, upload.filename[:512], purpose, upload.size)
+        row = store_of(request).add_file(
+            tenant, file_id, upload.filename[:512], purpose, upload.size, admit=admit_file(tenant)
+        )  # 403 past the stored-bytes quota (quotas.py)
     except BaseException:
         final.unlink(missing_ok=True)
         raise
