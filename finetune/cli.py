@@ -63,6 +63,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         strict=config.strict,
         chat_template=config.chat_template,
         trust_remote_code=config.trust_remote_code,
+        sensitive_data=config.sensitive_data,
     )
 
 
