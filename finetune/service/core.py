@@ -94,8 +94,12 @@ def run_config(
 # ---------------------------------------------------------------------------------------------- validation
 
 
-def validate_training_file(path: Path, shown_name: str, config: RunConfig, param: str) -> dict | None:
-    """OpenAI's `error` object for a file that cannot train (naming its first bad lines), or None when usable."""
+def validate_training_file(
+    path: Path, shown_name: str, config: RunConfig, param: str, notes: list[dict] | None = None
+) -> dict | None:
+    """OpenAI's `error` object for a file that cannot train (naming its first bad lines), or None when usable.
+    `notes` receives what a usable file should still be told about, as events: the sensitive values found in it
+    (counts by kind and role, lines; never a value), with sensitive_data warn or redact."""
     from finetune.data.preference import read_preferences
     from finetune.data.tokenize import load_tokenizer
     from finetune.data.validate import validate_file
@@ -112,6 +116,14 @@ def validate_training_file(path: Path, shown_name: str, config: RunConfig, param
             "message": scrub(in_api_terms(exc, config), path, shown_name),
             "param": param,
         }
+    for problem in result.warnings if notes is not None else []:
+        if problem.code == "sensitive_data":
+            message = scrub(render(problem.message, "api", method_type(config)), path, shown_name)
+            message = message.replace(f"{path.name} line", f"{shown_name} line")  # named as uploaded
+            counts = {k: v for k, v in result.sensitive.items() if k not in ("findings", "files")}
+            counts["files"] = dict(zip([shown_name], result.sensitive["files"].values(), strict=False))
+            data = {"sensitive_data": counts}
+            notes.append({"message": f"{shown_name}: [sensitive_data] {message}", "level": "warn", "data": data})
     if result.ok:
         return None
     first = result.errors[:3]

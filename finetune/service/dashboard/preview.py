@@ -12,12 +12,14 @@ rejected answer beside them.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from finetune.config import AUTO
 from finetune.data.pairs import split_pairs
 from finetune.data.preference import is_preference_file, read_preferences
 from finetune.data.read import read_file
+from finetune.data.sensitive import SENSITIVE_DATA, redacted, scanned_file
 from finetune.data.show import shown_record
 from finetune.data.split import auto_val_fraction, split_conversations
 from finetune.data.stats import RecordTokens, estimate_record_tokens
@@ -89,7 +91,16 @@ class FilePreview:
         seed: int = 0,
     ) -> None:
         parsed = read_file(path)
-        self.result = validate_parsed(parsed, tokenizer, max_seq_len, record_policy)
+        # sensitive values are shown masked: the records are those of the file with placeholders (<EMAIL>, ...) in
+        # their place, each record lists its findings (kind, role, place; never the value) and the warning says all
+        scanned, found = scanned_file(parsed, "warn")
+        masked = dataclasses.replace(parsed, conversations=redacted(parsed.conversations))
+        self.result = validate_parsed(masked, tokenizer, max_seq_len, record_policy)
+        self.result.warnings += [p for p in scanned.warnings if p.code == SENSITIVE_DATA]
+        self.result.sensitive = found
+        self._found: dict[int, list[dict]] = {}
+        for finding in found["findings"]:
+            self._found.setdefault(finding["line"], []).append({k: v for k, v in finding.items() if k != "line"})
         self.tokenizer = tokenizer
         self.max_seq_len = max_seq_len
         self.split = _split(parsed.conversations, val_fraction, seed)
@@ -116,8 +127,15 @@ class FilePreview:
             "records_total": len(result.counts),
             "offset": offset,
             "limit": limit,
-            "records": [_record(offset + i + 1, c, decode, self._val_lines) for i, c in enumerate(counts)],
+            "records": [
+                self._marked(_record(offset + i + 1, c, decode, self._val_lines)) for i, c in enumerate(counts)
+            ],
+            "sensitive_data": {k: v for k, v in result.sensitive.items() if k != "findings"},
         }
+
+    def _marked(self, record: dict) -> dict:
+        """A record with its line's sensitive values (kind, role, message, place in it; the text shows placeholders)."""
+        return record | {"sensitive": self._found.get(record["line"], [])}
 
 
 def make_preview(path: str, tokenizer=None, max_seq_len: int = 1024, record_policy: str = "all",
