@@ -96,6 +96,8 @@ def _secrets(text: str) -> list[Span]:
                 if "PRIVATE KEY" in match.group(0):  # the header found: the whole block is the secret
                     block_end = _PRIVATE_KEY_END.search(text, end)
                     start, end = match.start(), block_end.end() if block_end else len(text)
+                    while start > 0 and text[start - 1] == "-":  # its opening dashes too
+                        start -= 1
                 spans.append(Span("secret", start, end, secret_type))
     return spans
 

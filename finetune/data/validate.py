@@ -80,7 +80,7 @@ class Validation:
         if self.duplicates:
             listed = [{"line": line, "same_as": first} for line, first in self.duplicates[:DUPLICATES_LISTED]]
             document["duplicates"] = {"count": len(self.duplicates), "lines": listed}
-        return document | ({"sensitive_data": self.sensitive} if self.sensitive is not None else {})
+        return document | ({"sensitive_data": self.sensitive} if self.sensitive and self.sensitive["total"] else {})
 
 
 # ----------------------------------------------------------------------------- library
