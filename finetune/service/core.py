@@ -119,7 +119,6 @@ def validate_training_file(
     for problem in result.warnings if notes is not None else []:
         if problem.code == "sensitive_data":
             message = scrub(render(problem.message, "api", method_type(config)), path, shown_name)
-            message = message.replace(f"{path.name} line", f"{shown_name} line")  # named as uploaded
             counts = {k: v for k, v in result.sensitive.items() if k not in ("findings", "files")}
             counts["files"] = dict(zip([shown_name], result.sensitive["files"].values(), strict=False))
             data = {"sensitive_data": counts}
@@ -166,7 +165,7 @@ def in_api_terms(exc: UserError, config: RunConfig) -> str:
 
 def scrub(message: str, path: Path, shown_name: str) -> str:
     """Messages name the file the caller uploaded, never a path on the server."""
-    for form in (str(path.resolve()), str(path)):
+    for form in (str(path.resolve()), str(path), path.name):  # the name alone: how summaries name a file (its id)
         message = message.replace(form, shown_name)
     return message
 

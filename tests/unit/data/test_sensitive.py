@@ -18,7 +18,9 @@ from finetune.data.sensitive import find_spans
 from finetune.settings import hyperparameter_schema, tokenizing_settings
 
 GITHUB_TOKEN = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
-PRIVATE_KEY = "-----BEGIN RSA PRIVATE KEY-----\nMIIBOgIBAAJBAKj34GkxFhD90vcNLYLInFEX6Ppy1tPf9Cnz\n-----END RSA PRIVATE KEY-----"
+PRIVATE_KEY = (
+    "-----BEGIN RSA PRIVATE KEY-----\nMIIBOgIBAAJBAKj34GkxFhD90vcNLYLInFEX6Ppy1tPf9Cnz\n-----END RSA PRIVATE KEY-----"
+)
 INVALID_CARD = "4111 1111 1111 1112"  # fails Luhn: not counted, not replaced, and (as all data) never printed
 VALUES = [  # every planted value
     "jane.doe@example.com", "4111 1111 1111 1111", "5555-5555-5555-4444",
@@ -92,7 +94,10 @@ def test_validate_counts_by_kind_and_role_names_lines_and_prints_no_value(plante
     assert found["by_kind_and_role"] == EXPECTED_BY_KIND_AND_ROLE
     assert found["by_role"] == {"user": 4, "assistant": 5}
     assert found["files"] == {"planted.jsonl": {"values": 9, "lines": [1, 2, 3, 4], "line_count": 4}}
-    assert {(f["line"], f["role"], f["kind"]) for f in found["findings"]} >= {(4, "user", "secret"), (2, "user", "phone")}
+    assert {(f["line"], f["role"], f["kind"]) for f in found["findings"]} >= {
+        (4, "user", "secret"),
+        (2, "user", "phone"),
+    }
     (warning,) = [w for w in json.loads(out)["warnings"] if w["code"] == "sensitive_data"]
     assert warning["line"] == 1
 
