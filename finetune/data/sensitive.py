@@ -225,6 +225,22 @@ def scan_conversations(conversations: list[Conversation], redact: bool = False) 
     return out, found_all
 
 
+def scan_pairs(pairs: list, redact: bool = False) -> tuple[list, list[Found]]:
+    """`scan_conversations` for preference pairs (data/preference.py): the prompt, then the chosen answer, then the
+    rejected one, as the messages of one conversation."""
+    found_all: list[Found] = []
+    out = []
+    for pair in pairs:
+        whole = Conversation((*pair.prompt, pair.chosen, pair.rejected), pair.line, tools=pair.tools)
+        found = scan_conversation(whole)
+        found_all += found
+        if redact and found:
+            messages = redact_conversation(whole, found).messages
+            pair = dataclasses.replace(pair, prompt=messages[:-2], chosen=messages[-2], rejected=messages[-1])
+        out.append(pair)
+    return out, found_all
+
+
 def redacted(conversations: list[Conversation]) -> list[Conversation]:
     return scan_conversations(conversations, redact=True)[0]
 

@@ -28,7 +28,7 @@ from finetune.config import RunConfig
 from finetune.data.fitting import Fit, LongRecords, fit, fit_tokenized, strict_line_message
 from finetune.data.formats.lines import DUPLICATE
 from finetune.data.read import duplicates_summary, find_duplicates, read_file
-from finetune.data.sensitive import scanned_file
+from finetune.data.sensitive import SENSITIVE_DATA, scanned_file  # noqa: F401 (SENSITIVE_DATA: one of its codes)
 from finetune.data.seq_len import choose_max_seq_len
 from finetune.data.show import ShownRecord, print_records, shown_record
 from finetune.data.stats import RecordTokens, build_all_records, estimate_record_tokens, summarize

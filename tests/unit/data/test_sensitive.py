@@ -193,3 +193,27 @@ def test_the_setting_is_declared_once_keyed_in_the_cache_and_refused_on_resume(p
 
     with pytest.raises(UserError, match="sensitive data changed"):
         check_resume(fingerprint("warn"), fingerprint("redact"), None, "step-2")
+
+
+def test_preference_pairs_are_scanned_redacted_and_refused(tmp_path, toy_model):
+    from finetune.data.dispatch import prepare
+    from finetune.data.tokenize import load_tokenizer
+    from finetune.errors import DataError
+
+    def pair(i: int, chosen: str) -> str:
+        return json.dumps({"input": {"messages": [{"role": "user", "content": f"Where is my order {i}?"}]},
+                           "preferred_output": [{"role": "assistant", "content": chosen}],
+                           "non_preferred_output": [{"role": "assistant", "content": "No idea."}]}) + "\n"  # fmt: skip
+
+    path = tmp_path / "prefs.jsonl"
+    path.write_text(pair(0, "Write to jane.doe@example.com, card 4111 1111 1111 1111.") +
+                    "".join(pair(i, f"It arrives in {i} days.") for i in range(1, 12)))  # fmt: skip
+    tokenizer = load_tokenizer(str(toy_model))
+    config = dict(data=str(path), model=str(toy_model), method="dpo")
+    prepared = prepare(RunConfig(**config, sensitive_data="redact"), tokenizer)
+    assert prepared.summary.sensitive_found["by_kind_and_role"] == {"email": {"assistant": 1}, "card": {"assistant": 1}}
+    chosen = "\n".join(tokenizer.decode(p.chosen.input_ids) for p in prepared.train + prepared.val)
+    assert "<EMAIL>" in chosen and "<CARD>" in chosen
+    _no_value_in(chosen)
+    with pytest.raises(DataError, match="stops before planning: 2 values"):
+        prepare(RunConfig(**config, sensitive_data="refuse"), tokenizer)
