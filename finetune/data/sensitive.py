@@ -37,12 +37,31 @@ PLACEHOLDERS = {"email": "<EMAIL>", "phone": "<PHONE>", "card": "<CARD>", "iban"
 NAMES = {"email": "e-mail address", "phone": "phone number", "card": "payment card number", "iban": "IBAN",
          "secret": "secret"}  # fmt: skip
 PHONE_REGIONS = ("US", "GB")  # national-form numbers of these regions; international (+CC ...) ones from anywhere
-PHONE_MIN_DIGITS = 7  # a text with fewer digits holds no phone number: the matcher is not run on it
+# a phone number has 7 digits or more, a few separators apart at most: a text without such a run holds none, and the
+# matcher (the slow part of a scan) is not run on it
+_PHONE_DIGITS = re.compile(r"\d(?:[\s().\-/]{0,3}\d){6,}")
 LINES_LISTED = 20  # a summary names this many lines per file at most (the counts are exact)
 # detect-secrets' detectors that are not about secrets (public IP addresses), or look at the words around a value
 # in source code (keyword, high entropy): in prose they flag ordinary sentences
 _NOT_USED = frozenset({"IPPublicDetector", "KeywordDetector", "Base64HighEntropyString", "HexHighEntropyString"})
 
+# Words each detector's patterns cannot match without (read from detect-secrets' patterns: the key word of an
+# assignment, a vendor's host or prefix): a text holding none of them, in lower case, is not run through them. They
+# only save time (the slowest patterns start with look-behinds that defeat the regex engine's prefix search).
+_NEEDS = {
+    "AWS Access Key": ("a3t", "abia", "acca", "akia", "asia", "aws"),
+    "Artifactory Credentials": ("akc", "ap"),
+    "Cloudant Credentials": ("key", "pw", "pass", "token", "cloudant"),
+    "IBM Cloud IAM Key": ("key", "pwd", "pass", "token"),
+    "GitLab Token": ("gl", "gr1348941"),
+    "IBM COS HMAC Credentials": ("secret",),
+    "JSON Web Token": ("eyj",),
+    "Mailchimp Access Key": ("-us",),
+    "Private Key": ("begin", "putty"),
+    "Slack Token": ("xox", "hooks.slack.com"),
+    "SoftLayer Credentials": ("key", "pwd", "pass", "token", "softlayer"),
+    "Telegram Bot Token": (":",),
+}
 _EMAIL = re.compile(r"(?<![\w.%+-])[A-Za-z0-9][A-Za-z0-9._%+-]*@(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\.)+"
                     r"[A-Za-z]{2,24}(?![\w-])")  # fmt: skip
 _CARD = re.compile(r"(?<![\d-])[2-6]\d{3}(?:[ -]?\d){9,15}(?![\d])")  # candidates only: Luhn decides
@@ -89,7 +108,10 @@ def _secret_detectors() -> tuple:
 
 def _secrets(text: str) -> list[Span]:
     spans = []
+    lower = text.lower()
     for secret_type, patterns in _secret_detectors():
+        if secret_type in _NEEDS and not any(word in lower for word in _NEEDS[secret_type]):
+            continue
         for pattern in patterns:
             for match in pattern.finditer(text):
                 start, end = _value_of(match)
@@ -145,7 +167,7 @@ def _ibans(text: str) -> list[Span]:
 
 
 def _phones(text: str) -> list[Span]:
-    if sum(ch.isdigit() for ch in text) < PHONE_MIN_DIGITS:
+    if not _PHONE_DIGITS.search(text):
         return []
     import phonenumbers
 

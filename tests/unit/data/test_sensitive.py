@@ -217,3 +217,19 @@ def test_preference_pairs_are_scanned_redacted_and_refused(tmp_path, toy_model):
     _no_value_in(chosen)
     with pytest.raises(DataError, match="stops before planning: 2 values"):
         prepare(RunConfig(**config, sensitive_data="refuse"), tokenizer)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "our bot uses xoxb-1234567890-0987654321-abcdefghijklmnop",
+        "token eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+        "GitLab: glpat-abcdefghij0123456789XYZ",
+        "config: ibm_cloud_api_key = 'abcdefghijABCDEFGHIJ0123456789abcdefghij0123'",
+        "Stripe sk_live_" + "0123456789abcdefghijABCD",
+        "cloudant_password='abcdefghijklmnopqrstuvwx'",
+        "npm //registry.npmjs.org/:_authToken=npm_abcdefghijklmnop",
+    ],
+)
+def test_secret_detectors_still_find_their_values_past_the_quick_word_check(text):
+    assert [s.kind for s in find_spans(text)] == ["secret"]
