@@ -361,16 +361,21 @@ FINDINGS_LISTED = 1000  # --json's "findings" lists this many at most (the count
 
 
 def scanned_file(parsed, setting: str):
-    """A read file (ParsedFile) scanned: its conversations (with placeholders when `setting` is redact), one
+    """A read file (ParsedFile, or preference.py's file of pairs) scanned: its conversations or pairs (with
+    placeholders when `setting` is redact), one
     `sensitive_data` problem when anything was found (an error with refuse, else a warning), and the summary
     `finetune validate --json` prints (with the place of each value found, never the value)."""
     from finetune.data.types import Problem
     from finetune.wording import ref
 
-    conversations, found = scan_conversations(parsed.conversations, setting == "redact")
+    if hasattr(parsed, "pairs"):
+        pairs, found = scan_pairs(parsed.pairs, setting == "redact")
+        parsed = dataclasses.replace(parsed, pairs=pairs)
+    else:
+        conversations, found = scan_conversations(parsed.conversations, setting == "redact")
+        parsed = dataclasses.replace(parsed, conversations=conversations)
     summary = summarize(found, parsed.path.replace("\\", "/").rsplit("/", 1)[-1], setting)
     summary["findings"] = [dataclasses.asdict(f) for f in found[:FINDINGS_LISTED]]
-    parsed = dataclasses.replace(parsed, conversations=conversations)
     if not found:
         return parsed, summary
     if setting == "refuse":

@@ -239,3 +239,22 @@ def test_preview_marks_sensitive_values_masked(app, tmp_path):
     assert "<CARD>" in shown and "<EMAIL>" in "".join(s["text"] for s in first["spans"] if s["weight"] > 0)
     assert page["sensitive_data"]["by_kind"] == {"card": 1, "email": 1}
     assert [w["code"] for w in page["warnings"]] == ["sensitive_data"] and page["ok"]
+
+
+def test_preview_of_preference_pairs_marks_sensitive_values_masked(app, tmp_path):
+    alice = _client(app, "alice")
+    path = tmp_path / "prefs.jsonl"
+    lines = [
+        {
+            "input": {"messages": [{"role": "user", "content": f"Question {i}?"}]},
+            "preferred_output": [{"role": "assistant", "content": "Mail jane.doe@example.com." if i == 0 else "Yes."}],
+            "non_preferred_output": [{"role": "assistant", "content": "No."}],
+        }
+        for i in range(3)
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    page = alice.get(f"/v1/dashboard/files/{_upload(alice, path)}/preview").json()
+    assert page["kind"] == "preference" and "jane.doe@example.com" not in json.dumps(page)
+    assert [(f["kind"], f["role"]) for f in page["records"][0]["sensitive"]] == [("email", "assistant")]
+    assert "<EMAIL>" in "".join(s["text"] for s in page["records"][0]["spans"])
+    assert page["sensitive_data"]["by_kind"] == {"email": 1} and page["warnings"][0]["code"] == "sensitive_data"

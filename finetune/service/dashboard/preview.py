@@ -19,7 +19,7 @@ from finetune.config import AUTO
 from finetune.data.pairs import split_pairs
 from finetune.data.preference import is_preference_file, read_preferences
 from finetune.data.read import read_file
-from finetune.data.sensitive import SENSITIVE_DATA, redacted, scanned_file
+from finetune.data.sensitive import SENSITIVE_DATA, redacted, scan_pairs, scanned_file
 from finetune.data.show import shown_record
 from finetune.data.split import auto_val_fraction, split_conversations
 from finetune.data.stats import RecordTokens, estimate_record_tokens
@@ -98,9 +98,7 @@ class FilePreview:
         self.result = validate_parsed(masked, tokenizer, max_seq_len, record_policy)
         self.result.warnings += [p for p in scanned.warnings if p.code == SENSITIVE_DATA]
         self.result.sensitive = found
-        self._found: dict[int, list[dict]] = {}
-        for finding in found["findings"]:
-            self._found.setdefault(finding["line"], []).append({k: v for k, v in finding.items() if k != "line"})
+        self._found = _by_line(found)
         self.tokenizer = tokenizer
         self.max_seq_len = max_seq_len
         self.split = _split(parsed.conversations, val_fraction, seed)
@@ -138,6 +136,14 @@ class FilePreview:
         return record | {"sensitive": self._found.get(record["line"], [])}
 
 
+def _by_line(found: dict) -> dict[int, list[dict]]:
+    """The sensitive values found (sensitive.py's summary), by file line, each without its line."""
+    lines: dict[int, list[dict]] = {}
+    for finding in found["findings"]:
+        lines.setdefault(finding["line"], []).append({k: v for k, v in finding.items() if k != "line"})
+    return lines
+
+
 def make_preview(path: str, tokenizer=None, max_seq_len: int = 1024, record_policy: str = "all",
                  val_fraction: float | str = AUTO, seed: int = 0) -> FilePreview | PreferencePreview:  # fmt: skip
     """The preview of a chat file, or of a file of preference pairs (known by its first line, as the CLI does)."""
@@ -152,7 +158,9 @@ class PreferencePreview:
     def __init__(
         self, path: str, tokenizer=None, max_seq_len: int = 1024, val_fraction: float | str = AUTO, seed: int = 0
     ) -> None:
-        parsed = read_preferences(path)
+        parsed, found = scanned_file(read_preferences(path), "warn")  # values shown masked, as in FilePreview
+        parsed = dataclasses.replace(parsed, pairs=scan_pairs(parsed.pairs, redact=True)[0])
+        self._found, self._sensitive = _by_line(found), {k: v for k, v in found.items() if k != "findings"}
         self.errors, self.warnings, self.format = list(parsed.errors), list(parsed.warnings), parsed.format
         self.tokenizer, self.max_seq_len = tokenizer, max_seq_len
         chat = None
@@ -215,7 +223,7 @@ class PreferencePreview:
             answer = shown_record(number, rejected, decode)
             shown["rejected_spans"] = [{"text": s.text, "weight": s.weight} for s in answer.spans if s.weight > 0]
             shown["rejected_tokens"] = answer.target_tokens
-            records.append(shown)
+            records.append(shown | {"sensitive": self._found.get(shown["line"], [])})
         return {
             "object": "dashboard.file_preview",
             "kind": "preference",
@@ -231,4 +239,5 @@ class PreferencePreview:
             "offset": offset,
             "limit": limit,
             "records": records,
+            "sensitive_data": self._sensitive,
         }

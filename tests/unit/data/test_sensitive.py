@@ -195,7 +195,7 @@ def test_the_setting_is_declared_once_keyed_in_the_cache_and_refused_on_resume(p
         check_resume(fingerprint("warn"), fingerprint("redact"), None, "step-2")
 
 
-def test_preference_pairs_are_scanned_redacted_and_refused(tmp_path, toy_model):
+def test_preference_pairs_are_scanned_redacted_and_refused(tmp_path, toy_model, capsys):
     from finetune.data.dispatch import prepare
     from finetune.data.tokenize import load_tokenizer
     from finetune.errors import DataError
@@ -217,6 +217,12 @@ def test_preference_pairs_are_scanned_redacted_and_refused(tmp_path, toy_model):
     _no_value_in(chosen)
     with pytest.raises(DataError, match="stops before planning: 2 values"):
         prepare(RunConfig(**config, sensitive_data="refuse"), tokenizer)
+    assert main(["validate", str(path), "--json"]) == 0  # `finetune validate PREFS.jsonl` counts them too
+    out = capsys.readouterr().out
+    _no_value_in(out)
+    assert json.loads(out)["sensitive_data"]["by_kind_and_role"]["email"] == {"assistant": 1}
+    assert main(["validate", str(path), "--sensitive-data", "refuse"]) == 1
+    assert "prefs.jsonl:1 [sensitive_data]" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
