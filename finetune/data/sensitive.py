@@ -62,8 +62,22 @@ _NEEDS = {
     "SoftLayer Credentials": ("key", "pwd", "pass", "token", "softlayer"),
     "Telegram Bot Token": (":",),
 }
+# Every value the detectors below find is a run of 20 characters or more without a space (a key, a token, a hash),
+# an Artifactory key (AKC..., AP...: 11 or more), or comes with one of _SECRET_WORDS (a URL's ://, a private key's
+# BEGIN, a Slack xox- token, a JSON web token's eyJ, an npm _authToken): a text with none of them is not run through
+# them (most messages). A detector a later detect-secrets adds is not in _CHECKED: it runs on every text.
+_SECRET_RUN = re.compile(r"[A-Za-z0-9+/=_\-.:]{20,}|(?:AKC|AP)[A-Za-z0-9]{8,}")
+_SECRET_WORDS = ("://", "begin", "putty", "xox", "eyj", "_authtoken")
+_CHECKED = frozenset({
+    "AWS Access Key", "Artifactory Credentials", "Azure Storage Account access key", "Basic Auth Credentials",
+    "Cloudant Credentials", "Discord Bot Token", "GitHub Token", "GitLab Token", "IBM Cloud IAM Key",
+    "IBM COS HMAC Credentials", "JSON Web Token", "Mailchimp Access Key", "NPM tokens", "OpenAI Token", "Private Key",
+    "PyPI Token", "SendGrid API Key", "Slack Token", "SoftLayer Credentials", "Square OAuth Secret",
+    "Stripe Access Key", "Telegram Bot Token", "Twilio API Key",
+})  # fmt: skip
 _EMAIL = re.compile(r"(?<![\w.%+-])[A-Za-z0-9][A-Za-z0-9._%+-]*@(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\.)+"
                     r"[A-Za-z]{2,24}(?![\w-])")  # fmt: skip
+_CARD_DIGITS = re.compile(r"\d(?:[ -]?\d){12}")  # what every card candidate holds: a quick look before _CARD
 _CARD = re.compile(r"(?<![\d-])[2-6]\d{3}(?:[ -]?\d){9,15}(?![\d])")  # candidates only: Luhn decides
 _IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{1,4}){3,8}\b")  # candidates only: the mod-97 check decides
 _PRIVATE_KEY_END = re.compile(r"-----END[ A-Z0-9]*PRIVATE KEY[ A-Z0-9]*-----")
@@ -109,7 +123,10 @@ def _secret_detectors() -> tuple:
 def _secrets(text: str) -> list[Span]:
     spans = []
     lower = text.lower()
+    none = not _SECRET_RUN.search(text) and not any(word in lower for word in _SECRET_WORDS)
     for secret_type, patterns in _secret_detectors():
+        if none and secret_type in _CHECKED:
+            continue
         if secret_type in _NEEDS and not any(word in lower for word in _NEEDS[secret_type]):
             continue
         for pattern in patterns:
@@ -140,9 +157,18 @@ def _emails(text: str) -> list[Span]:
     return [Span("email", m.start(), m.end(), "e-mail pattern") for m in _EMAIL.finditer(text)]
 
 
-def _cards(text: str) -> list[Span]:
-    from stdnum import luhn
+@cache
+def _library(name: str):
+    """A detector's library, imported on the first scan that needs it (not on every call: a scan calls them often)."""
+    import importlib
 
+    return importlib.import_module(name)
+
+
+def _cards(text: str) -> list[Span]:
+    if not _CARD_DIGITS.search(text):
+        return []
+    luhn = _library("stdnum.luhn")
     spans = []
     for match in _CARD.finditer(text):
         digits = re.sub(r"[ -]", "", match.group(0))
@@ -152,8 +178,7 @@ def _cards(text: str) -> list[Span]:
 
 
 def _ibans(text: str) -> list[Span]:
-    from stdnum import iban
-
+    iban = _library("stdnum.iban")
     spans = []
     for match in _IBAN.finditer(text):
         groups = match.group(0).split(" ") if " " in match.group(0) else [match.group(0)]
@@ -169,8 +194,7 @@ def _ibans(text: str) -> list[Span]:
 def _phones(text: str) -> list[Span]:
     if not _PHONE_DIGITS.search(text):
         return []
-    import phonenumbers
-
+    phonenumbers = _library("phonenumbers")
     spans = {}
     for region in PHONE_REGIONS:
         for match in phonenumbers.PhoneNumberMatcher(text, region, leniency=phonenumbers.Leniency.VALID):
