@@ -101,15 +101,17 @@ def validate_training_file(
     `notes` receives what a usable file should still be told about, as events: the sensitive values found in it
     (counts by kind and role, lines; never a value), with sensitive_data warn or redact."""
     from finetune.data.preference import read_preferences
+    from finetune.data.sensitive import scanned_file
     from finetune.data.tokenize import load_tokenizer
     from finetune.data.validate import validate_file
 
     try:
         if config.method == "dpo":  # pairs: the same checks as `finetune validate PREFS.jsonl`
-            result = read_preferences(path)
+            result, found = scanned_file(read_preferences(path), config.sensitive_data)
         else:
             tokenizer = load_tokenizer(config.model, config.trust_remote_code, config.chat_template)
             result = validate_file(str(path), tokenizer, format=config.format, config=config)  # long: only strict fails
+            found = result.sensitive
     except UserError as exc:
         return {
             "code": f"invalid_{param}",
@@ -119,8 +121,8 @@ def validate_training_file(
     for problem in result.warnings if notes is not None else []:
         if problem.code == "sensitive_data":
             message = scrub(render(problem.message, "api", method_type(config)), path, shown_name)
-            counts = {k: v for k, v in result.sensitive.items() if k not in ("findings", "files")}
-            counts["files"] = dict(zip([shown_name], result.sensitive["files"].values(), strict=False))
+            counts = {k: v for k, v in found.items() if k not in ("findings", "files")}
+            counts["files"] = {shown_name: where} if (where := next(iter(found["files"].values()), None)) else {}
             data = {"sensitive_data": counts}
             notes.append({"message": f"{shown_name}: [sensitive_data] {message}", "level": "warn", "data": data})
     if result.ok:
