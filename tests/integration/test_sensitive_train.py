@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 from finetune.cli import main
+from finetune.data.tokenize import load_tokenizer
 
 VALUES = ("jane.doe@example.com", "4111 1111 1111 1111", "GB82 WEST 1234 5698 7654 32", "AKIAIOSFODNN7EXAMPLE")
 ROWS = [
@@ -34,10 +37,6 @@ def test_redact_trains_on_placeholders_and_writes_no_value(toy_model, tmp_path, 
     written = [p for p in list(out.rglob("*")) + list(cache.rglob("*")) if p.is_file()]
     assert any(p.name == "ids.npy" for p in written)  # the tokens trained on are in the cache: none is a value
     texts = [printed.out, printed.err] + [p.read_bytes().decode("utf-8", "replace") for p in written]
-    import numpy as np
-
-    from finetune.data.tokenize import load_tokenizer
-
     tokenizer = load_tokenizer(str(toy_model))
     (ids,) = [np.load(p) for p in written if p.name == "ids.npy"]
     decoded = tokenizer.decode(ids.tolist())
