@@ -50,7 +50,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if is_preference_file(config.data):
         from finetune.data.preference_validate import run_validate_preferences
 
-        return run_validate_preferences(config.data, as_json=args.json)
+        return run_validate_preferences(config.data, as_json=args.json, sensitive_data=config.sensitive_data)
     return run_validate(
         config.data,
         model=config.model,
@@ -63,6 +63,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         strict=config.strict,
         chat_template=config.chat_template,
         trust_remote_code=config.trust_remote_code,
+        sensitive_data=config.sensitive_data,
     )
 
 

@@ -164,6 +164,14 @@ class RunConfig:
     gpu: str | None = about(None, "Device", tokens=False, api=None, plan_key=None)
     """Device to size the memory estimate against (e.g. a100-80gb, h100-80gb, l4-24gb, cpu)."""
 
+    # ---- data protection
+    sensitive_data: Literal["warn", "redact", "refuse"] = about(
+        "warn", "Sensitive data", resume="refuse", validate=True,
+        why_not="the checkpoint learned from the data with its sensitive values treated the other way",
+    )  # fmt: skip
+    """E-mails, phone numbers, card numbers, IBANs and secrets found in the data: warn, redact (replace each with a
+    placeholder such as <EMAIL> before tokenizing) or refuse to train (docs/sensitive-data.md)."""
+
     def __post_init__(self) -> None:
         for spec in settings():  # types and choices, from the annotations
             setattr(self, spec.name, spec.coerce(getattr(self, spec.name)))

@@ -55,10 +55,13 @@ def _write(path: Path, lines: list[str]) -> None:
 def hold_out_test(config, out: Path):
     """Write the test and remaining training files to OUT; returns the config reading the remaining file."""
     from finetune.data.prepare import read_conversations
+    from finetune.data.sensitive import refuse_if_found, scan_conversations, summarize
 
     if not config.data:
         raise UserError("no training file given")
     conversations, _ = read_conversations(config.data, config.format, config.skip_invalid)
+    if config.sensitive_data == "refuse":  # stop before OUT/test.jsonl holds anything, as preparing would stop
+        refuse_if_found(summarize(scan_conversations(conversations)[1], Path(config.data).name, "refuse"))
     groups: dict[tuple, list[int]] = {}
     for conversation in conversations:
         groups.setdefault(conversation.key(), []).append(conversation.line)

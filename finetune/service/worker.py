@@ -208,6 +208,7 @@ class Worker:
         config = self._config(job, self.settings.runs_dir / job["id"])
         data, val = self._files(job)
         checks = [(data, job["training_file"], "training_file")]
+        notes: list[dict] = []  # sensitive values found in a usable file: events (core.validate_training_file)
         if val:
             checks.append((val, job["validation_file"], "validation_file"))
         for path, file_id, param in checks:
@@ -215,11 +216,12 @@ class Worker:
             if not path.is_file():
                 self._fail(job, token, f"invalid_{param}", f"{shown}: the file was deleted", param)
                 return False
-            error = core.validate_training_file(path, shown, config, param)
+            error = core.validate_training_file(path, shown, config, param, notes)
             if error:
                 self._fail(job, token, error["code"], error["message"], error["param"])
                 return False
-        validated = self._update(job["id"], token, "validated", new_events=[{"message": "Validated training file(s)"}])
+        events = [{"message": "Validated training file(s)"}, *notes]
+        validated = self._update(job["id"], token, "validated", new_events=events)
         if not validated:  # cancelled or paused meanwhile
             self.store.release(job["id"], token)
             return False
