@@ -28,7 +28,13 @@ from pathlib import Path
 
 from finetune.errors import ERROR_FILE_ENV, UserError
 from finetune.service import core, usage
-from finetune.service.events import checkpoint_metrics, diagnosis_event, metrics_event, results_csv
+from finetune.service.events import (
+    checkpoint_metrics,
+    diagnosis_event,
+    metrics_event,
+    results_csv,
+    trainer_error,
+)
 from finetune.service.logs import bind_job, log_job_events
 from finetune.service.objects import fine_tuned_model_name, method_type
 from finetune.service.presence import WorkerPresence
@@ -335,7 +341,7 @@ class Worker:
         if code == 1:  # the library's own error for something in the data or settings
             data, _ = self._files(job)
             shown = self._shown_name(job["tenant"], job["training_file"])
-            message = core.scrub(_trainer_error(log_path, method_type(job)), data, shown)
+            message = core.scrub(trainer_error(log_path, method_type(job)), data, shown)
             self._fail(job, token, "training_failed", message)
             return
         job.update(self.store.get_job_any(job["id"]) or {})
@@ -429,22 +435,6 @@ class LeaseKeeper(threading.Thread):
     def stop(self) -> None:
         self._done.set()
         self.join()
-
-
-def _trainer_error(log_path: Path, kind: str) -> str:
-    """The trainer's own message for the error it stopped on, in an API caller's terms (its error file, which
-    keeps the message's setting markers; else the last `error:` line of its log)."""
-    try:
-        written = json.loads(log_path.with_suffix(".error.json").read_text(encoding="utf-8"))
-        return render(written["template"], "api", kind)
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    try:
-        lines = log_path.read_text(errors="replace").splitlines()
-    except OSError:
-        return "the trainer failed"
-    errors = [line[len("error: ") :] for line in lines if line.startswith("error: ")]
-    return errors[-1] if errors else (lines[-1] if lines else "the trainer failed")
 
 
 def _jsonable(report: dict) -> dict:
