@@ -14,6 +14,7 @@ from service_helpers import EXAMPLES, api_client, settings_for
 
 from finetune import caches
 from finetune.cli import main
+from finetune.service.audit import AuditLog
 from finetune.service.worker import Worker
 
 HELD_OUT = {"n_epochs": 1, "batch_size": 4, "max_seq_len": 256, "val_fraction": 0.2, "test_fraction": 0.25,
@@ -126,6 +127,28 @@ def test_deleting_the_file_then_its_job_leaves_no_copy_of_the_content(tmp_path, 
     assert client.get(f"/v1/files/{job['result_files'][0]}").status_code == 404
     assert _holding(settings.data_dir, marker) == [] and _holding(user_cache, marker) == []
     assert client.delete(f"/v1/fine_tuning/jobs/{job_id}").json()["deleted"] is True  # again: the same answer
+
+    # the audit trail of the whole sequence reads back in order, and a record edited by hand is caught
+    trail = client.get("/v1/audit", params={"order": "asc", "limit": 100}).json()["data"]
+    seen = [(r["action"], r["object_id"], r["outcome"]) for r in trail if r["tenant"] == "alice"]
+    assert seen == [
+        ("file.upload", file_id, "ok"),
+        ("job.create", job_id, "ok"),
+        ("file.delete", file_id, "ok"),
+        ("job.delete", job_id, "ok"),
+        ("job.delete", job_id, "ok"),
+    ]
+    assert not any(marker in json.dumps(r) for r in trail)  # the trail names objects, never their content
+    log = AuditLog(app.state.store.engine)
+    assert log.verify().ok
+    with app.state.store.engine.begin() as conn:  # what a person with the database file could do
+        for statement in (
+            "DROP TRIGGER audit_records_no_update",
+            "UPDATE audit_records SET action = 'file.list' WHERE seq = 3",
+        ):
+            conn.exec_driver_sql(statement)
+    verdict = log.verify()
+    assert not verdict.ok and verdict.bad_seq == 3
     app.state.store.close()
 
 
