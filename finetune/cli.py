@@ -50,7 +50,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if is_preference_file(config.data):
         from finetune.data.preference_validate import run_validate_preferences
 
-        return run_validate_preferences(config.data, as_json=args.json)
+        return run_validate_preferences(config.data, as_json=args.json, sensitive_data=config.sensitive_data)
     return run_validate(
         config.data,
         model=config.model,
@@ -63,6 +63,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         strict=config.strict,
         chat_template=config.chat_template,
         trust_remote_code=config.trust_remote_code,
+        sensitive_data=config.sensitive_data,
     )
 
 
@@ -82,7 +83,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         config, plan = _config_of_plan(args)
     else:
         config = _config_from_args(args, data=getattr(args, "data", None), command="train")
-    if (args.launcher != "local" or args.ray_address) and not launched_by_torchrun():
+    if (args.launcher != "local" or args.ray_address or args.placement_timeout) and not launched_by_torchrun():
         from finetune.train.command import train_on_launcher
 
         return train_on_launcher(args, config, args.plan)  # plans here once, then runs the ranks where it places them

@@ -54,7 +54,7 @@ class RunConfig:
     cache: bool = about(True, "Token cache", tokens=False, api=None, plan_key=None)
     """Keep the tokenized data in the token cache and reuse it (off: tokenize every time, write nothing)."""
     cache_dir: str | None = about(None, "Token cache folder", tokens=False, api=None, plan_key=None)
-    """Token cache folder (default $FINETUNE_CACHE_DIR, else ~/.cache/finetune/tokens); safe to delete."""
+    """Token cache folder (default $FINETUNE_CACHE/tokens, else ~/.cache/finetune/tokens); safe to delete."""
 
     # ---- model
     model: str | None = about(None, "Model", tokens=False, resume="allow", api=None, api_param="model",
@@ -163,6 +163,14 @@ class RunConfig:
     """Price of one device-hour, for the time-based cost estimate."""
     gpu: str | None = about(None, "Device", tokens=False, api=None, plan_key=None)
     """Device to size the memory estimate against (e.g. a100-80gb, h100-80gb, l4-24gb, cpu)."""
+
+    # ---- data protection
+    sensitive_data: Literal["warn", "redact", "refuse"] = about(
+        "warn", "Sensitive data", resume="refuse", validate=True,
+        why_not="the checkpoint learned from the data with its sensitive values treated the other way",
+    )  # fmt: skip
+    """E-mails, phone numbers, card numbers, IBANs and secrets found in the data: warn, redact (replace each with a
+    placeholder such as <EMAIL> before tokenizing) or refuse to train (docs/sensitive-data.md)."""
 
     def __post_init__(self) -> None:
         for spec in settings():  # types and choices, from the annotations

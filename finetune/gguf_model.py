@@ -7,7 +7,10 @@
 transformers reads GGUF with the `gguf` package and dequantizes it; the conversion does that once and
 saves the result as a plain safetensors folder (config.json, model.safetensors, the tokenizer and its chat
 template from the file's metadata) with `source.json` naming the original file and its sha256. It is
-written to a temporary folder and renamed into place, so a crash leaves nothing that looks complete.
+written to a temporary folder and renamed into place, so a crash leaves nothing that looks complete; the temporary
+folder's name carries the process id, and the next conversion removes those whose process is gone (caches.py).
+A manifest.json, written last, lists every file's size and sha256: a folder whose files no longer match it
+(`conversion_problem`) is converted again from the GGUF file, and a pulled base's is refused (bases.py).
 
 The file's sha256 keys the folder. Hashing costs about 0.3 s per 100 MB; to avoid it on every command a
 small note keyed by (path, size, modification time) remembers the hash of a file already hashed.
@@ -21,14 +24,15 @@ import logging
 import os
 import re
 import shutil
-import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+from finetune import caches
 from finetune.errors import UserError
+from finetune.manifest import ManifestError, files_problem, read_manifest, write_manifest
 from finetune.wording import ref
 
 log = logging.getLogger("finetune")
@@ -41,11 +45,8 @@ def is_gguf_path(name: str) -> bool:
 
 
 def cache_root() -> Path:
-    """Where built and converted bases are kept (the toy base too): $FINETUNE_CACHE, else
-    $XDG_CACHE_HOME/finetune, else ~/.cache/finetune."""
-    if os.environ.get("FINETUNE_CACHE"):
-        return Path(os.environ["FINETUNE_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "finetune"
+    """The one cache root (caches.py): $FINETUNE_CACHE, else $XDG_CACHE_HOME/finetune, else ~/.cache/finetune."""
+    return caches.root()
 
 
 # ----------------------------------------------------------------------------- the header
@@ -211,23 +212,62 @@ def is_converted(folder: Path) -> bool:
     return (folder / SOURCE_FILE).is_file() and (folder / "config.json").is_file()
 
 
+_LEGACY_TEMP = re.compile(r"^\.[0-9a-f]{16}-[a-z0-9_]{8}$")  # an earlier version's temporary folders (no pid)
+_verified: set[tuple] = set()  # folders whose every file matched its checksum in this process, by their files' stat
+
+
+def conversion_problem(folder: Path, hashes: bool = True) -> str | None:
+    """None when the converted folder is whole: every file its manifest lists, with its size (and sha256).
+    A folder already hashed in this process is not hashed again while its files' sizes and times stay the same."""
+    if not is_converted(folder):
+        return "its conversion never finished"
+    try:
+        expected = read_manifest(folder)
+    except ManifestError as exc:
+        return f"{exc} (converted by an earlier version of finetune)"
+    if problem := files_problem(folder, expected, hashes=False):
+        return problem
+    if not hashes:
+        return None
+    key = (str(folder.resolve()), *((name, *_stat(folder / name)) for name in sorted(expected)))
+    if key in _verified:
+        return None
+    if problem := files_problem(folder, expected, hashes=True):
+        return problem
+    _verified.add(key)
+    return None
+
+
+def _stat(path: Path) -> tuple[int, int, int]:
+    stat = path.stat()
+    return stat.st_size, stat.st_mtime_ns, stat.st_ino
+
+
 def converted_folder(path: str | Path, sha256: str | None = None) -> Path:
-    """The safetensors folder of a GGUF file, converted now when it is not yet in the cache."""
+    """The safetensors folder of a GGUF file, converted now when it is not yet in the cache or no longer matches
+    its manifest (the sizes; the sha256 too for a known base's file, whose conversion is small enough to hash)."""
+    from finetune.bases import base_for_sha256
+
     gguf = Path(path).expanduser()
     if not gguf.is_file():
         raise UserError(f"{ref('model', path)}: no such GGUF file")
     sha256 = sha256 or file_sha256(gguf)
     folder = cache_folder(sha256)
     if is_converted(folder):
-        return folder
+        problem = conversion_problem(folder, hashes=base_for_sha256(sha256) is not None)
+        if problem is None:
+            return folder
+        log.warning("%s: the converted folder %s is damaged (%s); converting it again", gguf.name, folder, problem)
+        caches.remove_folder(folder)
     header = read_header(gguf)
     check_loadable(header)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    partial = Path(tempfile.mkdtemp(prefix=f".{sha256[:16]}-", dir=folder.parent))
+    caches.sweep_stale(folder.parent, legacy=_LEGACY_TEMP)
+    partial = caches.temp_folder(folder.parent, sha256[:16])
     try:
         log.info("converting %s (sha256 %s) into %s: once, then reused", gguf, sha256[:12], folder)
         _convert(gguf, header, sha256, partial)
         _share_like_other_files(partial)
+        write_manifest(partial, fsync=False)  # last: a damaged or truncated file is caught before it is used
         try:
             partial.rename(folder)
         except OSError:  # another process finished the same conversion first: theirs is identical

@@ -66,9 +66,15 @@ def resolve_model(name: str) -> str:
 
 def local_model(name: str) -> str:
     """The folder to load for `name` when it is a GGUF file (converted on first use) or a pulled base's short
-    name; any other name (a folder, a hub id) unchanged. No network: what every model and tokenizer loader calls."""
+    name; any other name (a folder, a hub id) unchanged, a converted GGUF folder checked against its manifest.
+    No network: what every model and tokenizer loader calls."""
     if is_gguf_path(name) and Path(name).expanduser().is_file():
         return str(converted_folder(name))
+    if Path(name).expanduser().is_dir() and read_source(Path(name).expanduser()) is not None:
+        from finetune.bases import check_converted
+
+        check_converted(Path(name).expanduser(), name)  # what is used is checked, not only what was downloaded
+        return name
     if not Path(name).expanduser().exists():
         from finetune.bases import find_base, pulled_folder
 
@@ -92,6 +98,18 @@ def origin(model: str | None) -> dict | None:
     if base is not None:
         found |= {"base": base.name, "package": base.requirement, "licence": base.licence}
     return found
+
+
+def model_name(model: str | None) -> str:
+    """A model as a person names it (the loss curve's title): a pulled base by its short name, a converted GGUF
+    by its file's name, a local folder by the folder's name, a hub id as it is; never a cache path."""
+    if not model:
+        return "model"
+    found = origin(model)
+    if found is not None:
+        return found.get("base") or Path(str(found.get("gguf_file") or model)).name
+    path = Path(model).expanduser()
+    return path.resolve().name if path.exists() else model
 
 
 def _looks_like_a_path(name: str) -> bool:

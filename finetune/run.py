@@ -34,7 +34,7 @@ from finetune.errors import UserError
 from finetune.eval.test_split import hold_out_test
 from finetune.export.card import model_card
 from finetune.fingerprint import run_fingerprint
-from finetune.model_source import resolve_model
+from finetune.model_source import model_name, resolve_model
 from finetune.plan.build import build_plan
 from finetune.plan.memory import resolve_device
 from finetune.plan.model_facts import load_model_facts
@@ -313,7 +313,7 @@ def _resume_note(out: Path, devices: int) -> str | None:
 def write_run_report(out: Path, plan: Plan, result: LoopResult, final: Path, objective: Objective) -> dict:
     """metrics.jsonl -> the objective's diagnosis, loss_curve.png and report.json."""
     rows = read_metrics(out / "metrics.jsonl")
-    plot_loss_curve(rows, out / "loss_curve.png", plan.steps_per_epoch, result.best_step, title=f"{plan.model}")
+    plot_loss_curve(rows, out / "loss_curve.png", plan.steps_per_epoch, result.best_step, title=model_name(plan.model))
     report = build_report(
         rows,
         plan,

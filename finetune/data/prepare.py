@@ -25,12 +25,13 @@ from pathlib import Path
 import numpy as np
 
 from finetune.config import AUTO, RunConfig
-from finetune.data import cache
+from finetune.data import cache, sensitive
 from finetune.data.combine import (
     PreparedData,
     combine,
     load_tokenized,
     prepared_data,
+    sensitive_found,
     stored_skipped,
 )
 from finetune.data.estimate import estimate
@@ -82,7 +83,14 @@ def _chunkable(path: str) -> bool:
 
 def _settings(config: RunConfig, max_seq_len: int | None) -> TokenizeSettings:
     """What decides the tokens; `max_seq_len` None: records are kept whole, to be fitted once it is chosen."""
-    return TokenizeSettings(max_seq_len, str(config.truncation), str(config.record_policy), config.seed, config.format)
+    return TokenizeSettings(
+        max_seq_len,
+        str(config.truncation),
+        str(config.record_policy),
+        config.seed,
+        config.format,
+        config.sensitive_data,
+    )
 
 
 # ----------------------------------------------------------------------------- the split, on per-conversation arrays
@@ -204,13 +212,21 @@ def prepare_data(config: RunConfig, tokenizer=None, workers: int | None = None) 
         tokenizer = load_tokenizer(config.model, config.trust_remote_code, config.chat_template)
     if tokenizer is None:
         train, skipped, data_format = read_conversations_and_format(config.data, config.format, config.skip_invalid)
+        redact = config.sensitive_data == "redact"
+        train, found = sensitive.scan_conversations(train, redact)
+        found_by_source = {"data": found}
         val = None
         if config.val_file:
             val, val_skipped = read_conversations(config.val_file, config.format, config.skip_invalid)
+            val, found_by_source["val_file"] = sensitive.scan_conversations(val, redact)
             skipped += val_skipped
+        found = sensitive_found({"sensitive": sensitive.of_sides(found_by_source, config.sensitive_data)}, config)
+        sensitive.refuse_if_found(found)
         prepared = estimate(train, val, config)
         prepared.skipped = skipped
-        prepared.summary = replace(prepared.summary, skipped_lines=len(skipped), data_format=data_format)
+        prepared.summary = replace(
+            prepared.summary, skipped_lines=len(skipped), data_format=data_format, sensitive_found=found
+        )
         return prepared
 
     data_digest, chunks = _scan(config.data)

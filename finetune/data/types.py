@@ -209,3 +209,6 @@ class DataSummary:
     """sha256 of the training file's bytes: a trainer executing this plan checks the file it reads against it."""
     val_sha256: str | None = None
     """sha256 of the validation file's bytes, with a validation file."""
+    sensitive_found: dict | None = None
+    """Sensitive values found in the data (data/sensitive.py: counts by kind and role, lines; never a value), and how
+    many were replaced by placeholders (sensitive_data redact); None when not scanned."""

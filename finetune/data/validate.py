@@ -28,6 +28,7 @@ from finetune.config import RunConfig
 from finetune.data.fitting import Fit, LongRecords, fit, fit_tokenized, strict_line_message
 from finetune.data.formats.lines import DUPLICATE
 from finetune.data.read import duplicates_summary, find_duplicates, read_file
+from finetune.data.sensitive import SENSITIVE_DATA, scanned_file  # noqa: F401 (SENSITIVE_DATA: one of its codes)
 from finetune.data.seq_len import choose_max_seq_len
 from finetune.data.show import ShownRecord, print_records, shown_record
 from finetune.data.stats import RecordTokens, build_all_records, estimate_record_tokens, summarize
@@ -63,6 +64,7 @@ class Validation:
     stats: dict = field(default_factory=dict)
     counts: list[RecordTokens] = field(default_factory=list)  # the records training would take, fitted to the limit
     duplicates: list[tuple[int, int]] = field(default_factory=list)  # (line, line of its first copy)
+    sensitive: dict | None = None  # sensitive values found (data/sensitive.py): counts, lines, places, no value
 
     @property
     def ok(self) -> bool:
@@ -78,7 +80,7 @@ class Validation:
         if self.duplicates:
             listed = [{"line": line, "same_as": first} for line, first in self.duplicates[:DUPLICATES_LISTED]]
             document["duplicates"] = {"count": len(self.duplicates), "lines": listed}
-        return document
+        return document | ({"sensitive_data": self.sensitive} if self.sensitive and self.sensitive["total"] else {})
 
 
 # ----------------------------------------------------------------------------- library
@@ -111,9 +113,11 @@ def validate_parsed(
     Auto's limit looks at: the model and the device); without one, `max_seq_len` and `record_policy`."""
     config = config or RunConfig(max_seq_len=max_seq_len, record_policy=record_policy)
     policy = RecordPolicy(config.record_policy)
+    parsed, found = scanned_file(parsed, config.sensitive_data)  # with redact, placeholders in place of the values
     duplicates = find_duplicates(parsed.conversations)
     warnings = _with_duplicates_summarised(parsed.warnings, duplicates)
     result = Validation(parsed.path, parsed.format, list(parsed.errors), warnings, duplicates=duplicates)
+    result.sensitive = found
     records = build_all_records(parsed.conversations, policy)
     chat = None
     if tokenizer is None:
@@ -296,6 +300,7 @@ def run_validate(
     strict: bool = False,
     chat_template: str = "auto",
     trust_remote_code: bool = False,
+    sensitive_data: str = "warn",
 ) -> int:
     """The `finetune validate` command: print the report; 0 when the file is usable, 1 when not."""
     _check_flags(show, max_seq_len, record_policy, truncation)
@@ -305,9 +310,8 @@ def run_validate(
         from finetune.data.tokenize import load_tokenizer
 
         tokenizer = load_tokenizer(model, trust_remote_code, chat_template)
-    config = RunConfig(
-        model=model, max_seq_len=max_seq_len, record_policy=record_policy, truncation=truncation, strict=strict
-    )
+    config = RunConfig(model=model, max_seq_len=max_seq_len, record_policy=record_policy, truncation=truncation,
+                       strict=strict, sensitive_data=sensitive_data)  # fmt: skip
     result = validate_parsed(parsed, tokenizer, config=config)
     shown = _shown(result, show, tokenizer)
     if as_json:

@@ -31,10 +31,18 @@ def _rank(seed: int, key: tuple) -> str:
 
 def _lines(path: str) -> list[str]:
     opener = gzip.open if path.endswith(".gz") else open
-    if not path.endswith((".jsonl", ".jsonl.gz")):
+    # a name without an extension (the job service keeps uploads as files/<id>, gzip stored decompressed) is read
+    # as JSON Lines unless it holds a JSON array
+    plain = not Path(path).suffix and not _starts_an_array(path)
+    if not path.endswith((".jsonl", ".jsonl.gz")) and not plain:
         raise UserError(f"--test-fraction needs a JSONL training file; split {path} yourself and pass --test to eval")
     with opener(path, "rt", encoding="utf-8") as handle:
         return handle.read().splitlines()
+
+
+def _starts_an_array(path: str) -> bool:
+    with open(path, "rb") as handle:
+        return handle.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"[")
 
 
 def _write(path: Path, lines: list[str]) -> None:
@@ -47,10 +55,13 @@ def _write(path: Path, lines: list[str]) -> None:
 def hold_out_test(config, out: Path):
     """Write the test and remaining training files to OUT; returns the config reading the remaining file."""
     from finetune.data.prepare import read_conversations
+    from finetune.data.sensitive import refuse_if_found, scan_conversations, summarize
 
     if not config.data:
         raise UserError("no training file given")
     conversations, _ = read_conversations(config.data, config.format, config.skip_invalid)
+    if config.sensitive_data == "refuse":  # stop before OUT/test.jsonl holds anything, as preparing would stop
+        refuse_if_found(summarize(scan_conversations(conversations)[1], Path(config.data).name, "refuse"))
     groups: dict[tuple, list[int]] = {}
     for conversation in conversations:
         groups.setdefault(conversation.key(), []).append(conversation.line)

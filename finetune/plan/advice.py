@@ -224,6 +224,27 @@ def duplicate_conversations(ctx: AdviceContext) -> dict | None:
     return _warning("duplicate_conversations", duplicates_summary(d.duplicate_conversations, d.duplicate_lines) + ".")
 
 
+def sensitive_data(ctx: AdviceContext) -> dict | None:
+    """E-mails, phone numbers, cards, IBANs or secrets in the data (data/sensitive.py): counts, roles and lines."""
+    found = ctx.data.sensitive_found
+    if not found or not found["total"]:
+        return None
+    from finetune.data.sensitive import sentence  # light: the detectors load on a scan, not here
+
+    if found["replaced"]:
+        return _warning(
+            "sensitive_data",
+            f"{found['replaced']} sensitive value(s) replaced with placeholders before tokenizing "
+            f"({ref('sensitive_data', 'redact')}): {sentence(found)}.",
+        )
+    return _warning(
+        "sensitive_data",
+        f"sensitive data in the data, trained on as it is: {sentence(found)}. A model learns to say what its "
+        f"targets hold: {ref('sensitive_data', 'redact')} replaces each with a placeholder (<EMAIL>, <CARD>, ...), "
+        f"{ref('sensitive_data', 'refuse')} stops before planning.",
+    )
+
+
 def records_differ_from_conversations(ctx: AdviceContext) -> dict | None:
     p = ctx.plan
     if p.data.conversations is None or p.data.conversations == p.data.examples:
@@ -333,6 +354,7 @@ def unknown_device(ctx: AdviceContext) -> dict | None:
 CHECKS: tuple[Callable[[AdviceContext], dict | None], ...] = (
     skipped_lines,
     duplicate_conversations,
+    sensitive_data,
     epochs_raised_for_small_data,
     few_total_steps,
     warmup_steps_large_share,

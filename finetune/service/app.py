@@ -8,12 +8,14 @@ import time
 
 from fastapi import FastAPI
 
+from finetune.service.audit import AuditLog
+from finetune.service.audit_http import install_audit
 from finetune.service.auth import current_tenant
 from finetune.service.dashboard.routes import mount_dashboard
 from finetune.service.errors import install_error_handlers
 from finetune.service.metrics import install_metrics
 from finetune.service.readiness import router as readiness_router
-from finetune.service.routes import files, jobs, models, schema, usage
+from finetune.service.routes import files, job_delete, jobs, models, schema, usage
 from finetune.service.settings import ServiceSettings
 from finetune.service.store import Store
 from finetune.service.upload import sweep_uploads
@@ -35,6 +37,7 @@ def create_app(settings: ServiceSettings, store: Store | None = None) -> FastAPI
     app.state.started = int(time.time())
     install_error_handlers(app)
     install_metrics(app, store, settings.lease_seconds)  # GET /metrics, and the HTTP requests it counts
+    install_audit(app, AuditLog(store.engine))  # every write and download, one record; GET /v1/audit
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict:
@@ -52,6 +55,7 @@ def create_app(settings: ServiceSettings, store: Store | None = None) -> FastAPI
     app.include_router(readiness_router)
     app.include_router(models.router)
     app.include_router(schema.router)
+    app.include_router(job_delete.router)  # DELETE /v1/fine_tuning/jobs/{id} (deletion.py)
     mount_dashboard(app)
     from finetune.serving.service import mount_chat_completions  # serving (issue 14): POST /v1/chat/completions
 

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from fastapi import Request
 
 from finetune.service.errors import APIError
+from finetune.service.keys import key_id_of
 
 COOKIE = "finetune_key"
 STATE_CHANGING = ("POST", "PUT", "PATCH", "DELETE")
@@ -64,8 +65,19 @@ def _check_cookie_request(request: Request) -> None:
 
 
 def tenant_of_key(request: Request, key: str | None) -> str | None:
-    """The tenant a key belongs to (None: missing, unknown or revoked): here and at the dashboard's sign-in."""
-    return request.app.state.store.tenant_for_key(key) if key else None
+    """The tenant a key belongs to (None: missing, unknown or revoked): here and at the dashboard's sign-in. A key
+    that matches is noted on the request (its tenant and public id) for the audit trail (audit_http.py)."""
+    tenant = request.app.state.store.tenant_for_key(key) if key else None
+    if tenant is not None:
+        request.state.key_tenant = tenant
+        request.state.key_id = key_id_of(key)
+    return tenant
+
+
+def identify(request: Request) -> str | None:
+    """The tenant of the key the request presents (header or cookie), noted as tenant_of_key notes it; never
+    refuses (the audit trail of a route without auth)."""
+    return tenant_of_key(request, _presented_key(request)[0])
 
 
 def current_tenant(request: Request) -> str:

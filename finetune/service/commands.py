@@ -9,6 +9,8 @@ import sys
 from datetime import UTC, datetime
 
 from finetune.errors import UserError
+from finetune.service.audit import AuditLog
+from finetune.service.keys import key_id_of
 from finetune.service.settings import ServiceSettings
 from finetune.service.store import Store
 
@@ -20,7 +22,7 @@ def settings_from(args) -> ServiceSettings:
 
     values = {"data_dir": args.data_dir, "database": args.database or os.environ.get(DATABASE_ENV) or None}
     names = ("lease_seconds", "heartbeat_seconds", "max_upload_bytes", "price_per_million_tokens", "max_models")
-    for name in (*names, "gpu_hour_price", "metrics_token"):
+    for name in (*names, "gpu_hour_price", "metrics_token", "retain_days"):
         if getattr(args, name, None) is not None:
             values[name] = getattr(args, name)
     if getattr(args, "devices", None) is not None:
@@ -57,6 +59,7 @@ def run_serve(args, worker_entry: list[str] | None = None) -> int:
     store = _open_store(settings)
     key = store.ensure_default_key()
     if key:
+        _audit_key(store, "key.create", "default", key_id_of(key))
         print(f"created an API key for tenant 'default' (shown only this once): {key}", flush=True)
     entry = worker_entry or [sys.executable, "-m", "finetune"]
     workers = Supervisor(lambda: _start_worker(args, settings, entry), args.workers)  # restarted when one dies
@@ -75,7 +78,8 @@ def run_serve(args, worker_entry: list[str] | None = None) -> int:
 
 def _start_worker(args, settings: ServiceSettings, entry: list[str]) -> subprocess.Popen:
     command = [*entry, "worker", "--data-dir", str(settings.data_dir)]
-    for name in ("lease_seconds", "heartbeat_seconds", "price_per_million_tokens", "gpu_hour_price", "log_format"):
+    for name in ("lease_seconds", "heartbeat_seconds", "price_per_million_tokens", "gpu_hour_price", "log_format",
+                 "retain_days"):  # fmt: skip
         if getattr(args, name, None) is not None:  # its workers plan at serve's prices and log as serve does
             command += ["--" + name.replace("_", "-"), str(getattr(args, name))]
     env = dict(os.environ)
@@ -85,8 +89,9 @@ def _start_worker(args, settings: ServiceSettings, entry: list[str]) -> subproce
 
     from finetune.train.launchers import die_with_parent
 
-    # a worker outlives a killed `serve` only long enough to checkpoint its job and queue it again
-    return subprocess.Popen(command, env=env, preexec_fn=partial(die_with_parent, signal.SIGTERM))
+    # a worker dies with a killed `serve` (SIGKILL: a stopped one gets SIGTERM from it, and checkpoints), and its
+    # trainer with it: the job's lease runs out and another worker resumes it from its last checkpoint
+    return subprocess.Popen(command, env=env, preexec_fn=partial(die_with_parent, signal.SIGKILL, os.getpid()))
 
 
 def run_worker_command(args, launcher=None) -> int:
@@ -97,7 +102,7 @@ def run_worker_command(args, launcher=None) -> int:
 
     setup_logging(args.log_format, "worker")
     settings = settings_from(args)
-    launcher = launcher or launcher_for(args.launcher, args.ray_address)
+    launcher = launcher or launcher_for(args.launcher, args.ray_address, args.placement_timeout)
     if launcher.name == "ray":  # the ranks run elsewhere: the plan's paths must mean the same on every node
         settings.data_dir = settings.data_dir.resolve()
     store = _open_store(settings)
@@ -122,6 +127,7 @@ def run_keys(args) -> int:
     try:
         if args.keys_command == "create":
             key_id, key = store.create_key(args.tenant)
+            _audit_key(store, "key.create", args.tenant, key_id)
             print(f"API key {key_id} for tenant {args.tenant!r} (shown only this once; only its hash is stored):")
             print(key)
         elif args.keys_command == "list":
@@ -130,16 +136,22 @@ def run_keys(args) -> int:
                 revoked = _when(row["revoked_at"]) if row["revoked_at"] else "-"
                 print(f"{row['id']:<14} {row['tenant']:<24} {_when(row['created_at']):<20} {revoked}")
         else:
-            from finetune.service.keys import key_id_of
-
             # the id from `keys list`, or the whole key pasted in (never echoed back: only its id is shown)
             key_id = key_id_of(args.key_id) or args.key_id
+            tenant = next((row["tenant"] for row in store.list_keys() if row["id"] == key_id), None)
             if not store.revoke_key(key_id):
+                _audit_key(store, "key.revoke", tenant, key_id if tenant else None, "refused")
                 raise UserError(f"no active key with id {key_id!r} (see `finetune keys list`)")
+            _audit_key(store, "key.revoke", tenant, key_id)
             print(f"revoked key {key_id}")
     finally:
         store.close()
     return 0
+
+
+def _audit_key(store: Store, action: str, tenant: str | None, key_id: str | None, outcome: str = "ok") -> None:
+    """The audit trail's record of a key made or revoked on the command line (audit.py)."""
+    AuditLog(store.engine).append(action, tenant=tenant, key_id=key_id, object_id=key_id, outcome=outcome)
 
 
 def _when(seconds: int) -> str:

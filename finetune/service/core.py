@@ -94,24 +94,37 @@ def run_config(
 # ---------------------------------------------------------------------------------------------- validation
 
 
-def validate_training_file(path: Path, shown_name: str, config: RunConfig, param: str) -> dict | None:
-    """OpenAI's `error` object for a file that cannot train (naming its first bad lines), or None when usable."""
+def validate_training_file(
+    path: Path, shown_name: str, config: RunConfig, param: str, notes: list[dict] | None = None
+) -> dict | None:
+    """OpenAI's `error` object for a file that cannot train (naming its first bad lines), or None when usable.
+    `notes` receives what a usable file should still be told about, as events: the sensitive values found in it
+    (counts by kind and role, lines; never a value), with sensitive_data warn or redact."""
     from finetune.data.preference import read_preferences
+    from finetune.data.sensitive import scanned_file
     from finetune.data.tokenize import load_tokenizer
     from finetune.data.validate import validate_file
 
     try:
         if config.method == "dpo":  # pairs: the same checks as `finetune validate PREFS.jsonl`
-            result = read_preferences(path)
+            result, found = scanned_file(read_preferences(path), config.sensitive_data)
         else:
             tokenizer = load_tokenizer(config.model, config.trust_remote_code, config.chat_template)
             result = validate_file(str(path), tokenizer, format=config.format, config=config)  # long: only strict fails
+            found = result.sensitive
     except UserError as exc:
         return {
             "code": f"invalid_{param}",
             "message": scrub(in_api_terms(exc, config), path, shown_name),
             "param": param,
         }
+    for problem in result.warnings if notes is not None else []:
+        if problem.code == "sensitive_data":
+            message = scrub(render(problem.message, "api", method_type(config)), path, shown_name)
+            counts = {k: v for k, v in found.items() if k not in ("findings", "files")}
+            counts["files"] = {shown_name: where} if (where := next(iter(found["files"].values()), None)) else {}
+            data = {"sensitive_data": counts}
+            notes.append({"message": f"{shown_name}: [sensitive_data] {message}", "level": "warn", "data": data})
     if result.ok:
         return None
     first = result.errors[:3]
@@ -154,7 +167,7 @@ def in_api_terms(exc: UserError, config: RunConfig) -> str:
 
 def scrub(message: str, path: Path, shown_name: str) -> str:
     """Messages name the file the caller uploaded, never a path on the server."""
-    for form in (str(path.resolve()), str(path)):
+    for form in (str(path.resolve()), str(path), path.name):  # the name alone: how summaries name a file (its id)
         message = message.replace(form, shown_name)
     return message
 

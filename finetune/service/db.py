@@ -105,6 +105,9 @@ jobs = Table(
     Column("device_seconds", Float),  # its trainers' time (every attempt) x its devices, so far
     Column("price_per_million_tokens", Float),
     Column("gpu_hour_price", Float),
+    # ---- a deleted job (v5): its row stays as a tombstone recording what was removed and when (deletion.py)
+    Column("deleted_at", BigInteger),
+    Column("removed", JSON),  # [{"what": ..., "bytes": ...}, ...]
 )
 
 events = Table(
@@ -147,6 +150,7 @@ workers = Table(
     Column("speeds", JSON),  # training tokens/s of one device it measured, by model, method and length (speed.py)
     Column("draining", Boolean, nullable=False, default=False, server_default=false()),  # stopping: takes no job
     Column("stopped_at", BigInteger),  # it said goodbye (a killed worker just stops beating)
+    Column("waiting", JSON),  # what its job waits for now: {"job", "message", "since"} (v5; /readyz)
 )
 
 # Idempotency-Key of a POST (v3): the same key and body within a day answer the first answer again.
@@ -161,6 +165,49 @@ idempotency_keys = Table(
     Column("response", JSON),  # the first answer, replayed as it was
     Column("created_at", BigInteger, nullable=False),
     UniqueConstraint("tenant", "key", "route"),
+)
+
+# The audit trail (v5; audit.py): one row per write or download, append-only, each row's hash chained to the one
+# before it. `seq` is given under the write lock (never a sequence's number), so a gap is a deleted record.
+audit_records = Table(
+    "audit_records",
+    metadata,
+    Column("seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("tenant", String(128)),  # None: the caller was not signed in (a refused key)
+    Column("key_id", String(32)),  # the public part of the key; never the key
+    Column("action", String(64), nullable=False),  # file.upload, job.cancel, model.download, key.create, ...
+    Column("object_id", Text),
+    Column("source", String(255), nullable=False),  # the caller's address, or "cli"
+    Column("via", String(16), nullable=False),  # api | dashboard | cli
+    Column("method", String(8)),
+    Column("route", Text),  # the route's template, never the path with its ids
+    Column("status", Integer),  # the HTTP status answered (None: the command line)
+    Column("outcome", String(16), nullable=False),  # ok | refused | failed
+    Column("hash", String(64), nullable=False),  # sha256(previous record's hash + this record's canonical JSON)
+    Index("audit_records_tenant_seq", "tenant", "seq"),
+)
+
+# Quotas per tenant (v8; quotas.py), set by the operator (`finetune serve tenants set`): NULL = no quota of that kind.
+# The row of tenant "*" is the default of every tenant without its own value.
+tenant_quotas = Table(
+    "tenant_quotas",
+    metadata,
+    Column("tenant", String(128), primary_key=True),
+    Column("max_running_jobs", Integer),  # jobs a worker holds at once (validating, planning, training)
+    Column("max_queued_jobs", Integer),  # jobs waiting for a worker
+    Column("max_stored_bytes", BigInteger),  # its files (uploads and results files)
+    Column("max_monthly_tokens", BigInteger),  # billed tokens of the jobs created in a UTC calendar month
+    Column("updated_at", BigInteger, nullable=False),
+)
+
+# What a job not yet planned holds against its tenant's monthly tokens (v8): its file's estimate when it was created
+# (the plan's `estimate_billed_tokens` takes over once planned).
+job_token_holds = Table(
+    "job_token_holds",
+    metadata,
+    Column("job_id", String(64), ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
+    Column("tokens", BigInteger, nullable=False),
 )
 
 schema_version = Table("schema_version", MetaData(), Column("version", Integer, nullable=False))
@@ -202,7 +249,60 @@ def _v4(conn: Connection) -> None:
             conn.execute(text(f"ALTER TABLE jobs ADD COLUMN {name} {kind}"))
 
 
-MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [(1, _v1), (2, _v2), (3, _v3), (4, _v4)]
+AUDIT_APPEND_ONLY = {
+    "sqlite": [
+        f"CREATE TRIGGER IF NOT EXISTS audit_records_no_{verb.lower()} BEFORE {verb} ON audit_records "
+        "BEGIN SELECT RAISE(ABORT, 'audit records are append-only'); END"
+        for verb in ("UPDATE", "DELETE")
+    ],
+    "postgresql": [
+        "CREATE OR REPLACE FUNCTION audit_records_append_only() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$ BEGIN RAISE EXCEPTION 'audit records are append-only'; END $$",
+        "DROP TRIGGER IF EXISTS audit_records_no_change ON audit_records",
+        "CREATE TRIGGER audit_records_no_change BEFORE UPDATE OR DELETE ON audit_records "
+        "FOR EACH ROW EXECUTE FUNCTION audit_records_append_only()",
+    ],
+}
+
+
+def _v5(conn: Connection) -> None:
+    """The audit trail, and triggers that refuse an UPDATE or DELETE of its rows (a hand edit must drop them first,
+    and the hash chain still tells: audit.py)."""
+    audit_records.create(conn, checkfirst=True)
+    for statement in AUDIT_APPEND_ONLY.get(conn.dialect.name, []):
+        conn.exec_driver_sql(statement)
+
+
+def _v6(conn: Connection) -> None:
+    """A deleted job's tombstone: when it was deleted, and what was removed (DELETE /v1/fine_tuning/jobs/{id})."""
+    have = {column["name"] for column in inspect(conn).get_columns("jobs")}
+    for name, kind in (("deleted_at", "BIGINT"), ("removed", "JSON")):
+        if name not in have:
+            conn.execute(text(f"ALTER TABLE jobs ADD COLUMN {name} {kind}"))
+
+
+def _v7(conn: Connection) -> None:
+    """workers.waiting: what a worker's job waits for (a Ray cluster's devices), for /readyz."""
+    if "waiting" not in {column["name"] for column in inspect(conn).get_columns("workers")}:
+        conn.execute(text("ALTER TABLE workers ADD COLUMN waiting JSON"))
+
+
+def _v8(conn: Connection) -> None:
+    """Quotas per tenant, and the tokens a job not yet planned holds against its tenant's monthly quota."""
+    tenant_quotas.create(conn, checkfirst=True)
+    job_token_holds.create(conn, checkfirst=True)
+
+
+MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
+    (1, _v1),
+    (2, _v2),
+    (3, _v3),
+    (4, _v4),
+    (5, _v5),
+    (6, _v6),
+    (7, _v7),
+    (8, _v8),
+]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 

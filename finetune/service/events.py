@@ -1,10 +1,15 @@
 """A run folder's files as the job's events and results: metrics rows -> metrics events, the report's diagnosis
--> an event in plain words, metrics.jsonl -> OpenAI's results CSV. Plain functions of rows; no store, no process."""
+-> an event in plain words, metrics.jsonl -> OpenAI's results CSV, a trainer's log -> the error it stopped on.
+Plain functions of rows and files; no store, no process."""
 
 from __future__ import annotations
 
 import csv
 import io
+import json
+from pathlib import Path
+
+from finetune.wording import render
 
 RESULTS_COLUMNS = ["step", "train_loss", "train_accuracy", "valid_loss", "valid_mean_token_accuracy"]
 # report.json's diagnosis kinds (finetune/report) that are no cause for concern
@@ -59,3 +64,19 @@ def results_csv(rows: list[dict]) -> str:
         val = row.get("val_loss")
         writer.writerow([row["step"], f"{row['train_loss']:.5f}", "", "" if val is None else f"{val:.5f}", ""])
     return out.getvalue()
+
+
+def trainer_error(log_path: Path, kind: str) -> str:
+    """The trainer's own message for the error it stopped on, in an API caller's terms (its error file, which
+    keeps the message's setting markers; else the last `error:` line of its log)."""
+    try:
+        written = json.loads(log_path.with_suffix(".error.json").read_text(encoding="utf-8"))
+        return render(written["template"], "api", kind)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    try:
+        lines = log_path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "the trainer failed"
+    errors = [line[len("error: ") :] for line in lines if line.startswith("error: ")]
+    return errors[-1] if errors else (lines[-1] if lines else "the trainer failed")

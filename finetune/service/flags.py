@@ -30,11 +30,18 @@ def serve_flags(p: argparse.ArgumentParser) -> None:
     log_flag(p)
     p.add_argument("--metrics-token", default=None, metavar="TOKEN",
                    help="GET /metrics needs 'Authorization: Bearer TOKEN' (default: open; keep it off the internet)")  # fmt: skip
+    retention_flag(p)  # passed on to its workers, which sweep
 
 
 def worker_flags(p: argparse.ArgumentParser) -> None:
     price_flags(p)
     log_flag(p)
+    retention_flag(p)
+
+
+def retention_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--retain-days", type=float, default=None, metavar="N",
+                   help="delete ended jobs' data and unused files older than N days, hourly (default: keep them)")  # fmt: skip
 
 
 def usage_parser(sub, store_flags) -> None:

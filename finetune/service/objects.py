@@ -61,7 +61,14 @@ def job_object(row: dict) -> dict:
         "attempts": row["attempts"],
         "method": {"type": method_type(row), method_type(row): {"hyperparameters": hyper}},
         "usage": job_usage(row),  # ours: the estimate once planned, the actual once ended (usage.py)
-    }
+    } | _tombstone(row)
+
+
+def _tombstone(row: dict) -> dict:
+    """Ours, on a deleted job only: when, and what was removed (deletion.py)."""
+    if row.get("deleted_at") is None:
+        return {}
+    return {"deleted": True, "deleted_at": row["deleted_at"], "removed": list(row.get("removed") or [])}
 
 
 def event_object(row: dict) -> dict:

@@ -7,6 +7,9 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
+from finetune.service.audit_command import add_audit_parser
+from finetune.service.purge import add_purge_parser
+from finetune.service.quota_flags import add_tenants_parser
 from finetune.train.launchers import LAUNCHERS
 
 
@@ -29,7 +32,11 @@ def cmd_keys(args: argparse.Namespace) -> int:
 
 
 # `finetune serve <command>`: (name, a function adding its parser to the sub-parsers, given `store_flags`)
-ADMIN_COMMANDS: list[tuple[str, Callable[[Any, Callable[[argparse.ArgumentParser], None]], None]]] = []
+ADMIN_COMMANDS: list[tuple[str, Callable[[Any, Callable[[argparse.ArgumentParser], None]], None]]] = [
+    ("audit", add_audit_parser),
+    ("purge", add_purge_parser),
+    ("tenants", add_tenants_parser),
+]
 
 
 def add_launcher_flags(p: argparse.ArgumentParser, what: str) -> None:
@@ -38,6 +45,19 @@ def add_launcher_flags(p: argparse.ArgumentParser, what: str) -> None:
                    "default) or ray (ranks placed on a Ray cluster's nodes, docs/distributed.md)")  # fmt: skip
     p.add_argument("--ray-address", default=None, metavar="ADDR", help="with --launcher ray: the cluster's head, "
                    "HOST:6379, or auto on one of its nodes (default $RAY_ADDRESS)")  # fmt: skip
+    p.add_argument("--placement-timeout", type=_seconds, default=None, metavar="SECONDS",
+                   help="with --launcher ray: how long a run's ranks may wait for the cluster's resources and start "
+                   "before the attempt ends (default 300)")  # fmt: skip
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"a number of seconds above 0, got {text!r}")
+    return value
 
 
 def add_service_parsers(sub) -> None:

@@ -6,7 +6,7 @@ seconds on a thread of its own (whatever its job is doing), `draining` once it i
     ...
     presence.stop()          # says goodbye; a killed worker simply stops beating and is no longer live
 
-`/healthz` counts the live ones (a beat within the lease time).
+`/healthz` counts the live ones (a beat within the lease time); `/readyz` lists what their jobs wait for (`waiting`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import os
 import socket
 import sys
 import threading
+from collections.abc import Callable
 
 from finetune.service.settings import ServiceSettings
 from finetune.service.store import Store
@@ -30,12 +31,14 @@ class WorkerPresence(threading.Thread):
         device_kind: str,
         stopping: threading.Event,
         speeds: dict[str, float] | None = None,
+        waiting: Callable[[], dict | None] = lambda: None,
     ) -> None:
         super().__init__(name=f"presence-{name}", daemon=True)
         self.store, self.worker, self.settings = store, name, settings
         self.devices, self.device_kind = devices, device_kind
         self.speeds = speeds or {}  # what this machine measured before (train/speed.py), reported at registration
         self.stopping = stopping  # the worker's own: set, it finishes its job and takes no other (draining)
+        self.waiting = waiting  # what its job waits for now ({"job", "message", "since"}), beaten for /readyz
         self.registered = False
         self._done = threading.Event()
 
@@ -54,7 +57,7 @@ class WorkerPresence(threading.Thread):
                 self.store.workers.register(self.worker, host, pid, self.devices, self.device_kind, self.speeds)
                 self.registered = True
             else:
-                self.store.workers.heartbeat(self.worker, self.stopping.is_set())
+                self.store.workers.heartbeat(self.worker, self.stopping.is_set(), self.waiting())
         except Exception as exc:  # a database hiccup: the next beat tries again
             print(f"worker {self.worker}: heartbeat failed: {type(exc).__name__}", file=sys.stderr)
 

@@ -6,11 +6,16 @@
 
 200 {"status": "ready", "checks": {...}} when all pass; 503 {"status": "not_ready", "failing": [...], "checks":
 {...}} otherwise, each check {"ok": bool} with what went wrong. No answer names a path on the server.
+
+A job whose trainer waits for resources (a Ray cluster's devices) is said in "waiting" (each: its sentence and for
+how long) and "warnings", and is no failure: a 503 would take the API out of its load balancer, and with it the way
+to cancel that job. Neither names the job nor its tenant.
 """
 
 from __future__ import annotations
 
 import os
+import time
 import uuid
 
 from fastapi import APIRouter, Request
@@ -64,11 +69,24 @@ def _storage(settings) -> dict:
     return {"ok": True}
 
 
+def _waiting(store, settings) -> dict:
+    """What the live workers' jobs wait for (workers.waiting, beaten by each worker)."""
+    try:
+        live = store.workers.live(settings.lease_seconds)
+    except Exception:  # the database check says so
+        return {}
+    t = int(time.time())
+    waiting = [{"message": w["waiting"]["message"], "seconds": t - w["waiting"]["since"]} for w in live if w["waiting"]]
+    if not waiting:
+        return {}
+    return {"waiting": waiting, "warnings": [f"a job has waited {w['seconds']} s: {w['message']}" for w in waiting]}
+
+
 @router.get("/readyz", include_in_schema=False)
 def readyz(request: Request) -> JSONResponse:
-    store = store_of(request)
-    checks = {"database": _database(store), "migrations": _migrations(store), "storage": _storage(settings_of(request))}
+    store, settings = store_of(request), settings_of(request)
+    checks = {"database": _database(store), "migrations": _migrations(store), "storage": _storage(settings)}
     failing = [name for name, check in checks.items() if not check["ok"]]
     if failing:
         return JSONResponse({"status": "not_ready", "failing": failing, "checks": checks}, status_code=503)
-    return JSONResponse({"status": "ready", "checks": checks})
+    return JSONResponse({"status": "ready", "checks": checks, **_waiting(store, settings)})

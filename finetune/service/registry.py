@@ -41,10 +41,13 @@ class WorkerRegistry:
                 )  # fmt: skip
             )
 
-    def heartbeat(self, name: str, draining: bool = False) -> None:
+    def heartbeat(self, name: str, draining: bool = False, waiting: dict | None = None) -> None:
+        """`waiting`: what the worker's job waits for now (a Ray cluster's devices), None when nothing."""
         with transaction(self.engine, write=True) as conn:
             conn.execute(
-                update(workers).where(workers.c.name == name).values(last_heartbeat=time.time(), draining=draining)
+                update(workers)
+                .where(workers.c.name == name)
+                .values(last_heartbeat=time.time(), draining=draining, waiting=waiting)
             )
 
     def record_speed(self, name: str, key: str, tokens_per_s: float) -> None:

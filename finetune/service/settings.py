@@ -32,6 +32,8 @@ class ServiceSettings:
     """A worker takes only jobs that train on at most this many devices; None = this machine's GPUs (any on a CPU)."""
     """Models (a base, or an adapter on it) that chat completions keep in memory; the least recently used goes."""
     """A job whose trainer dies this many times at the same step fails instead of resuming again."""
+    retain_days: float | None = None
+    """Ended jobs' data and unused files older than this many days are deleted (retention.py); None = kept."""
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -41,6 +43,8 @@ class ServiceSettings:
             raise UserError(f"--max-models must be at least 1, got {self.max_models}")
         if self.worker_devices is not None and self.worker_devices < 1:
             raise UserError(f"--devices must be at least 1, got {self.worker_devices}")
+        if self.retain_days is not None and not self.retain_days > 0:
+            raise UserError(f"--retain-days must be a number of days above 0, got {self.retain_days}")
         for flag, price in (("--price-per-million-tokens", self.price_per_million_tokens),
                             ("--gpu-hour-price", self.gpu_hour_price)):  # fmt: skip
             if price is not None and not price >= 0:
@@ -66,6 +70,11 @@ class ServiceSettings:
     @property
     def logs_dir(self) -> Path:
         return self.data_dir / "logs"
+
+    @property
+    def token_cache_dir(self) -> Path:
+        """The jobs' token cache: inside the data folder, so that deleting a file finds its entries (deletion.py)."""
+        return (self.data_dir / "cache" / "tokens").resolve()
 
     def make_dirs(self) -> None:
         for folder in (self.data_dir, self.files_dir, self.uploads_dir, self.runs_dir, self.logs_dir):

@@ -25,6 +25,7 @@ from finetune.service.db import (
     transaction,
 )
 from finetune.service.idempotency_keys import IdempotencyKeys
+from finetune.service.quotas import tenants_at_running_quota
 from finetune.service.registry import WorkerRegistry
 
 TERMINAL = ("succeeded", "failed", "cancelled")
@@ -163,10 +164,12 @@ class Store:
 
     # ------------------------------------------------------------------ files
 
-    def add_file(self, tenant: str, file_id: str, filename: str, purpose: str, size: int) -> dict:
+    def add_file(self, tenant: str, file_id: str, filename: str, purpose: str, size: int, admit=None) -> dict:
+        """`admit(conn, row)`: a check after the insert, in its transaction (quotas.admit_file); raising undoes it."""
         values = dict(id=file_id, tenant=tenant, filename=filename, purpose=purpose, bytes=size, created_at=now())
         with self._write() as conn:
             conn.execute(insert(files).values(**values))
+            admit and admit(conn, values)
         return values
 
     def get_file(self, tenant: str, file_id: str) -> dict | None:
@@ -201,7 +204,7 @@ class Store:
 
     # ------------------------------------------------------------------ jobs (tenant side)
 
-    def create_job(self, tenant: str, values: dict[str, Any]) -> dict:
+    def create_job(self, tenant: str, values: dict[str, Any], admit=None) -> dict:
         job_id = new_id("ftjob")
         row = dict(values, id=job_id, tenant=tenant, status=CREATED, created_at=now(), attempts=0)
         row.setdefault("events_step", 0)
@@ -209,6 +212,7 @@ class Store:
         row.setdefault("devices", int((row.get("run_settings") or {}).get("devices", 1)))
         with self._write() as conn:
             conn.execute(insert(jobs).values(**row))
+            admit and admit(conn, row)  # quotas.admit_job: raising undoes the insert
             self._event(conn, job_id, f"Created fine-tuning job: {job_id}")
             return _one(conn.execute(select(jobs).where(jobs.c.id == job_id)))
 
@@ -327,17 +331,19 @@ class Store:
     def claim(self, worker: str, lease_seconds: float, max_devices: int | None = None) -> Claim | None:
         """Take the oldest job waiting (or one whose worker's lease ran out) that needs at most `max_devices`
         devices (None: any). PostgreSQL: FOR UPDATE SKIP LOCKED, so workers never wait on each other's candidate;
-        SQLite: the whole claim holds the write lock. A job no worker can run stays queued."""
+        SQLite: the whole claim holds the write lock. A job no worker can run (or its tenant at its running quota:
+        quotas.py) stays queued."""
         t = time.time()
         free = or_(jobs.c.claim_token.is_(None), jobs.c.lease_expires_at < t)
         waiting = and_(jobs.c.status.in_(CLAIMABLE), free)
         orphaned = and_(jobs.c.status == "running", jobs.c.lease_expires_at < t)
         fits = jobs.c.devices <= max_devices if max_devices is not None else true()
         with self._write() as conn:
+            busy = jobs.c.tenant.not_in(tenants_at_running_quota(conn, t))  # their jobs wait (quotas.py)
             job = _one(
                 conn.execute(
                     select(jobs)
-                    .where(or_(waiting, orphaned), fits)
+                    .where(or_(waiting, orphaned), fits, busy)
                     .order_by(jobs.c.row)
                     .limit(1)
                     .with_for_update(skip_locked=True)

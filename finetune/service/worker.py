@@ -22,15 +22,23 @@ import signal
 import socket
 import sys
 import threading
+import time
 import traceback
 from pathlib import Path
 
 from finetune.errors import ERROR_FILE_ENV, UserError
 from finetune.service import core, usage
-from finetune.service.events import checkpoint_metrics, diagnosis_event, metrics_event, results_csv
+from finetune.service.events import (
+    checkpoint_metrics,
+    diagnosis_event,
+    metrics_event,
+    results_csv,
+    trainer_error,
+)
 from finetune.service.logs import bind_job, log_job_events
 from finetune.service.objects import fine_tuned_model_name, method_type
 from finetune.service.presence import WorkerPresence
+from finetune.service.retention import RetentionSweeper
 from finetune.service.settings import ServiceSettings
 from finetune.service.store import Claim, LeaseLost, Store, new_id, now
 from finetune.train.launchers import Launcher, LocalLauncher, TrainerRun
@@ -54,6 +62,7 @@ class Worker:
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.poll_seconds = poll_seconds
         self.stopping = threading.Event()
+        self.waiting: dict | None = None  # what its job's trainer waits for now (a Ray cluster's devices): /readyz
         # where the trainer runs: a child process here (`--launcher local`), or ranks on a Ray cluster
         self.launcher = launcher or LocalLauncher()
         self.device_kind = self.launcher.device_kind()
@@ -70,9 +79,11 @@ class Worker:
         # in the workers registry (presence.py) while it runs: /healthz counts it, plans read its device
         presence = WorkerPresence(
             self.store, self.name, self.settings, self.max_devices, self.device_kind, self.stopping,
-            speeds_measured_here(torch_device()),
+            speeds_measured_here(torch_device()), waiting=lambda: self.waiting,
         )  # fmt: skip
         presence.start()
+        if self.settings.retain_days is not None:  # --retain-days: old data deleted hourly (retention.py)
+            RetentionSweeper(self.settings, self.store, self.stopping).start()
         try:
             while not self.stopping.is_set():
                 try:
@@ -158,13 +169,14 @@ class Worker:
         )
         self.store.release(job["id"], token)
 
-    def _count_death(self, job: dict, token: str, run: Path, why: str) -> bool:
-        """A trainer died mid-run. False when it has now died too often at the same step (the job failed)."""
+    def _count_death(self, job: dict, token: str, run: Path, why: str, ended: str = "The trainer died") -> bool:
+        """A trainer died mid-run (or its launcher ended the attempt: `ended`). False when that has now happened too
+        often at the same step (the job failed)."""
         steps = core.checkpoint_steps(run)
         step = steps[-1] if steps else 0
         deaths = job["deaths_at_step"] + 1 if job["death_step"] == step else 1
         if deaths >= self.settings.max_deaths_at_step:
-            message = f"the trainer died {deaths} times at step {step} ({why}); not retrying"
+            message = f"{ended.lower()} {deaths} times at step {step} ({why}); not retrying"
             self._fail(job, token, "training_died", message)
             return False
         counted = self._update(
@@ -174,7 +186,7 @@ class Worker:
             {"death_step": step, "deaths_at_step": deaths},
             [
                 {
-                    "message": f"The trainer died at step {step} ({why}); resuming from its last checkpoint",
+                    "message": f"{ended} at step {step} ({why}); resuming from its last checkpoint",
                     "level": "warn",
                 }
             ],  # fmt: skip
@@ -191,7 +203,7 @@ class Worker:
 
     def _config(self, job: dict, run: Path):
         data, val = self._files(job)
-        settings = dict(job["run_settings"])
+        settings = dict(job["run_settings"], cache_dir=str(self.settings.token_cache_dir))  # deletion.py finds it
         if job["lr_multiplier"] and "lr_multiplier" not in settings:  # a job created before it was a setting
             settings["lr_multiplier"] = job["lr_multiplier"]
         return core.run_config(
@@ -202,6 +214,7 @@ class Worker:
         config = self._config(job, self.settings.runs_dir / job["id"])
         data, val = self._files(job)
         checks = [(data, job["training_file"], "training_file")]
+        notes: list[dict] = []  # sensitive values found in a usable file: events (core.validate_training_file)
         if val:
             checks.append((val, job["validation_file"], "validation_file"))
         for path, file_id, param in checks:
@@ -209,11 +222,12 @@ class Worker:
             if not path.is_file():
                 self._fail(job, token, f"invalid_{param}", f"{shown}: the file was deleted", param)
                 return False
-            error = core.validate_training_file(path, shown, config, param)
+            error = core.validate_training_file(path, shown, config, param, notes)
             if error:
                 self._fail(job, token, error["code"], error["message"], error["param"])
                 return False
-        validated = self._update(job["id"], token, "validated", new_events=[{"message": "Validated training file(s)"}])
+        events = [{"message": "Validated training file(s)"}, *notes]
+        validated = self._update(job["id"], token, "validated", new_events=events)
         if not validated:  # cancelled or paused meanwhile
             self.store.release(job["id"], token)
             return False
@@ -272,23 +286,41 @@ class Worker:
         error_path = log_path.with_suffix(".error.json")
         # its files, errors and messages in the API caller's terms (wording.py)
         env = {ERROR_FILE_ENV: str(error_path), AUDIENCE_ENV: f"api:{method_type(job)}"}
+        started = time.monotonic()  # after the job's start was written: a status read before is not a cancel
         trainer = self.launcher.start(TrainerRun(plan_path, run, resume, log=log_path, env=env))
         stop_sent = False
         try:
             while (code := trainer.wait(timeout=self.settings.heartbeat_seconds)) is None:
                 if keeper.lost:
                     raise LeaseLost(job["id"])
-                if (keeper.status not in (None, "running") or self.stopping.is_set()) and not stop_sent:
+                status = keeper.status_since(started)
+                if (status not in (None, "running") or self.stopping.is_set()) and not stop_sent:
                     trainer.stop()  # every process saves a checkpoint at the step boundary
                     stop_sent = True
+                self._tell_waiting(job, token, getattr(trainer, "waiting", None))
                 self._sync(job, token, run)
         except BaseException:  # the lease lost, or this worker failing: no trainer may write on
             trainer.kill()
             raise
+        finally:
+            self.waiting = None
         self._sync(job, token, run)
-        self._finish(job, token, run, code, stop_sent, log_path)
+        self._finish(job, token, run, code, stop_sent, log_path, getattr(trainer, "failure", None))
 
-    def _finish(self, job: dict, token: str, run: Path, code: int, stop_sent: bool, log_path: Path) -> None:
+    def _tell_waiting(self, job: dict, token: str, waiting: str | None) -> None:
+        """The trainer waits for resources (a Ray cluster's devices): an event when that starts, and /readyz says so
+        while it lasts (through this worker's heartbeat)."""
+        if not waiting:
+            self.waiting = None
+            return
+        if self.waiting is None:  # "progress": after a cancel or a pause, their event stays the last word
+            self._update(job["id"], token, "progress", new_events=[{"message": waiting, "level": "warn"}])
+            self.waiting = {"job": job["id"], "since": now()}
+        self.waiting = {**self.waiting, "message": waiting}  # one assignment: the heartbeat thread reads it
+
+    def _finish(
+        self, job: dict, token: str, run: Path, code: int, stop_sent: bool, log_path: Path, failure: str | None
+    ) -> None:
         if self._clock is not None:  # usage: this attempt's device time, however it ended
             spent, self._clock = self._clock.values(), None
             job.update(spent)
@@ -309,12 +341,13 @@ class Worker:
         if code == 1:  # the library's own error for something in the data or settings
             data, _ = self._files(job)
             shown = self._shown_name(job["tenant"], job["training_file"])
-            message = core.scrub(_trainer_error(log_path, method_type(job)), data, shown)
+            message = core.scrub(trainer_error(log_path, method_type(job)), data, shown)
             self._fail(job, token, "training_failed", message)
             return
         job.update(self.store.get_job_any(job["id"]) or {})
         why = f"exit code {code}" if code >= 0 else f"killed by {signal.Signals(-code).name}"
-        if self._count_death(job, token, run, why):
+        ended = "The attempt ended" if failure else "The trainer died"  # its launcher's reason: never placed
+        if self._count_death(job, token, run, failure or why, ended):
             self._update(job["id"], token, "requeue")
             self.store.release(job["id"], token)
 
@@ -378,14 +411,21 @@ class LeaseKeeper(threading.Thread):
     def __init__(self, store: Store, job_id: str, token: str, settings: ServiceSettings) -> None:
         super().__init__(name=f"lease-{job_id}", daemon=True)
         self.store, self.job_id, self.token, self.settings = store, job_id, token, settings
-        self.status: str | None = None
+        self.seen: tuple[float, str | None] = (0.0, None)  # (when the last beat began, the status it read)
         self.lost = False
         self._done = threading.Event()
+
+    def status_since(self, t: float) -> str | None:
+        """The job's status as read by a beat that began after `t` (time.monotonic; None: none has yet): a beat
+        that read `queued` just before the worker wrote the job's start must not read as a cancel or a pause."""
+        began, status = self.seen
+        return status if began > t else None
 
     def run(self) -> None:
         while not self._done.wait(self.settings.heartbeat_seconds):
             try:
-                self.status = self.store.heartbeat(self.job_id, self.token, self.settings.lease_seconds)
+                began = time.monotonic()
+                self.seen = (began, self.store.heartbeat(self.job_id, self.token, self.settings.lease_seconds))
             except LeaseLost:
                 self.lost = True
                 return
@@ -395,22 +435,6 @@ class LeaseKeeper(threading.Thread):
     def stop(self) -> None:
         self._done.set()
         self.join()
-
-
-def _trainer_error(log_path: Path, kind: str) -> str:
-    """The trainer's own message for the error it stopped on, in an API caller's terms (its error file, which
-    keeps the message's setting markers; else the last `error:` line of its log)."""
-    try:
-        written = json.loads(log_path.with_suffix(".error.json").read_text(encoding="utf-8"))
-        return render(written["template"], "api", kind)
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    try:
-        lines = log_path.read_text(errors="replace").splitlines()
-    except OSError:
-        return "the trainer failed"
-    errors = [line[len("error: ") :] for line in lines if line.startswith("error: ")]
-    return errors[-1] if errors else (lines[-1] if lines else "the trainer failed")
 
 
 def _jsonable(report: dict) -> dict:

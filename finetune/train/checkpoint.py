@@ -24,7 +24,6 @@ gathered first, so its checkpoint holds the full weights (save_pretrained) and t
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import random
@@ -35,6 +34,9 @@ from pathlib import Path
 import torch
 
 from finetune.errors import UserError
+from finetune.manifest import MANIFEST, ManifestError, files_problem, read_manifest
+from finetune.manifest import fsync_path as _fsync_path
+from finetune.manifest import write_manifest as _write_manifest
 from finetune.train.distributed import DistContext, gather_full_state, gather_objects, is_sharded, scatter_full_state
 from finetune.train.state_files import (
     StateFileError,
@@ -46,7 +48,6 @@ from finetune.train.state_files import (
 from finetune.wording import ref
 
 STEP_PREFIX = "step-"
-MANIFEST = "manifest.json"
 STATE_DIR = (
     "training_state"  # a folder of its own: nothing that globs a checkpoint's *.safetensors takes it for weights
 )
@@ -137,34 +138,6 @@ def _set_rng_state(rng: dict) -> None:
         torch.cuda.set_rng_state_all(rng["cuda"])
 
 
-def _fsync_path(path: Path) -> None:
-    """Flush a file or a folder entry to the disk (a folder's fsync makes the names in it durable)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _sha256(path: Path) -> str:
-    with path.open("rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-def _write_manifest(folder: Path) -> None:
-    """Fsync every file, then write the manifest of their sizes and checksums, then fsync it and the folder."""
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST)
-    entries = {}
-    for path in files:
-        _fsync_path(path)
-        entries[path.relative_to(folder).as_posix()] = {"bytes": path.stat().st_size, "sha256": _sha256(path)}
-    manifest = folder / MANIFEST
-    manifest.write_text(json.dumps({"format": 1, "files": entries}, indent=1))
-    _fsync_path(manifest)
-    for sub in sorted({p.parent for p in files} | {folder}, key=lambda p: len(p.parts), reverse=True):
-        _fsync_path(sub)
-
-
 def _is_disk_full(exc: BaseException, folder: Path) -> bool:
     """safetensors names a full disk in its own error; torch.save only says "unexpected pos": then ask the disk."""
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -249,31 +222,22 @@ def save_checkpoint(
 
 def verify_checkpoint(folder: Path) -> str | None:
     """None when every file matches the manifest; otherwise what is wrong, in a few words."""
-    manifest = folder / MANIFEST
     if not folder.is_dir() or not any(folder.iterdir()):
         return "the folder is empty"
-    if not manifest.is_file():
+    if not (folder / MANIFEST).is_file():
         return f"it has no {MANIFEST} (its save never finished)"
     try:
-        files = json.loads(manifest.read_text(encoding="utf-8"))["files"]
-        expected = {str(name): (int(meta["bytes"]), str(meta["sha256"])) for name, meta in files.items()}
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError):
-        return f"its {MANIFEST} is damaged"
+        expected = read_manifest(folder)
+    except ManifestError as exc:
+        return str(exc)
     legacy = not any(name.startswith(f"{STATE_DIR}/") for name in expected)
     for name in ("state.json", *(LEGACY_STATE if legacy else _state_file_paths())):
         if name not in expected:
             return f"its {MANIFEST} does not list {name}"
     if not any(name.endswith(".safetensors") and not name.startswith(f"{STATE_DIR}/") for name in expected):
         return f"its {MANIFEST} lists no weights"
-    for name, (size, digest) in expected.items():
-        path = folder / name
-        if not path.is_file():
-            return f"{name} is missing"
-        actual = path.stat().st_size
-        if actual != size:
-            return f"{name} has {actual} bytes instead of {size} (truncated or overwritten)"
-        if _sha256(path) != digest:
-            return f"{name} does not match its checksum (damaged on disk)"
+    if problem := files_problem(folder, expected):
+        return problem
     # a file can match a manifest written along with it and still not be state: it must read back
     return _legacy_state_problem(folder) if legacy else _state_problem(folder)
 

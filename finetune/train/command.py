@@ -29,7 +29,7 @@ PLAN_FILE = "launch-plan.json"
 
 def train_on_launcher(args: argparse.Namespace, config: RunConfig, plan_file: str | None) -> int:
     """Run `finetune train` on the launcher `--launcher` names; the exit code of the whole run."""
-    launcher = launcher_for(args.launcher, args.ray_address)
+    launcher = launcher_for(args.launcher, args.ray_address, args.placement_timeout)
     out = Path(config.out).resolve()
     path = Path(plan_file) if plan_file else plan_once(config, out, launcher)
     run = TrainerRun(path, out, config.resume, log=None, json=args.json, allow_changes=config.allow_changes)

@@ -6,6 +6,8 @@ The service's worker and `finetune train --launcher ray` go through one seam:
     trainer.wait(timeout)   # the exit code once it has ended, None while it runs
     trainer.stop()          # SIGTERM to every process: each checkpoints at the step boundary and exits 143
     trainer.kill()          # now, without a checkpoint; returns once every process is gone
+    trainer.waiting         # what the run waits for now, in a sentence (a Ray cluster's free devices), or None
+    trainer.failure         # why the launcher itself ended the run (the ranks were never placed), or None
 
 Every launcher runs the same program, `python -m finetune train --plan PLAN --out OUT [--resume]`: its checkpoints,
 its SIGTERM handling and its bit-identical resume do not depend on where it runs. Exit codes read like
@@ -63,6 +65,9 @@ class TrainerRun:
 
 
 class Trainer(Protocol):
+    waiting: str | None
+    failure: str | None
+
     def wait(self, timeout: float | None = None) -> int | None: ...
     def stop(self) -> None: ...
     def kill(self) -> None: ...
@@ -82,24 +87,28 @@ class Launcher(Protocol):
     def start(self, run: TrainerRun) -> Trainer: ...
 
 
-def launcher_for(name: str, ray_address: str | None = None) -> Launcher:
-    """The launcher `--launcher NAME [--ray-address ADDR]` asks for."""
+def launcher_for(name: str, ray_address: str | None = None, placement_timeout: float | None = None) -> Launcher:
+    """The launcher `--launcher NAME [--ray-address ADDR] [--placement-timeout SECONDS]` asks for."""
     if name == "local":
-        if ray_address:
-            raise UserError("--ray-address goes with --launcher ray; drop it, or add --launcher ray")
+        for flag, given in (("--ray-address", ray_address), ("--placement-timeout", placement_timeout)):
+            if given:
+                raise UserError(f"{flag} goes with --launcher ray; drop it, or add --launcher ray")
         return LocalLauncher()
     if name == "ray":
         from finetune.train.ray_launch import RayLauncher
 
-        return RayLauncher(ray_address)
+        return RayLauncher(ray_address, placement_timeout)
     raise UserError(f"--launcher must be one of {', '.join(LAUNCHERS)}, got {name!r}")
 
 
-def die_with_parent(sig: int = signal.SIGKILL) -> None:
+def die_with_parent(sig: int = signal.SIGKILL, parent: int | None = None) -> None:
     """In a child (preexec_fn): receive `sig` when the parent dies (Linux), so a killed worker never leaves a
-    trainer writing on, and a stopped `serve` never leaves its workers running."""
+    trainer writing on, and a killed `serve` never leaves its workers running. `parent`: the parent's pid, taken
+    before the fork; a parent that died before the request was made (it then has another pid) sends `sig` now."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(sig))  # PR_SET_PDEATHSIG
+    if parent is not None and os.getppid() != parent:
+        os.kill(os.getpid(), sig)
 
 
 # ----------------------------------------------------------------------------- local: a child process
@@ -143,6 +152,8 @@ class LocalLauncher:
 
 
 class LocalTrainer:
+    waiting = failure = None  # a child process starts at once, and ends by itself
+
     def __init__(self, child: subprocess.Popen) -> None:
         self.child = child
 

@@ -10,7 +10,9 @@ The trainer, its checkpoints, its SIGTERM handling and its bit-identical resume 
 the processes. A stop is SIGTERM to every rank (each checkpoints after the same step); a rank that dies, or whose
 node is lost, ends the run as a killed process (-SIGKILL), which the worker resumes from the last checkpoint. Before
 a run starts, whatever is left of an earlier run into the same OUT (actors, placement group) is killed and waited
-for: a run never has two sets of ranks. docs/distributed.md, "On a Ray cluster", says why not Ray Train.
+for: a run never has two sets of ranks. While the placement group waits for the cluster's resources, `waiting` says
+so; the placement timeout ends a wait (RAY_FAILED, with `failure`), and every wait looks at a stop or a kill each
+WAIT_SLICE_S. docs/distributed.md, "On a Ray cluster", says why not Ray Train.
 """
 
 from __future__ import annotations
@@ -35,8 +37,10 @@ from finetune.train.launchers import RAY_ADDRESS_ENV, TrainerRun
 NAMESPACE = "finetune"
 FORWARDED_ENV = ("FINETUNE_COLLECTIVE_TIMEOUT",)  # the driver's settings of a run; the rest is each node's own
 POLL_S = 0.25
-CALL_TIMEOUT_S = 30  # one call to a rank's actor; a slower answer is asked for again
-START_TIMEOUT_S = 600  # actors scheduled and their trainers started (a busy node can take long to start a worker)
+WAIT_SLICE_S = 1.0  # the longest any wait on the cluster goes without looking at a stop or a kill
+PLACEMENT_TIMEOUT_S = 300  # `--placement-timeout`: the ranks placed (then, again, started), or the attempt ends
+START_MIN_S = 60  # placed ranks get at least this long to start (a busy node is slow to start a Ray worker process)
+TELL_AFTER_S = 10  # a placement that waits this long says so, even when the cluster seems to have room
 FAILURE_GRACE_S = 15  # after one rank fails, time the others get to fail on their own (and say why)
 GONE_TIMEOUT_S = 60  # killed actors gone from the cluster
 RAY_FAILED = 75  # the run could not go on for a reason of the cluster's (EX_TEMPFAIL: try again)
@@ -46,6 +50,14 @@ REACH_TIMEOUT_S = 10
 
 class Killed(Exception):
     """The caller killed the run (Trainer.kill) while it was starting."""
+
+
+class Stopped(Exception):
+    """The caller stopped the run (Trainer.stop) before its ranks had started: nothing to checkpoint."""
+
+
+class NotPlaced(Exception):
+    """The ranks were not placed and started within the placement timeout."""
 
 
 @dataclass
@@ -100,7 +112,9 @@ class RayLauncher:
 
     name = "ray"
 
-    def __init__(self, address: str | None) -> None:
+    def __init__(self, address: str | None, placement_timeout: float | None = None) -> None:
+        self.placement_timeout = placement_timeout or PLACEMENT_TIMEOUT_S
+        self._most = 0  # the most devices the cluster has had since this launcher joined it
         try:
             import ray  # noqa: F401
         except ImportError:
@@ -135,9 +149,12 @@ class RayLauncher:
         return ray.cluster_resources()
 
     def devices(self) -> int:
-        """The GPUs of the cluster, or on a cluster without GPUs its CPUs (one per rank), as it is now."""
+        """The GPUs of the cluster, or on a cluster without GPUs its CPUs (one per rank): the most it has had since
+        this launcher joined it, so that a job whose node was lost is taken again (its placement waits for the node,
+        saying so, for at most the placement timeout) rather than left queued with nothing said."""
         resources = self._resources()
-        return int(resources.get("GPU", 0)) or int(resources.get("CPU", 0))
+        self._most = max(self._most, int(resources.get("GPU", 0)) or int(resources.get("CPU", 0)))
+        return self._most
 
     def device_kind(self) -> str | None:
         """ "cpu" on a cluster without GPUs; else the GPUs' kind as Ray names it (accelerator_type:A100), sized as
@@ -156,7 +173,8 @@ class RayLauncher:
         """Starts at once: placing the ranks happens on the trainer's thread, where a failure of the cluster's ends the
         run as one to try again (RAY_FAILED), never the caller."""
         self._connect()
-        return RayTrainer(dataclasses.replace(run, plan=run.plan.resolve(), out=run.out.resolve()))
+        run = dataclasses.replace(run, plan=run.plan.resolve(), out=run.out.resolve())
+        return RayTrainer(run, self.placement_timeout)
 
 
 def _check_reachable(address: str) -> None:
@@ -177,8 +195,13 @@ def _check_reachable(address: str) -> None:
 class RayTrainer:
     """One run's ranks on the cluster, started and watched by a thread of this process (see the module doc)."""
 
-    def __init__(self, run: TrainerRun) -> None:
+    def __init__(self, run: TrainerRun, placement_timeout: float = PLACEMENT_TIMEOUT_S) -> None:
         self.run = run
+        self.placement_timeout = placement_timeout
+        self.waiting: str | None = None
+        """What the run waits for now, in a sentence (the cluster's resources); None once its ranks are placed."""
+        self.failure: str | None = None
+        """Why this launcher ended the run, when it did (the ranks were never placed); None: the ranks' own end."""
         self.gpus = False
         self.key = run_key(run.out)
         self.actors: list = []
@@ -200,7 +223,7 @@ class RayTrainer:
 
     def kill(self) -> None:
         self._kill.set()
-        self._done.wait(START_TIMEOUT_S)
+        self._done.wait(GONE_TIMEOUT_S + 30)  # every wait of the run's thread looks at the kill each WAIT_SLICE_S
 
     # ------------------------------------------------------------------ output
 
@@ -222,6 +245,12 @@ class RayTrainer:
             code = self._run()
         except Killed:
             code = -signal.SIGKILL
+        except Stopped:
+            self._say("error: stopped before the run started on the Ray cluster")
+            code = 128 + signal.SIGTERM
+        except NotPlaced as exc:
+            self.failure = str(exc)
+            self._say(f"error: {exc}")
         except Exception as exc:  # the cluster went away, or refused something: the run can be tried again
             self._say(f"error: the run on the Ray cluster failed: {type(exc).__name__}: {str(exc).strip()[:300]}")
         finally:
@@ -242,9 +271,8 @@ class RayTrainer:
         devices = self.run.devices()
         self.gpus = bool(ray.cluster_resources().get("GPU"))
         self._clear_leftovers()
-        if not self._reserve(devices):
-            self._say("error: stopped before the run started on the Ray cluster")
-            return 128 + signal.SIGTERM
+        self._reserve(devices, time.monotonic() + self.placement_timeout)
+        deadline = time.monotonic() + max(self.placement_timeout, START_MIN_S)
         per_rank = {"num_cpus": 1, "num_gpus": 1 if self.gpus else 0}
         actor = ray.remote(RankProcess)
         strategy = ray.util.scheduling_strategies.PlacementGroupSchedulingStrategy
@@ -257,8 +285,8 @@ class RayTrainer:
             ).remote()
             for rank in range(devices)
         ]
-        where = self._get([a.where.remote() for a in self.actors])
-        port = self._get(self.actors[0].free_port.remote())
+        where = self._get([a.where.remote() for a in self.actors], deadline)
+        port = self._get(self.actors[0].free_port.remote(), deadline)
         placed = ", ".join(f"rank {r} on node {w['node'][:8]} ({w['ip']})" for r, w in enumerate(where))
         self._say(f"Ray: {devices} rank(s) placed: {placed}")
         shared = {name: os.environ[name] for name in FORWARDED_ENV if name in os.environ}
@@ -268,7 +296,8 @@ class RayTrainer:
             [
                 a.start.remote(self.run.args(), {**shared, **self.run.env, **ranks, "RANK": str(r)}, os.getcwd())
                 for r, a in enumerate(self.actors)
-            ]
+            ],
+            deadline,
         )
         return self._watch(devices)
 
@@ -286,36 +315,49 @@ class RayTrainer:
             self._say(f"Ray: killed {len(leftovers)} rank(s) left from an earlier run of {self.run.out.name}")
         self._wait_gone(leftovers)
 
-    def _reserve(self, devices: int) -> bool:
-        """A placement group for the ranks; False when stopped (or killed) while the cluster had no room."""
+    def _reserve(self, devices: int, deadline: float) -> None:
+        """A placement group for the ranks. While the cluster has no room, `waiting` says for what (and the log, once
+        for each count of free devices); a stop, a kill or the deadline ends the wait."""
         import ray
 
+        what = "GPU" if self.gpus else "CPU"
         bundle = {"CPU": 1, "GPU": 1} if self.gpus else {"CPU": 1}
         self.group = ray.util.placement_group([bundle] * devices, strategy="PACK", name=self.key)
-        ready, waited = self.group.ready(), time.monotonic()
-        told = False
-        while not ray.wait([ready], timeout=1)[0]:
-            if self._kill.is_set():
-                raise Killed
-            if self._stop.is_set():
-                return False
-            if not told and time.monotonic() - waited > 10:
-                what = "GPU" if self.gpus else "CPU"
-                self._say(f"Ray: waiting for the cluster to have {devices} {what}(s) free for this run")
-                told = True
-        return True
+        ready, began = self.group.ready(), time.monotonic()
+        free = None
+        while not ray.wait([ready], timeout=WAIT_SLICE_S)[0]:
+            now_free = int(ray.available_resources().get(what, 0))
+            self._check(
+                deadline,
+                f"the Ray cluster did not have {devices} {what}s free for the run's ranks within the placement "
+                f"timeout ({self.placement_timeout:g} s; {now_free} available)",
+            )
+            if now_free != free and (now_free < devices or time.monotonic() - began > TELL_AFTER_S):
+                free = now_free
+                self.waiting = (
+                    f"Waiting for {devices} {what}s on the Ray cluster: {free} available (the attempt ends if they "
+                    f"are not free within the placement timeout, {self.placement_timeout:g} s)"
+                )
+                self._say(f"Ray: {self.waiting}")
+        self.waiting = None
 
-    def _get(self, refs):
-        """ray.get, in slices, so that a kill is never kept waiting on a rank that is slow to start."""
+    def _check(self, deadline: float, failure: str) -> None:
+        """Between two slices of a wait: a kill, a stop, or the deadline (then `failure` says why) ends it."""
+        if self._kill.is_set():
+            raise Killed
+        if self._stop.is_set():
+            raise Stopped
+        if time.monotonic() > deadline:
+            raise NotPlaced(failure)
+
+    def _get(self, refs, deadline: float):
+        """ray.get, in slices, so that a kill or a stop is never kept waiting on a rank that is slow to start."""
         import ray
 
-        deadline = time.monotonic() + START_TIMEOUT_S
         pending = refs if isinstance(refs, list) else [refs]
-        while ray.wait(pending, num_returns=len(pending), timeout=1)[1]:
-            if self._kill.is_set():
-                raise Killed
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the ranks did not start within {START_TIMEOUT_S} s")
+        while ray.wait(pending, num_returns=len(pending), timeout=WAIT_SLICE_S)[1]:
+            seconds = max(self.placement_timeout, START_MIN_S)
+            self._check(deadline, f"the ranks were placed on the Ray cluster but did not start within {seconds:g} s")
         return ray.get(refs)
 
     def _watch(self, devices: int) -> int:
@@ -340,7 +382,7 @@ class RayTrainer:
             for rank, actor in enumerate(self.actors):
                 if rank not in ends and rank not in asked:
                     asked[rank] = actor.poll.remote()
-            ready, _ = ray.wait(list(asked.values()), num_returns=len(asked), timeout=CALL_TIMEOUT_S)
+            ready, _ = ray.wait(list(asked.values()), num_returns=len(asked), timeout=WAIT_SLICE_S)
             for rank, ref in list(asked.items()):
                 if ref not in ready:
                     continue  # slow to answer: waited for next round

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from finetune import caches
 from finetune.fingerprint import model_identity
 
 TIMED_STEPS = 2
@@ -35,11 +36,7 @@ LORA_RANK = 16  # the adapter's rank barely changes a step's time: one measureme
 
 
 def cache_file() -> Path:
-    base = (
-        os.environ.get("FINETUNE_CACHE")
-        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "finetune"
-    )
-    return Path(base) / "speed.json"
+    return caches.root() / "speed.json"
 
 
 def _cpu_name() -> str:

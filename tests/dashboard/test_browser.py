@@ -323,6 +323,11 @@ def test_the_usage_page_shows_the_apis_numbers_per_day_and_model(alice, service,
             shown = totals.locator(f"[data-testid=total-{part}-{key}]").get_attribute("data-value")
             assert float(shown) == numbers[key], (part, key)  # the API's own number, not a sum of its own
     assert totals.locator("[data-testid=total-actual-billed_tokens]").inner_text() == f"{total['billed_tokens']:,}"
+    quotas = page.get_by_role("table", name="Quotas")  # beside the usage: what alice uses now, and no quota set
+    for key, q in answer["quotas"].items():
+        used = q["used"] + q.get("pending", 0)
+        assert quotas.locator(f"[data-testid=quota-{key}-used]").get_attribute("data-value") == str(used), key
+        assert quotas.locator(f"[data-testid=quota-{key}-limit]").inner_text() == "no quota", key
     per_day = page.get_by_role("table", name="Usage per day")
     assert [r.get_attribute("data-key") for r in per_day.locator("tbody tr").all()] == [
         g["key"] for g in answer["data"]
@@ -333,6 +338,20 @@ def test_the_usage_page_shows_the_apis_numbers_per_day_and_model(alice, service,
     assert by_model["data"][0]["billed_tokens"] == total["billed_tokens"]
     assert per_model.locator("tfoot th").text_content() == "Total"
     _shoot(page, screenshots, "usage")
+
+
+def test_the_audit_page_lists_the_tenants_own_records_newest_first(alice, service):
+    page = alice
+    page.get_by_role("navigation").get_by_role("link", name="Audit").click()
+    page.get_by_role("heading", name="Audit trail").wait_for()
+    rows = page.get_by_role("table", name="Audit records").locator("tbody tr")
+    rows.first.wait_for()
+    answer = _api(service, "/v1/audit?limit=50")  # the page's first page: the API's own records
+    assert [r.get_attribute("data-seq") for r in rows.all()] == [str(r["seq"]) for r in answer["data"]]
+    actions = {r.get_attribute("data-action") for r in rows.all()}
+    assert {"session.sign_in", "file.upload", "job.create"} <= actions
+    assert {r["tenant"] for r in answer["data"]} == {"alice"}
+    assert service.keys["alice"].split("-", 2)[2] not in page.content()  # a key is shown by its id only
 
 
 def test_a_preference_job_plans_with_dpo_and_its_beta(alice, service, tmp_path):

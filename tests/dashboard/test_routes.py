@@ -215,3 +215,46 @@ def test_the_run_page_gets_the_retention_check_when_it_ran(app, retention_report
     assert not {"rows", "choices", "base_model", "tuned"} & set(retention)  # no answers, no server paths
     (run / "retention.json").write_text(json.dumps(retention_report(dropped=False)))  # a later check replaces it
     assert alice.get(f"/v1/dashboard/jobs/{job_id}/run").json()["retention"]["flag"] is False
+
+
+def test_preview_marks_sensitive_values_masked(app, tmp_path):
+    """Each record lists its line's sensitive values (kind, role, place) and its text shows placeholders: the page
+    holds no value (docs/sensitive-data.md)."""
+    alice = _client(app, "alice")
+    path = tmp_path / "support.jsonl"
+    rows = [("My card is 4111 1111 1111 1111.", "Noted; I wrote to jane.doe@example.com."), ("Hello?", "Hi there.")]
+    path.write_text("".join(json.dumps({"messages": [{"role": "user", "content": u}, {"role": "assistant",
+                                        "content": a}]}) + "\n" for u, a in rows))  # fmt: skip
+    file_id = _upload(alice, path)
+    page = alice.get(f"/v1/dashboard/files/{file_id}/preview", params={"model": "toy"}).json()
+    text = json.dumps(page)
+    assert "4111 1111 1111 1111" not in text and "jane.doe@example.com" not in text
+    first, second = page["records"]
+    assert [(f["kind"], f["role"], f["message"]) for f in first["sensitive"]] == [
+        ("card", "user", 0),
+        ("email", "assistant", 1),
+    ]
+    assert second["sensitive"] == []
+    shown = "".join(s["text"] for s in first["spans"])
+    assert "<CARD>" in shown and "<EMAIL>" in "".join(s["text"] for s in first["spans"] if s["weight"] > 0)
+    assert page["sensitive_data"]["by_kind"] == {"card": 1, "email": 1}
+    assert [w["code"] for w in page["warnings"]] == ["sensitive_data"] and page["ok"]
+
+
+def test_preview_of_preference_pairs_marks_sensitive_values_masked(app, tmp_path):
+    alice = _client(app, "alice")
+    path = tmp_path / "prefs.jsonl"
+    lines = [
+        {
+            "input": {"messages": [{"role": "user", "content": f"Question {i}?"}]},
+            "preferred_output": [{"role": "assistant", "content": "Mail jane.doe@example.com." if i == 0 else "Yes."}],
+            "non_preferred_output": [{"role": "assistant", "content": "No."}],
+        }
+        for i in range(3)
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    page = alice.get(f"/v1/dashboard/files/{_upload(alice, path)}/preview").json()
+    assert page["kind"] == "preference" and "jane.doe@example.com" not in json.dumps(page)
+    assert [(f["kind"], f["role"]) for f in page["records"][0]["sensitive"]] == [("email", "assistant")]
+    assert "<EMAIL>" in "".join(s["text"] for s in page["records"][0]["spans"])
+    assert page["sensitive_data"]["by_kind"] == {"email": 1} and page["warnings"][0]["code"] == "sensitive_data"

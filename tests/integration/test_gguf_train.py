@@ -11,6 +11,7 @@ import pytest
 import torch
 from gguf_fixtures import plain_base, write_gguf
 
+from finetune import run as run_module
 from finetune.cli import main
 from finetune.gguf_model import cache_folder, file_sha256
 
@@ -31,9 +32,13 @@ def test_a_qwen2_gguf_without_a_template_trains_exports_and_names_its_source(qwe
     from finetune.run_folder import load_for_generation, locate_weights
 
     monkeypatch.setenv("FINETUNE_CACHE", str(tmp_path / "cache"))
+    titles = []
+    plot = run_module.plot_loss_curve
+    monkeypatch.setattr(run_module, "plot_loss_curve", lambda *a, **k: titles.append(k.get("title")) or plot(*a, **k))
     out = tmp_path / "run"
     argv = ["train", str(REPO_EXAMPLES / "train.jsonl"), "--model", str(qwen_gguf), "--out", str(out)]
     assert main([*argv, "--max-steps", "2", "--max-seq-len", "256"]) == 0
+    assert titles == ["qwen2-base.gguf"]  # the loss curve names the model, not its cache folder
 
     sha = file_sha256(qwen_gguf)
     plan = json.loads((out / "plan.json").read_text())

@@ -2,7 +2,8 @@
 writes a one-step run folder in milliseconds, so tests can push many jobs through claim, lease, run and
 complete. FAKE_TRAINER_LOG: a file to append the run folder's name to (one line per run);
 FAKE_TRAINER_MODE=die: SIGKILL itself at once (a trainer that dies); FAKE_TRAINER_MODE=wait: sleep until stopped
-(at most a minute: a trainer a test cancels or pauses)."""
+(at most a minute: a trainer a test cancels or pauses); FAKE_TRAINER_MODE=stubborn: ignore SIGTERM and sleep a
+minute (a trainer in a long step)."""
 
 import json
 import os
@@ -15,6 +16,9 @@ args = sys.argv[1:]
 out = Path(args[args.index("--out") + 1])
 if os.environ.get("FAKE_TRAINER_MODE") == "die":
     os.kill(os.getpid(), signal.SIGKILL)
+if os.environ.get("FAKE_TRAINER_MODE") == "stubborn":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    time.sleep(60)
 if os.environ.get("FAKE_TRAINER_MODE") == "wait":
     time.sleep(60)  # SIGTERM (a cancel or a pause) ends it
 if os.environ.get("FAKE_TRAINER_LOG"):

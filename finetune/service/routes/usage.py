@@ -1,5 +1,5 @@
 """GET /v1/usage (ours): the calling tenant's trained tokens, device time and cost, per job, model or UTC day
-and in total, estimate beside actual (service/usage.py)."""
+and in total, estimate beside actual (service/usage.py), and its quotas beside what it uses now (quotas.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Request
 from finetune.service.auth import current_tenant
 from finetune.service.deps import store_of
 from finetune.service.errors import APIError
+from finetune.service.quotas import report as quota_report
 from finetune.service.usage import GROUPS, parse_time, tenant_usage
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(current_tenant)])
@@ -32,4 +33,5 @@ def usage(
             bounds[name] = parse_time(given, name)
         except ValueError as exc:
             raise APIError(400, f"{exc}.", "invalid_value", name) from None
-    return tenant_usage(store_of(request), tenant, bounds["start"], bounds["end"], group_by)
+    answer = tenant_usage(store_of(request), tenant, bounds["start"], bounds["end"], group_by)
+    return answer | {"quotas": quota_report(store_of(request).engine, tenant)}  # each quota beside its use, now

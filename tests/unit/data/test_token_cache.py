@@ -148,10 +148,13 @@ def test_an_unwritable_cache_location_only_costs_the_cache(run, tmp_path):
 
 
 def test_default_location_follows_the_environment(monkeypatch, tmp_path):
-    monkeypatch.setenv(cache.ENV_DIR, str(tmp_path / "env"))
+    monkeypatch.setenv("FINETUNE_CACHE", str(tmp_path / "root"))
+    assert cache.cache_root(RunConfig()) == tmp_path / "root" / "tokens"  # the one cache root's tokens/ folder
+    monkeypatch.setenv(cache.ENV_DIR, str(tmp_path / "env"))  # deprecated, still honoured for one release
     assert cache.cache_root(RunConfig()) == tmp_path / "env"
     assert cache.cache_root(RunConfig(cache_dir=str(tmp_path / "flag"))) == tmp_path / "flag"
     monkeypatch.delenv(cache.ENV_DIR)
+    monkeypatch.delenv("FINETUNE_CACHE")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert cache.cache_root(RunConfig()) == tmp_path / "xdg" / "finetune" / "tokens"
 

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from finetune.config import RunConfig
+from finetune.data.sensitive import Found, summarize
 from finetune.data.types import DataSummary
 from finetune.plan.advice import WARNING_CODES
 from finetune.plan.auto import auto_lr
@@ -25,6 +26,9 @@ DATA = DataSummary(
     tokens_in_file=400_000,
     max_record_tokens=900,
 )
+
+FOUND = summarize([Found(3, 1, "assistant", "email", "content", 10, 30)], "t.jsonl")  # data/sensitive.py's summary
+NONE = summarize([], "t.jsonl")
 
 
 def codes(examples=None, tokens=400_000, data=None, model=QWEN_05B, **settings) -> list[str]:
@@ -64,6 +68,7 @@ CASES = [
     ("tokens_unknown", dict(examples=800, tokens=None), dict(examples=800)),
     ("tokens_estimated", dict(data=replace(DATA, counted_with_tokenizer=False)), dict(data=DATA)),
     ("unknown_device", dict(examples=800, gpu="tpu-v9"), dict(examples=800, gpu="h100")),
+    ("sensitive_data", dict(data=replace(DATA, sensitive_found=FOUND)), dict(data=replace(DATA, sensitive_found=NONE))),
 ]  # fmt: skip
 
 

@@ -9,6 +9,7 @@ import * as preview from "./pages/preview.js";
 import * as run from "./pages/run.js";
 import * as compare from "./pages/compare.js";
 import * as usage from "./pages/usage.js";
+import * as audit from "./pages/audit.js";
 
 const routes = [
   [/^#\/login$/, login, "Sign in"],
@@ -19,6 +20,7 @@ const routes = [
   [/^#\/jobs\/([\w-]+)$/, run, "Run"],
   [/^#\/compare\/([\w,-]+)$/, compare, "Compare runs"],
   [/^#\/usage$/, usage, "Usage"],
+  [/^#\/audit$/, audit, "Audit trail"],
 ];
 
 let controller = null;

@@ -54,7 +54,12 @@ export async function render(main) {
             h("a", { href: `#/new?file=${f.id}` }, "New job"), " · ",
             h("button", { type: "button", class: "link", "aria-label": `Delete ${f.filename}`, onclick: async () => {
               if (!confirm(`Delete ${f.filename}?`)) return;
-              await api(`/v1/files/${f.id}`, { method: "DELETE" });
+              try {
+                await api(`/v1/files/${f.id}`, { method: "DELETE" });
+              } catch (e) {  // a job still needs it: the answer names the jobs
+                alert(`${f.filename} was not deleted: ${e.message}`);
+                return;
+              }
               await refresh();
             } }, "Delete"))),
       ),

@@ -55,6 +55,15 @@ function tokens(spans) {
   return body;
 }
 
+// Sensitive values found on the record's line: kind, role and place, never the value (the text shows a placeholder
+// such as <EMAIL> where it was); `sensitive_data` on a job decides whether they are trained on, replaced or refused.
+function sensitiveMarks(found) {
+  if (!found || !found.length) return null;
+  return h("ul", { class: "sensitive small", "aria-label": "Sensitive values on this line" },
+    found.map((f) => h("li", {}, h("span", { class: `badge ${f.role === "assistant" ? "error" : "warn"}` }, f.kind),
+      ` in the ${f.role} message ${f.message + 1}${f.field === "content" ? "" : ` (${f.field})`}, characters ${f.start}–${f.end} (masked)`)));
+}
+
 export function renderRecord(rec) {
   const body = tokens(rec.spans);
   if (rec.rejected_spans) {  // a preference pair: the preferred answer above, the rejected one below
@@ -68,6 +77,7 @@ export function renderRecord(rec) {
       h("span", { class: `badge ${rec.split === "validation" ? "warn" : ""}` }, rec.split),
       `${fmt.int(rec.tokens)} tokens, ${fmt.int(rec.target_tokens)} scored`,
       rec.truncated_tokens ? h("span", { class: "badge warn" }, `${rec.truncated_tokens} cut`) : null),
+    sensitiveMarks(rec.sensitive),
     body);
 }
 

@@ -1,5 +1,6 @@
-// Usage: the tenant's billed tokens, device time and cost per day and per model, the estimate (jobs planned) beside
-// the actual (jobs that ended), and the totals: GET /v1/usage's own numbers, grouped by day and by model.
+// Usage: the tenant's quotas beside what it uses now; its billed tokens, device time and cost per day and per model,
+// the estimate (jobs planned) beside the actual (jobs that ended), and the totals: GET /v1/usage's own numbers,
+// grouped by day and by model.
 import { api, fmt, h, qs } from "../util.js";
 
 const PERIODS = [["all", "All time", null], ["30", "Last 30 days", 30], ["7", "Last 7 days", 7]];
@@ -49,6 +50,33 @@ function summary(total) {
     }))));
 }
 
+// The tenant's quotas beside what it uses now (GET /v1/usage's `quotas`; the operator sets them: `finetune serve
+// tenants set`). A quota of null is none.
+const QUOTAS = [
+  ["running_jobs", "Running jobs", fmt.int, "jobs a worker holds at once; past it, new jobs wait queued"],
+  ["queued_jobs", "Queued jobs", fmt.int, "jobs waiting for a worker; past it, creating a job is refused for a while"],
+  ["stored_bytes", "Stored files", fmt.bytes, "uploads and results files; past it, an upload is refused"],
+  ["monthly_tokens", "Trained tokens this month", fmt.int, "billed tokens of jobs created this UTC month, and what jobs not ended are expected to bill"],
+];
+
+function quotaTable(quotas) {
+  const rows = QUOTAS.map(([key, title, show, about]) => {
+    const q = quotas[key];
+    const used = key === "monthly_tokens" ? q.used + q.pending : q.used;
+    const note = key === "monthly_tokens" && q.pending ? ` (${fmt.int(q.pending)} expected)` : "";
+    const over = q.limit !== null && used >= q.limit;
+    return h("tr", { dataset: { key }, class: over ? "at-quota" : null },
+      h("th", { scope: "row", title: about }, title),
+      h("td", { class: "num", "data-value": String(used), "data-testid": `quota-${key}-used` }, show(used), note),
+      h("td", { class: "num", "data-value": q.limit === null ? "" : String(q.limit), "data-testid": `quota-${key}-limit` },
+        q.limit === null ? "no quota" : show(q.limit)));
+  });
+  return h("div", { class: "tablewrap" }, h("table", { class: "usage", "aria-label": "Quotas", "data-testid": "quotas" },
+    h("thead", {}, h("tr", {}, h("th", { scope: "col" }, ""), h("th", { scope: "col", class: "num" }, "In use"),
+      h("th", { scope: "col", class: "num" }, "Quota"))),
+    h("tbody", {}, rows)));
+}
+
 export async function render(main) {
   const period = h("select", { id: "usage-period" }, PERIODS.map(([v, label]) => h("option", { value: v }, label)));
   const body = h("div", { "aria-live": "polite" });
@@ -68,11 +96,13 @@ export async function render(main) {
       api(`/v1/usage${qs({ group_by: "day", start })}`),
       api(`/v1/usage${qs({ group_by: "model", start })}`),
     ]);
+    const quotas = [h("h2", {}, "Quotas"), quotaTable(byDay.quotas)];
     if (!byDay.data.length) {
-      body.replaceChildren(h("p", { class: "muted" }, "No jobs in this period."), summary(byDay.total));
+      body.replaceChildren(...quotas, h("p", { class: "muted" }, "No jobs in this period."), summary(byDay.total));
       return;
     }
     body.replaceChildren(
+      ...quotas,
       h("h2", {}, "Totals"), summary(byDay.total),
       h("h2", {}, "Per day"), table("Usage per day", "Day (UTC)", byDay),
       h("h2", {}, "Per model"), table("Usage per model", "Model", byModel),
