@@ -11,7 +11,9 @@ h = max(2, n_train // 20) steps on each side ("smoothed"): every smoothed value 
 comparable, and "the end" is the last of them. Validation loss is measured on the
 whole validation set, so its points are compared directly, against a tolerance
 
-    tol = max(2% of the best validation loss, 2 x noise),   noise = median |v[i] - (v[i-1] + v[i+1]) / 2|
+    tol = max(2% of the best validation loss, 2 x noise, 0.001),   noise = median |v[i] - (v[i-1] + v[i+1]) / 2|
+
+(0.001 nats, the last digit a message prints: at a best of 0, a rise of 1e-239 was "measurably worse").
 
 The rules, checked in this order (first match wins):
 
@@ -57,6 +59,7 @@ MIN_TRAIN_STEPS = 8
 MIN_VAL_POINTS = 3
 REL_TOL = 0.02  # validation changes below 2% of its best are not meaningful
 NOISE_K = 2.0
+VAL_ABS_TOL = 0.001  # nats: a validation change below the last printed digit is not measurable
 RECENT_VAL_POINTS = 3  # "the last few" validation points
 TRAIN_FALL_TOL = 0.01  # train loss "still going down" if the smoothed end is >1% below
 TRAIN_RISE_TOL = 0.02  # train loss "kept falling" after the best step unless it rose >2%
@@ -221,7 +224,7 @@ def _diagnose_with_validation(c: _Curves, spe: int) -> Diagnosis:
     best_i = c.val.index(best_val)  # earliest of equal minima
     best_step = c.val_steps[best_i]
     last_val, last_step = c.val[-1], c.val_steps[-1]
-    tol = max(REL_TOL * best_val, NOISE_K * _noise(c.val))
+    tol = max(REL_TOL * best_val, NOISE_K * _noise(c.val), VAL_ABS_TOL)
     train_end = c.smoothed_end()
     found = {"best_step": best_step, "best_val_loss": best_val}
 
