@@ -139,9 +139,9 @@ def run_demo(out: str = "runs/demo", base: str | None = None) -> int:
         "house_style_rate_base": rate_before,
         "house_style_rate_tuned": rate_after,
         "markers": markers,
-        "examples": [
+        "examples": [  # every held-out pair the rates are measured on (the first SHOWN_PROMPTS are printed)
             {"prompt": p.messages[-2].content if len(p.messages) > 1 else "", "before": b, "after": a}
-            for p, b, a in list(zip(prompts, before, after, strict=True))[:SHOWN_PROMPTS]
+            for p, b, a in zip(prompts, before, after, strict=True)
         ],
     }
     (root / "demo.json").write_text(json.dumps(result, indent=2, ensure_ascii=False))

@@ -70,6 +70,13 @@ class Change:
     def to_dict(self) -> dict:
         return {"setting": self.key, "before": self.before, "now": self.now}
 
+    def accepted(self, checkpoint: str) -> str:
+        """The line a resume prints for a change --allow-changes let through (it is also in report.json)."""
+        return (
+            f"{ref('resume')}: continuing from {checkpoint} with {self.describe()}, "
+            f"as {ref('allow_changes')} {self.key} allows"
+        )
+
 
 def file_sha256(path: str | Path) -> str:
     with Path(path).open("rb") as f:

@@ -18,7 +18,7 @@ import numpy as np
 from finetune.config import AUTO, RunConfig
 from finetune.data import sensitive
 from finetune.data.arrays import TokenArrays
-from finetune.data.fitting import Fit, LongRecords
+from finetune.data.fitting import Fit, LongRecords, dropped_lines, in_file_order
 from finetune.data.parallel import (
     ChunkResult,
 )
@@ -308,7 +308,7 @@ def prepared_data(data: TokenizedData, config: RunConfig, limit: Choice[int]) ->
         truncated_records=int(shortened.sum()),
         truncated_tokens=int(train.truncated.sum()),
         dropped_records=len(meta["dropped"]),
-        dropped_lines=tuple(line for _, line, _, _ in meta["dropped"]),
+        dropped_lines=dropped_lines([(side, line) for side, line, _, _ in meta["dropped"]], config.val_file),
         duplicates_removed=meta["duplicates_removed"],
         duplicate_conversations=meta.get("duplicate_conversations", 0),  # cache entries made before count none
         duplicate_lines=tuple(meta.get("duplicate_lines", ())),
@@ -326,10 +326,10 @@ def limit_fields(limit: Choice[int], long: LongRecords) -> dict:
     return {
         "max_seq_len": limit.value,
         "max_seq_len_reason": limit.reason or None,
-        "split_at": tuple(long.split_at),
+        "split_at": tuple(in_file_order(long.split_at)),
         "split_records": long.split_records,
-        "shortened_at": tuple(long.shortened_at),
-        "dropped_at": tuple(long.dropped_at),
+        "shortened_at": tuple(in_file_order(long.shortened_at)),
+        "dropped_at": tuple(in_file_order(long.dropped_at)),
         "dropped_need_tokens": long.dropped_need,
     }
 

@@ -15,7 +15,7 @@ over-long record is dropped whole. `strict` turns any of that into an error nami
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -85,8 +85,24 @@ def fit_tokenized(record: Record, chat, max_seq_len: int, truncation: Truncation
 # ----------------------------------------------------------------------------- the summary
 
 
+def in_file_order(places: Iterable[str]) -> list[str]:
+    """FILE:LINE places by line within each file, the files in the order they first appear (the training file
+    before a validation file): records are fitted side by side, the training side's first."""
+    places = list(places)
+    files = {place.rpartition(":")[0]: None for place in places}
+    rank = {name: i for i, name in enumerate(files)}
+    return sorted(places, key=lambda place: (rank[place.rpartition(":")[0]], _file_order(place)[1]))
+
+
+def dropped_lines(dropped: list[tuple[int, int]], val_file: str | None) -> tuple[int, ...]:
+    """The line numbers of the dropped records, given as (side: 0 training, 1 validation; line), in file order:
+    one file's lines sorted, or, with a separate validation file, the training file's then the validation file's."""
+    return tuple(line for _, line in sorted(dropped, key=lambda d: (d[0] if val_file else 0, d[1])))
+
+
 def where(places: list[str]) -> str:
-    """'a.jsonl:2, a.jsonl:9, a.jsonl:17 and 4 more'."""
+    """'a.jsonl:2, a.jsonl:9, a.jsonl:17 and 4 more', in file order."""
+    places = in_file_order(places)
     shown = ", ".join(places[:SHOWN_LINES])
     return shown + (f" and {len(places) - SHOWN_LINES:,} more" if len(places) > SHOWN_LINES else "")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from finetune.data import sensitive
-from finetune.data.fitting import LongRecords
+from finetune.data.fitting import LongRecords, dropped_lines, in_file_order
 from finetune.data.preference import PreferencePair, TokenizedPair, load_pairs
 from finetune.data.seq_len import choose_max_seq_len
 from finetune.data.split import auto_val_fraction, split_conversations
@@ -170,15 +170,15 @@ def prepare_pairs(config, tokenizer=None) -> PreparedPairs:
         p50_record_tokens=sorted(lengths)[len(lengths) // 2],
         p95_record_tokens=sorted(lengths)[min(len(lengths) - 1, int(0.95 * len(lengths)))],
         dropped_records=len(dropped) + len(val_dropped),
-        dropped_lines=tuple(dropped + val_dropped),
+        dropped_lines=dropped_lines([(0, n) for n in dropped] + [(1, n) for n in val_dropped], config.val_file),
         duplicates_removed=shared,
         skipped_lines=len(skipped),
         val_fraction=fraction,
         val_fraction_reason=reason,
         max_seq_len=limit.value,
         max_seq_len_reason=limit.reason or None,
-        shortened_at=tuple(long.shortened_at),
-        dropped_at=tuple(long.dropped_at),
+        shortened_at=tuple(in_file_order(long.shortened_at)),
+        dropped_at=tuple(in_file_order(long.dropped_at)),
         dropped_need_tokens=long.dropped_need,
     )
     summary = dataclasses.replace(

@@ -23,7 +23,7 @@ from pathlib import Path
 from finetune.data.formats.conversation import finish_conversation
 from finetune.data.formats.lines import Line, json_type
 from finetune.data.formats.openai import check_message, check_tools
-from finetune.data.read import problems_text
+from finetune.data.read import json_error_at, problems_text
 from finetune.data.types import Conversation, Message, Problem, Record, TokenizedRecord
 from finetune.errors import UserError
 from finetune.wording import ref
@@ -269,7 +269,7 @@ def read_preferences(path: str | Path) -> PreferenceFile:
         try:
             value = json.loads(line)
         except json.JSONDecodeError as exc:
-            problems.add(NOT_JSON, f"not valid JSON ({exc.msg} at column {exc.colno})")
+            problems.add(NOT_JSON, f"not valid JSON ({json_error_at(exc)})")
             value = None
         shape = shape_of(value)
         if value is not None and not isinstance(value, dict):

@@ -323,8 +323,14 @@ def _object_without_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
 
 def _json_reason(exc: ValueError) -> str:
     if isinstance(exc, json.JSONDecodeError):
-        return f"{exc.msg} at column {exc.colno}"
+        return json_error_at(exc)
     return str(exc)
+
+
+def json_error_at(exc: json.JSONDecodeError) -> str:
+    """'Expecting value at column 12'; json's own words may end in "at" already ("Unterminated string starting
+    at"), which read "at at column 47"."""
+    return f"{exc.msg.removesuffix(' at')} at column {exc.colno}"
 
 
 def _detect_format(lines: list[Line]) -> tuple[str | None, int | None]:

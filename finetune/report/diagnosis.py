@@ -6,10 +6,14 @@
 
 Inputs are the rows of `metrics.jsonl` (`step`, `train_loss`, and `val_loss` on evaluation steps).
 Training loss is noisy per step, so it is compared through means over a window of
-h = max(2, n_train // 20) steps on each side ("smoothed"). Validation loss is measured on the
+h = max(2, n_train // 20) steps on each side ("smoothed"): every smoothed value is a mean of the same 2h + 1 steps
+(a window near either end is moved inward, never cut short), so a low, an end and a value around a step are
+comparable, and "the end" is the last of them. Validation loss is measured on the
 whole validation set, so its points are compared directly, against a tolerance
 
-    tol = max(2% of the best validation loss, 2 x noise),   noise = median |v[i] - (v[i-1] + v[i+1]) / 2|
+    tol = max(2% of the best validation loss, 2 x noise, 0.001),   noise = median |v[i] - (v[i-1] + v[i+1]) / 2|
+
+(0.001 nats, the last digit a message prints: at a best of 0, a rise of 1e-239 was "measurably worse").
 
 The rules, checked in this order (first match wins):
 
@@ -55,6 +59,7 @@ MIN_TRAIN_STEPS = 8
 MIN_VAL_POINTS = 3
 REL_TOL = 0.02  # validation changes below 2% of its best are not meaningful
 NOISE_K = 2.0
+VAL_ABS_TOL = 0.001  # nats: a validation change below the last printed digit is not measurable
 RECENT_VAL_POINTS = 3  # "the last few" validation points
 TRAIN_FALL_TOL = 0.01  # train loss "still going down" if the smoothed end is >1% below
 TRAIN_RISE_TOL = 0.02  # train loss "kept falling" after the best step unless it rose >2%
@@ -106,14 +111,27 @@ class _Curves:
         lo, hi = max(0, lo), min(len(self.train), hi)
         return (self._prefix[hi] - self._prefix[lo]) / (hi - lo)
 
+    def centre(self, i: int) -> int:
+        """The index the window of `i` is centred on: moved inward near either end, so that every window holds
+        the same 2h + 1 steps (a half window at the last step, compared with a whole one, made a falling end a
+        "low" below "the end")."""
+        return max(min(i, len(self.train) - 1 - self.half_window), min(self.half_window, len(self.train) - 1))
+
+    def smoothed_index(self, i: int) -> float:
+        c = self.centre(i)
+        return self._mean(c - self.half_window, c + self.half_window + 1)
+
     def smoothed_at(self, step: int) -> float:
-        """Mean training loss over a window of steps centred on `step`."""
-        i = min(bisect_left(self.train_steps, step), len(self.train) - 1)
-        return self._mean(i - self.half_window, i + self.half_window + 1)
+        """Mean training loss over the window of steps around `step`."""
+        return self.smoothed_index(min(bisect_left(self.train_steps, step), len(self.train) - 1))
 
     def smoothed_end(self) -> float:
-        n = len(self.train)
-        return self._mean(n - 2 * self.half_window - 1, n)
+        return self.smoothed_index(len(self.train) - 1)
+
+    def lowest(self) -> tuple[float, int]:
+        """The lowest smoothed value and the index of its window's centre (the earliest of equal ones)."""
+        centres = range(self.centre(0), self.centre(len(self.train) - 1) + 1)
+        return min((self.smoothed_index(i), i) for i in centres)
 
     def start(self) -> float:
         return self._mean(0, 3)
@@ -172,15 +190,14 @@ def _check_unstable(c: _Curves) -> Diagnosis | None:
             "or some records are very unlike the rest.",
             f"{_cap(lower_lr)}; check the records of the spiking steps for outliers.",
         )
-    lows = [c.smoothed_at(s) for s in c.train_steps]
-    low = min(lows)
-    low_step = c.train_steps[lows.index(low)]
+    low, low_i = c.lowest()  # the same window as the end's: the end is the last of them, so low <= end
     end = c.smoothed_end()
-    if end > low * (1 + UNSTABLE_RISE) and end - low > MIN_LOSS_CHANGE:
+    if end > low * (1 + UNSTABLE_RISE) and end - low > MIN_LOSS_CHANGE:  # so the low is an earlier window
+        shown_low, shown_end = _two(low, end)
         return Diagnosis(
             "unstable",
-            f"Training loss rose from its low of {low:.3f} (around step {low_step}) to {end:.3f} at the end "
-            f"({_change(low, end)}): the updates are too large.",
+            f"Training loss rose from its low of {shown_low} (around step {c.train_steps[low_i]}) to {shown_end} "
+            f"at the end ({_change(low, end)}): the updates are too large.",
             f"{_cap(lower_lr)}; a longer warmup also helps.",
         )
     return None
@@ -207,34 +224,36 @@ def _diagnose_with_validation(c: _Curves, spe: int) -> Diagnosis:
     best_i = c.val.index(best_val)  # earliest of equal minima
     best_step = c.val_steps[best_i]
     last_val, last_step = c.val[-1], c.val_steps[-1]
-    tol = max(REL_TOL * best_val, NOISE_K * _noise(c.val))
+    tol = max(REL_TOL * best_val, NOISE_K * _noise(c.val), VAL_ABS_TOL)
     train_end = c.smoothed_end()
     found = {"best_step": best_step, "best_val_loss": best_val}
 
     # ---- validation rose after its best
     if last_val - best_val > tol:
         train_at_best = c.smoothed_at(best_step)
+        shown_best, shown_last = _two(best_val, last_val)
         rise = (
-            f"Validation loss reached its best {best_val:.3f} at step {best_step}, "
-            f"then rose to {last_val:.3f} at step {last_step} ({_change(best_val, last_val)})"
+            f"Validation loss reached its best {shown_best} at step {best_step}, "
+            f"then rose to {shown_last} at step {last_step} ({_change(best_val, last_val)})"
         )
+        train_then, train_now = _two(train_at_best, train_end)
         if train_end > train_at_best * (1 + TRAIN_RISE_TOL):
             return Diagnosis(
                 "unstable",
-                f"{rise}, and training loss rose too ({train_at_best:.3f} -> {train_end:.3f}): "
-                "training became unstable.",
+                f"{rise}, and training loss rose too ({train_then} -> {train_now}): training became unstable.",
                 f"Lower the learning rate{_lr_hint(c, factor=0.5)}, or keep the best checkpoint (step {best_step}).",
                 **found,
             )
         from_step = next(s for s, v in zip(c.val_steps[best_i:], c.val[best_i:], strict=True) if v - best_val > tol)
         best_epochs, epochs = math.ceil(best_step / spe), _epochs(c, spe)
+        trend = "kept falling" if train_end < train_at_best else "stayed level"  # not up by more than 2%
         keep = f"keep the best checkpoint (step {best_step}) rather than the last"
         if best_epochs < epochs:
             keep = f"train for {best_epochs} epoch(s) instead of {epochs}, or {keep}"
         return Diagnosis(
             "overfitting",
-            f"{rise}, while training loss kept falling ({train_at_best:.3f} -> {train_end:.3f}): the model is "
-            f"memorizing the training conversations; validation is measurably worse from step {from_step}.",
+            f"{rise}, while training loss {trend} ({train_then} -> {train_now}): the model is memorizing the "
+            f"training conversations; validation is measurably worse from step {from_step}.",
             f"{_cap(keep)}; more (or more varied) training data would help most.",
             overfit_from_step=from_step,
             **found,
@@ -246,10 +265,11 @@ def _diagnose_with_validation(c: _Curves, spe: int) -> Diagnosis:
     train_then = c.smoothed_at(c.val_steps[-k])
     if recent_gain > tol and train_end < train_then * (1 - TRAIN_FALL_TOL):
         epochs = _epochs(c, spe)
+        (val_then, val_now), (then, now) = _two(c.val[-k], last_val), _two(train_then, train_end)
         return Diagnosis(
             "underfitting",
-            f"Both losses were still falling at the end: validation {c.val[-k]:.3f} -> {last_val:.3f} over the last "
-            f"{k} evaluations (steps {c.val_steps[-k]}-{last_step}), training {train_then:.3f} -> {train_end:.3f}.",
+            f"Both losses were still falling at the end: validation {val_then} -> {val_now} over the last "
+            f"{k} evaluations (steps {c.val_steps[-k]}-{last_step}), training {then} -> {now}.",
             f"Train longer ({epochs + 1} or more epochs instead of {epochs}), or raise the learning rate{_lr_hint(c)}.",
             **found,
         )
@@ -326,6 +346,16 @@ def _sci(x: float) -> str:
     """Learning rates the way people write them: 2e-4, 1.5e-5."""
     mantissa, exponent = f"{x:.2e}".split("e")
     return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def _two(old: float, new: float) -> tuple[str, str]:
+    """Two losses with 3 decimals, or as many more as it takes (up to 6) for different values to read differently:
+    a sentence saying one rose or fell from the other must not print two equal numbers."""
+    for digits in range(3, 7):
+        shown = f"{old:.{digits}f}", f"{new:.{digits}f}"
+        if shown[0] != shown[1] or old == new:
+            break
+    return shown
 
 
 def _change(old: float, new: float) -> str:

@@ -36,7 +36,8 @@ def create_app(settings: ServiceSettings, store: Store | None = None) -> FastAPI
     app.state.store = store
     app.state.started = int(time.time())
     install_error_handlers(app)
-    install_metrics(app, store, settings.lease_seconds)  # GET /metrics, and the HTTP requests it counts
+    # GET /metrics, and the HTTP requests it counts; tenant ids in its labels only behind --metrics-token
+    install_metrics(app, store, settings.lease_seconds, per_tenant=settings.metrics_token is not None)
     install_audit(app, AuditLog(store.engine))  # every write and download, one record; GET /v1/audit
 
     @app.get("/healthz", include_in_schema=False)

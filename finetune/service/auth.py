@@ -64,6 +64,15 @@ def _check_cookie_request(request: Request) -> None:
     raise APIError(415, "Send the request body as application/json.", "unsupported_media_type")
 
 
+def check_cookie_origin(request: Request) -> None:
+    """The cookie requests' check for a route that needs no key (the dashboard's sign-out): a request carrying
+    the cookie that changes something must come from the dashboard's own page (issue 35: a cross-origin DELETE of
+    the session signed the browser out)."""
+    key, by_cookie = _presented_key(request)
+    if by_cookie and key:
+        _check_cookie_request(request)
+
+
 def tenant_of_key(request: Request, key: str | None) -> str | None:
     """The tenant a key belongs to (None: missing, unknown or revoked): here and at the dashboard's sign-in. A key
     that matches is noted on the request (its tenant and public id) for the audit trail (audit_http.py)."""

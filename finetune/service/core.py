@@ -166,10 +166,24 @@ def in_api_terms(exc: UserError, config: RunConfig) -> str:
 
 
 def scrub(message: str, path: Path, shown_name: str) -> str:
-    """Messages name the file the caller uploaded, never a path on the server."""
+    """Messages name the file the caller uploaded, never a path on the server, nor the stored upload's own name:
+    the data path names a line by the file's name, `file-<id>:12`, which the caller knows as `support.jsonl:12`."""
     for form in (str(path.resolve()), str(path), path.name):  # the name alone: how summaries name a file (its id)
         message = message.replace(form, shown_name)
     return message
+
+
+def as_uploaded(value: Any, files: dict[Path, str]) -> Any:
+    """`value` (a message, or a document of them: a plan's warnings, its lists of lines) with every stored upload
+    (`files`: path -> the name it was uploaded as) named as uploaded (scrub)."""
+    if isinstance(value, dict):
+        return {k: as_uploaded(v, files) for k, v in value.items()}
+    if isinstance(value, list):
+        return [as_uploaded(v, files) for v in value]
+    if isinstance(value, str):
+        for path, shown in files.items():
+            value = scrub(value, path, shown)
+    return value
 
 
 # ---------------------------------------------------------------------------------------------- plan

@@ -29,7 +29,8 @@ def serve_flags(p: argparse.ArgumentParser) -> None:
     price_flags(p)
     log_flag(p)
     p.add_argument("--metrics-token", default=None, metavar="TOKEN",
-                   help="GET /metrics needs 'Authorization: Bearer TOKEN' (default: open; keep it off the internet)")  # fmt: skip
+                   help="GET /metrics needs 'Authorization: Bearer TOKEN', and names tenants only then "
+                        "(default: open, every tenant summed as tenant=\"*\"; keep it off the internet)")  # fmt: skip
     retention_flag(p)  # passed on to its workers, which sweep
 
 

@@ -16,7 +16,9 @@ The database histograms and counters are cumulative over every job the database 
 histogram_quantile() work on them; several API processes over one database each report the same totals
 (scrape one, or aggregate them with max). `route` is the route's template (/v1/fine_tuning/jobs/{job_id}), never
 the path with its ids; the tenant id is the only tenant data in any label. `--metrics-token` puts the endpoint
-behind `Authorization: Bearer <token>`; without it /metrics is open: do not expose it beyond your network.
+behind `Authorization: Bearer <token>`, and only then are the `tenant` labels the tenants' ids: without it /metrics
+is open, so every tenant-labelled series is summed over all tenants under `tenant="*"` (ALL_TENANTS), and no tenant's
+name or usage reaches whoever can reach the port.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from finetune.service.store import TERMINAL, TRANSITIONS, Store
 STATUSES = sorted({target for _, target in TRANSITIONS.values() if target} | {"queued"})
 QUEUE_WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
 RUN_DURATION_BUCKETS = (10, 30, 60, 300, 600, 1800, 3600, 7200, 14400, 28800, 86400, 259200)
+ALL_TENANTS = "*"  # the one tenant label of an open /metrics: every tenant's numbers summed
 WORKER_SHOWN_S = 86400  # a worker that stopped beating without a goodbye is shown this long, then dropped
 
 router = APIRouter()
@@ -48,9 +51,10 @@ router = APIRouter()
 class StoreCollector:
     """The numbers the database holds, read at scrape time."""
 
-    def __init__(self, store: Store, lease_seconds: float) -> None:
+    def __init__(self, store: Store, lease_seconds: float, per_tenant: bool = False) -> None:
         self.store = store
         self.lease_seconds = lease_seconds
+        self.per_tenant = per_tenant
 
     def collect(self) -> Iterator[Metric]:
         with transaction(self.store.engine) as conn:
@@ -64,11 +68,14 @@ class StoreCollector:
                 RUN_DURATION_BUCKETS,
                 by=jobs.c.status,
             )
+            by = [jobs.c.tenant, jobs.c.model] if self.per_tenant else [jobs.c.model]  # open: summed over tenants
             used = conn.execute(
-                select(jobs.c.tenant, jobs.c.model, func.sum(jobs.c.trained_tokens), func.sum(jobs.c.device_seconds))
-                .group_by(jobs.c.tenant, jobs.c.model)
-                .order_by(jobs.c.tenant, jobs.c.model)
+                select(*by, func.sum(jobs.c.trained_tokens), func.sum(jobs.c.device_seconds))
+                .group_by(*by)
+                .order_by(*by)
             ).all()
+            if not self.per_tenant:
+                used = [(ALL_TENANTS, *row) for row in used]
             t = time.time()
             known = conn.execute(
                 select(workers.c.name, workers.c.last_heartbeat)
@@ -131,15 +138,20 @@ def _histogram(name: str, help_text: str, rows: dict, bounds: tuple, labels: lis
 class Metrics:
     """This app's registry: the database's numbers and what this process counts."""
 
-    def __init__(self, store: Store, lease_seconds: float) -> None:
+    def __init__(self, store: Store, lease_seconds: float, per_tenant: bool = False) -> None:
+        self.per_tenant = per_tenant
+        """Series labelled by tenant id (only behind --metrics-token); else one `tenant="*"` series, all summed."""
         self.registry = CollectorRegistry(auto_describe=True)
-        self.registry.register(StoreCollector(store, lease_seconds))
+        self.registry.register(StoreCollector(store, lease_seconds, per_tenant))
         self.requests = Counter("finetune_http_requests", "HTTP requests by route template and status code.",
                                 ["method", "route", "code"], registry=self.registry)  # fmt: skip
         self.latency = Histogram("finetune_http_request_duration_seconds", "HTTP request latency.",
                                  ["method", "route"], registry=self.registry)  # fmt: skip
         self.upload_bytes = Counter("finetune_upload_bytes", "Bytes of files uploaded and kept.", ["tenant"],
                                     registry=self.registry)  # fmt: skip
+
+    def uploaded(self, tenant: str, size: int) -> None:
+        self.upload_bytes.labels(tenant if self.per_tenant else ALL_TENANTS).inc(size)
 
 
 def metrics_of(request: Request) -> Metrics:
@@ -192,8 +204,8 @@ class HttpMetrics:
         return fields | {"tenant": state.get("tenant"), "job_id": job_id}
 
 
-def install_metrics(app: FastAPI, store: Store, lease_seconds: float) -> None:
-    app.state.metrics = Metrics(store, lease_seconds)
+def install_metrics(app: FastAPI, store: Store, lease_seconds: float, per_tenant: bool = False) -> None:
+    app.state.metrics = Metrics(store, lease_seconds, per_tenant)
     app.add_middleware(HttpMetrics, metrics=app.state.metrics)
     app.include_router(router)
 

@@ -22,7 +22,7 @@ class ServiceSettings:
     gpu_hour_price: float | None = None
     """What a device-hour costs a tenant (a job's usage, GET /v1/usage); None = no price."""
     metrics_token: str | None = None
-    """GET /metrics needs `Authorization: Bearer <this>`; None = /metrics is open."""
+    """GET /metrics needs `Authorization: Bearer <this>`; None = /metrics is open, its tenants summed as `*`."""
     lease_seconds: float = 30.0
     """A worker that has not renewed its lease for this long is presumed dead; its job goes to another."""
     heartbeat_seconds: float = 2.0

@@ -234,6 +234,11 @@ class Worker:
         job["status"] = "queued"
         return True
 
+    def _uploaded_names(self, job: dict) -> dict[Path, str]:
+        data, val = self._files(job)
+        names = {data: self._shown_name(job["tenant"], job["training_file"])}
+        return names | ({val: self._shown_name(job["tenant"], job["validation_file"])} if val else {})
+
     def _shown_name(self, tenant: str, file_id: str) -> str:
         row = self.store.get_file(tenant, file_id)
         return row["filename"] if row else file_id
@@ -268,9 +273,9 @@ class Worker:
         planned = usage.planned_values(plan)  # usage: the estimate, and the prices the job is costed at
         data["usage"] = usage.job_usage({**job, **planned})
         new_events = [{"message": summary, "data": data}]
-        new_events += [
-            {"message": f"[{w['code']}] {render(w['template'], 'api', kind)}", "level": "warn"} for w in plan.warnings
-        ]
+        uploaded = self._uploaded_names(job)  # lines named as the caller uploaded the file, not `file-<id>:N`
+        warned = [f"[{w['code']}] {render(w['template'], 'api', kind)}" for w in plan.warnings]
+        new_events += [{"message": core.as_uploaded(message, uploaded), "level": "warn"} for message in warned]
         seconds = plan.cost.seconds
         values = {"resolved": resolved, "estimated_finish": now() + int(seconds) if seconds else None, **planned}
         self._update(job["id"], token, "planned", values, new_events)

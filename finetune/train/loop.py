@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import math
 import signal
 import time
@@ -45,7 +46,9 @@ from finetune.train.model import trainable_parameters
 from finetune.train.objective import Objective, TokenNormalisedSFT
 from finetune.train.order import StepSchedule, schedule_tokens
 from finetune.train.schedule import lr_at
-from finetune.wording import ref
+from finetune.wording import ref, render
+
+log = logging.getLogger("finetune")
 
 
 class TrainingInterrupted(UserError):
@@ -331,6 +334,9 @@ def _resume(
             f"checkpoint's effective batch {saved.get('effective_batch')}), or start a new {ref('out')}"
         )
     state = load_checkpoint(found[-1], model, optimizer, plan.method == "lora", ctx)
+    if ctx.is_main:  # on the terminal too: the run goes on with values it was not started with
+        for change in changes:
+            log.info("%s", render(change.accepted(found[-1].name)))
     state.fingerprint = fingerprint  # the checkpoints from now on record the settings in use
     state.allowed_changes = [*state.allowed_changes, *({**c.to_dict(), "at_step": state.step} for c in changes)]
     return state

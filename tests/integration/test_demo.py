@@ -12,7 +12,8 @@ def test_demo_runs_end_to_end(tmp_path, capsys, pretrained_toy_base):
     assert main(["demo", "--out", str(out), "--base", str(pretrained_toy_base)]) == 0
     printed = capsys.readouterr().out
     result = json.loads((out / "demo.json").read_text())
-    assert result["held_out_prompts"] >= 40 and len(result["examples"]) == 3
+    # every pair the house-style rates are measured on (issue 35: the README promised all, demo.json held three)
+    assert result["held_out_prompts"] >= 40 and len(result["examples"]) == result["held_out_prompts"]
     assert result["house_style_rate_base"] <= 0.10
     assert all(len(e["before"].split()) >= 5 for e in result["examples"])  # the base answers, it does not babble
     assert result["house_style_rate_tuned"] >= 0.90  # measured: 100% of the 60 prompts

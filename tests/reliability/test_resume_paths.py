@@ -179,3 +179,19 @@ def test_full_disk_at_the_first_save_then_resume_starts_from_step_0(toy_model, t
     assert not list((out / "checkpoints").glob("*.tmp"))
     monkeypatch.undo()
     _rerun_then_resume_from_step_0(toy_model, out)
+
+
+def test_resume_with_allow_changes_says_each_accepted_change_on_the_terminal(toy_model, finished, tmp_path):
+    """Issue 35: a resume with --allow-changes went ahead with the new values and said nothing: one line per change."""
+    out = tmp_path / "run"
+    shutil.copytree(finished, out)
+    (out / "report.json").unlink()
+    shutil.rmtree(out / "checkpoints" / "step-000003")
+    auto_lr = json.loads((out / "plan.json").read_text())["learning_rate"]
+    result = cli(*train_command(toy_model, out, "--resume", "--lr", "1e-3", "--allow-changes", "lr")[3:])
+    assert result.returncode == 0, result.stderr
+    said = [line for line in result.stderr.splitlines() if "--allow-changes" in line]
+    assert said == [
+        f"--resume: continuing from step-000002 with the learning rate changed ({auto_lr:g} then, 0.001 now), "
+        "as --allow-changes lr allows"
+    ], result.stderr

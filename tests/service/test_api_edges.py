@@ -176,3 +176,27 @@ def test_job_bodies_keep_their_error_codes_and_params(app, tiny_data, body, stat
     for not_an_object in (b"[1]", b"{oops"):
         bad = alice.post("/v1/fine_tuning/jobs", content=not_an_object, headers={"Content-Type": "application/json"})
         assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_json"
+
+
+def _long_export(lines: int = 16, long_lines: tuple[int, ...] = (4, 11)) -> bytes:
+    """Short support conversations, those on `long_lines` with a reply longer than 128 tokens by itself."""
+    rows = [
+        {"messages": [{"role": "user", "content": f"question {n}"},
+                      {"role": "assistant", "content": "ok " * (400 if n in long_lines else 5)}]}
+        for n in range(1, lines + 1)
+    ]  # fmt: skip
+    return "".join(json.dumps(row) + "\n" for row in rows).encode()
+
+
+def test_the_plan_names_dropped_lines_by_the_uploaded_name(app):
+    """Issue 35: the warnings of a plan named a line of the stored upload `file-<id>:N`; the caller knows the file
+    as it uploaded it, as every other message names it."""
+    alice = api_client(app)
+    file_id = _upload(alice, _long_export(), "support.jsonl").json()["id"]
+    body = {"model": "toy", "training_file": file_id, "method": {"type": "supervised", "supervised": {
+        "hyperparameters": {"max_seq_len": 128, "val_fraction": 0}}}}  # fmt: skip
+    answer = alice.post("/v1/fine_tuning/plan", json=body)
+    assert answer.status_code == 200, answer.text
+    dropped = next(w["message"] for w in answer.json()["warnings"] if w["code"] == "dropped_examples")
+    assert dropped.endswith(": support.jsonl:4, support.jsonl:11"), dropped
+    assert file_id not in json.dumps(answer.json()["warnings"])

@@ -313,13 +313,13 @@ def test_a_long_export_trains_and_its_events_say_what_was_split_and_dropped(clie
     job = _wait(client, job.id, lambda j: j.status in TERMINAL, timeout=480)
     assert job.status == "succeeded", job.error
     events = [e.message for e in client.fine_tuning.jobs.list_events(job.id, limit=100)]
-    stored = tmp_path / f.id  # the service keeps the upload under its file id: summaries name it so
-    stored.write_bytes(export.read_bytes())
-    validated = validate_file(str(stored), load_tokenizer(str(toy_model)), config=RunConfig(model=str(toy_model)))
+    validated = validate_file(str(export), load_tokenizer(str(toy_model)), config=RunConfig(model=str(toy_model)))
     expected = [f"[{p.code}] {render(p.message, 'api')}" for p in validated.warnings if p.line is None]  # API terms
     assert [e.split("]")[0] + "]" for e in expected] == ["[conversations_split]", "[dropped_examples]"]
     assert all(message in events for message in expected), (expected, events)
-    assert f"{f.id}:{LONG_LINES[0]}" in expected[0] and f"{f.id}:{HUGE_REPLY_LINE}" in expected[1]
+    # lines named as uploaded, never by the stored upload's id (issue 35)
+    assert f"support.jsonl:{LONG_LINES[0]}" in expected[0] and f"support.jsonl:{HUGE_REPLY_LINE}" in expected[1]
+    assert not any(f"{f.id}:" in event for event in events)
     assert "/" not in " ".join(expected)  # no server path
 
     refused = _wait(client, refused.id, lambda j: j.status in TERMINAL, timeout=480)

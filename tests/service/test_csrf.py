@@ -98,3 +98,24 @@ def test_the_sdk_s_bearer_requests_are_not_affected(app, file_id):
     assert answer.status_code == 200
     plain = bearer.post(f"/v1/fine_tuning/jobs/{answer.json()['id']}/cancel")  # no Origin, no Content-Type
     assert plain.status_code == 200 and plain.json()["status"] == "cancelled"
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{"Origin": "http://127.0.0.1:9999"}, {"Origin": "https://evil.example"}, {"Sec-Fetch-Site": "same-site"}, {}],
+    ids=["other port", "other site", "same-site fetch", "no origin"],
+)
+def test_a_cross_origin_sign_out_is_refused(app, headers):
+    """Issue 35: DELETE /v1/dashboard/session cleared the cookie whoever asked; it is refused as the other
+    cookie-signed actions are, and the page's own sign-out still works."""
+    cookie = _by_cookie(app)
+    refused = cookie.delete("/v1/dashboard/session", headers={"Content-Type": "application/json"} | headers)
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "cross_origin", refused.text
+    assert "set-cookie" not in refused.headers
+    assert cookie.get("/v1/dashboard/session").json()["tenant"] == "alice"  # still signed in
+
+    own = cookie.delete("/v1/dashboard/session", headers={"Origin": SAME, "Content-Type": "application/json"})
+    assert own.status_code == 200 and 'finetune_key=""' in own.headers["set-cookie"]
+    assert "max-age=0" in own.headers["set-cookie"].lower()  # the browser drops the cookie
+    # without the cookie there is nothing to sign out of, and nothing to protect
+    assert TestClient(app, base_url=SAME).delete("/v1/dashboard/session").status_code == 200

@@ -193,3 +193,42 @@ def test_metrics_without_a_token_are_open_and_unmatched_paths_share_one_label(ap
     assert _value(families["finetune_workers_alive"], "finetune_workers_alive") == 0
     queue = families["finetune_job_queue_wait_seconds"]
     assert _value(queue, "finetune_job_queue_wait_seconds_count") == 0  # an empty histogram, still there
+
+
+def _tenants_scraped(tmp_path, toy_model, token: str | None) -> tuple[str, dict]:
+    """/metrics after alice and bob each upload a file and create a job, on a server with or without a token."""
+    from service_helpers import LOOPBACK
+
+    app = create_app(settings_for(tmp_path / "d", toy_model, metrics_token=token))
+    try:
+        with TestClient(app, base_url=LOOPBACK) as client:
+            for tenant in ("alice-corp", "bob-ltd"):
+                key = {"Authorization": f"Bearer {app.state.store.create_key(tenant)[1]}"}
+                upload = client.post("/v1/files", data={"purpose": "fine-tune"}, headers=key,
+                                     files={"file": ("t.jsonl", b'{"messages": []}\n')})  # fmt: skip
+                assert upload.status_code == 200, upload.text
+                job = {"model": "toy", "training_file": upload.json()["id"]}
+                assert client.post("/v1/fine_tuning/jobs", json=job, headers=key).status_code == 200
+            answer = client.get("/metrics", headers={"Authorization": f"Bearer {token}"} if token else {})
+    finally:
+        app.state.store.close()
+    assert answer.status_code == 200, answer.text
+    return answer.text, {f.name: f.samples for f in text_string_to_metric_families(answer.text)}
+
+
+def test_open_metrics_name_no_tenant(tmp_path, toy_model):
+    """Issue 35: an open /metrics listed every tenant's name and usage to anyone who reached the port. Without
+    --metrics-token the tenant-labelled series are summed over all tenants (tenant="*")."""
+    text, families = _tenants_scraped(tmp_path, toy_model, None)
+    assert "alice-corp" not in text and "bob-ltd" not in text
+    tokens = families["finetune_trained_tokens"]
+    assert {s.labels["tenant"] for s in tokens} == {"*"} and len(tokens) == 1  # one series per model
+    uploads = families["finetune_upload_bytes"]
+    assert _value(uploads, "finetune_upload_bytes_total", tenant="*") == 2 * len(b'{"messages": []}\n')
+
+
+def test_metrics_behind_the_token_keep_the_operator_s_per_tenant_series(tmp_path, toy_model):
+    text, families = _tenants_scraped(tmp_path, toy_model, TOKEN)
+    tenants = {s.labels["tenant"] for s in families["finetune_device_seconds"]}
+    assert tenants == {"alice-corp", "bob-ltd"}
+    assert _value(families["finetune_upload_bytes"], "finetune_upload_bytes_total", tenant="bob-ltd") == 17

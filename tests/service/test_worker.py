@@ -183,3 +183,23 @@ def test_the_lease_is_kept_while_a_slow_validation_runs(tmp_path, toy_model, tin
     worker.join()
     job = store.get_job("a", job_id)
     assert stolen == [] and job["status"] == "succeeded" and job["attempts"] == 1
+
+
+def test_the_events_name_split_and_dropped_lines_by_the_uploaded_name(tmp_path, toy_model, monkeypatch):
+    """Issue 35: the worker's events said `file-<id>:N` (the stored upload's name) where every other message names
+    the file as uploaded."""
+    import json
+
+    _fake(monkeypatch)
+    settings, store = _sqlite_service(tmp_path, toy_model)
+    rows = [{"messages": [{"role": "user", "content": f"question {n}"},
+                          {"role": "assistant", "content": "ok " * (400 if n in (3, 9) else 5)}]}
+            for n in range(1, 13)]  # fmt: skip
+    data = tmp_path / "support.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    job_id = _add_job(store, settings, data, run_settings={"max_steps": 1, "val_fraction": 0, "max_seq_len": 128})
+    assert _worker(settings, store).run_once()
+    messages = [e["message"] for e in store.list_events("a", job_id, None, 100).rows]
+    dropped = next(m for m in messages if m.startswith("[dropped_examples]"))
+    assert dropped.endswith(": tiny.jsonl:3, tiny.jsonl:9"), dropped  # _add_job uploads it as tiny.jsonl
+    assert not any("file-" in m for m in messages), messages

@@ -33,7 +33,7 @@ from starlette.background import BackgroundTask
 
 from finetune.config import AUTO
 from finetune.errors import UserError
-from finetune.service.auth import COOKIE, current_tenant, from_own_origin, tenant_of_key
+from finetune.service.auth import COOKIE, check_cookie_origin, current_tenant, from_own_origin, tenant_of_key
 from finetune.service.dashboard.curve import RunViews
 from finetune.service.dashboard.preview import FilePreview, PreferencePreview, make_preview
 from finetune.service.deletion import FILE_FORGETTERS
@@ -100,7 +100,8 @@ async def sign_in(request: Request) -> Response:
 
 
 @session_router.delete("/session")
-def sign_out() -> Response:
+def sign_out(request: Request) -> Response:
+    check_cookie_origin(request)  # 403 from another origin, as every other action signed by the cookie
     response = JSONResponse({"object": "dashboard.session", "deleted": True})
     response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
     return response

@@ -58,7 +58,7 @@ def _keep(request: Request, tenant: str, upload: Upload, purpose: str) -> dict:
     except BaseException:
         final.unlink(missing_ok=True)
         raise
-    metrics_of(request).upload_bytes.labels(tenant).inc(upload.size)
+    metrics_of(request).uploaded(tenant, upload.size)
     return row
 
 

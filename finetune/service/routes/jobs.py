@@ -269,7 +269,9 @@ async def plan(request: Request, tenant: str = Depends(current_tenant)) -> dict:
     shown = {location: body.model, str(data): training["filename"]} | (
         {str(val): validation["filename"]} if val else {}
     )
-    answer = core.plan_answer(plan, body.model, {}) | {"object": "fine_tuning.plan", "training_file": training["id"]}
+    uploaded = {data: training["filename"]} | ({val: validation["filename"]} if val else {})
+    answer = core.as_uploaded(core.plan_answer(plan, body.model, {}), uploaded)  # `file-<id>:N` -> `name.jsonl:N`
+    answer |= {"object": "fine_tuning.plan", "training_file": training["id"]}
     if pool.problem:
         answer["warnings"].append({"code": "no_worker_can_run_it", "message": pool.problem, "settings": []})
     return without_server_paths(answer, shown, settings_of(request).data_dir)

@@ -205,3 +205,29 @@ def test_without_a_model_validate_and_plan_fit_the_estimates_alike(tmp_path):
     assert [(w["code"], w["message"]) for w in plan.warnings if w["code"] in dict(summary)] == summary
     assert plan.data.split_at == ("support.jsonl:2", "support.jsonl:3") and plan.max_seq_len == 300
     assert plan.data.dropped_at == ("support.jsonl:3",) and not plan.data.counted_with_tokenizer
+
+
+@pytest.mark.parametrize("with_model", [True, False], ids=["tokenized", "estimated"])
+def test_plan_lists_the_dropped_lines_in_file_order(tmp_path, toy_model, with_model):
+    """Issue 35: `plan` listed the dropped lines of the training side, then those of the validation side
+    (long.jsonl:18, 34, 42, then 6 and 53): every list of lines is in file order."""
+    import json
+
+    from finetune.plan.command import make_plan
+    from finetune.wording import render
+
+    long_lines = (6, 18, 34, 42, 53)
+    rows = [
+        {"messages": [{"role": "user", "content": f"question {n}"},
+                      {"role": "assistant", "content": "ok " * (400 if n in long_lines else 5)}]}
+        for n in range(1, 61)
+    ]  # fmt: skip
+    path = tmp_path / "long.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    model = {"model": str(toy_model)} if with_model else {}
+    plan = make_plan(RunConfig(data=str(path), max_seq_len=128, val_fraction=0.3, **model))
+    assert plan.data.dropped_at == tuple(f"long.jsonl:{n}" for n in long_lines)
+    if with_model:
+        assert plan.data.dropped_lines == long_lines
+    shown = next(render(w["message"]) for w in plan.warnings if w["code"] == "dropped_examples")
+    assert shown.endswith(": long.jsonl:6, long.jsonl:18, long.jsonl:34 and 2 more"), shown

@@ -217,3 +217,13 @@ def test_validation_pairs_sharing_a_training_prompt_are_left_out(tmp_path):
     )
     prepared = prepare_pairs(RunConfig(data=train, val_file=str(val), method="dpo"))
     assert prepared.summary.validation_examples == 1 and prepared.summary.duplicates_removed == 1
+
+
+def test_a_cut_pair_says_at_column_once(tmp_path) -> None:
+    """Issue 35: the pairs reader printed "Unterminated string starting at at column 20"."""
+    from finetune.data.preference import read_preferences
+
+    path = tmp_path / "pairs.jsonl"
+    path.write_text('{"input": {"messages": [{"role": "user", "content": "cut\n')
+    problems = [p.message for p in read_preferences(path).errors]
+    assert "not valid JSON (Unterminated string starting at column 53)" in problems, problems

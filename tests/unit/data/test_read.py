@@ -369,3 +369,12 @@ def test_garbage_bytes_exit_1_without_traceback_in_a_subprocess(write_file) -> N
         assert result.returncode == 1
         assert b"Traceback" not in result.stderr and b"Traceback" not in result.stdout
     json.loads(result.stdout)  # --json: still one parseable document
+
+
+def test_a_cut_string_says_at_column_once(write_file, capsys) -> None:
+    """Issue 35: json's own message ends in "at" ("Unterminated string starting at"): it read "at at column 47"."""
+    path = write_file(lines(GOOD, '{"messages": [{"role": "user", "content": "cut'))
+    assert main(["validate", path]) == 1
+    out = capsys.readouterr().out
+    assert f"{path}:2 [not_json] not JSON: Unterminated string starting at column 43;" in out, out
+    assert "at at" not in out
