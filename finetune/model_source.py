@@ -8,6 +8,7 @@ becomes its folder, anything else is left as it is.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -16,7 +17,7 @@ from urllib.parse import urlparse
 
 from finetune.errors import UserError
 from finetune.gguf_model import converted_folder, is_gguf_path, read_source
-from finetune.wording import ref
+from finetune.wording import ref, render
 
 HUB_CONNECT_TIMEOUT_S = 3.0
 
@@ -130,8 +131,70 @@ def load_failure(subject: str, exc: Exception) -> UserError:
     is refused by default, and transformers then asks for `trust_remote_code=True`, a Python argument: the
     command line's way to say it is --trust-remote-code."""
     if "trust_remote_code" in str(exc):
-        return UserError(
-            f"cannot load {subject}: it needs Python code from the model's own folder or repository, "
-            "which finetune runs only with --trust-remote-code (read that code first: it runs with your rights)"
-        )
+        return needs_remote_code(subject)
     return UserError(f"cannot load {subject}: {exc}")
+
+
+def needs_remote_code(subject: str) -> UserError:
+    return UserError(
+        f"cannot load {subject}: it needs Python code from the model's own folder or repository, "
+        f"which finetune runs only with {ref('trust_remote_code')} (read that code first: it runs with your rights)"
+    )
+
+
+_SAID: set[str] = set()  # the models this process has warned about (once each, whichever loader asks first)
+
+
+def check_remote_code(model: str | None, trust_remote_code: bool) -> None:
+    """What every command says, the same way and once, about a model whose config.json asks for its own Python
+    code (`auto_map`), read before anything loads (issue 35). Without `trust_remote_code`: a model_type
+    transformers does not know is refused (`needs_remote_code`, as loading it would be); a known one loads with
+    transformers' built-in class, and one warning line says the model's own code is ignored."""
+    if trust_remote_code or not model or is_gguf_path(model):  # a GGUF carries no Python code
+        return
+    config = _config_of(model)
+    if not config.get("auto_map"):
+        return
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES  # only for such a model: heavy
+
+    model_type = config.get("model_type")
+    if model_type not in CONFIG_MAPPING_NAMES:
+        raise needs_remote_code(f"the model {model!r}")
+    if model in _SAID or not _main_process():
+        return
+    _SAID.add(model)
+    logging.getLogger("finetune").warning(
+        render(
+            f"warning: the config.json of {model} asks for its own Python code (auto_map), which is ignored "
+            f"without {ref('trust_remote_code')}: transformers' built-in {model_type} class is used"
+        )
+    )
+
+
+def _config_of(model: str) -> dict:
+    """config.json of a folder, a pulled base, or a hub id already in the local cache; {} where there is none."""
+    folder = Path(model).expanduser()
+    folder = folder if folder.is_dir() else Path(local_model(model))  # a pulled base's name: its folder
+    path = folder / "config.json"
+    if not folder.is_dir():
+        from huggingface_hub import try_to_load_from_cache
+
+        try:
+            cached = try_to_load_from_cache(model, "config.json")
+        except Exception:  # not a hub id: nothing to read here, the loaders say what is wrong
+            return {}
+        if not isinstance(cached, str):
+            return {}
+        path = Path(cached)
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}  # unreadable: the loaders and the planner say so
+    return config if isinstance(config, dict) else {}
+
+
+def _main_process() -> bool:
+    """Not a tokenizing worker (multiprocessing) and not a rank after the first: they repeat the main's words."""
+    import multiprocessing
+
+    return multiprocessing.parent_process() is None and os.environ.get("RANK", "0") == "0"

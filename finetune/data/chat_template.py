@@ -68,8 +68,9 @@ def chatml_template() -> str:
     return CHATML_TEMPLATE
 
 
-def use_chat_template(tokenizer, setting: str = "auto"):
-    """Give `tokenizer` the chat template the `--chat-template` setting names, and return it.
+def use_chat_template(tokenizer, setting: str = "auto", model: str | None = None):
+    """Give `tokenizer` the chat template the `--chat-template` setting names, checked (`check_template`), and
+    return it.
 
     auto: the model's own template; ChatML when it has none (a base model). chatml: ChatML. Otherwise a path
     to a Jinja file. ChatML's two special tokens are added where the vocabulary lacks them, as TRL's chat-format
@@ -77,6 +78,7 @@ def use_chat_template(tokenizer, setting: str = "auto"):
     """
     if setting == "auto":
         if getattr(tokenizer, "chat_template", None):
+            check_template(tokenizer, own_template_source(model))
             return tokenizer
         setting = CHATML
     if setting == CHATML:
@@ -87,6 +89,7 @@ def use_chat_template(tokenizer, setting: str = "auto"):
         tokenizer.chat_template = chatml_template()
         return tokenizer
     tokenizer.chat_template = read_template_file(setting)
+    check_template(tokenizer, ref("chat_template", setting))
     return tokenizer
 
 
@@ -160,3 +163,52 @@ def describe_chat_template(model: str | None, setting: str = "auto") -> tuple[st
         "<|im_start|>/<|im_end|> added as special tokens where missing (the embeddings grow to match), "
         "<|im_end|> ends each turn"
     )
+
+
+def own_template_source(model: str | None) -> str:
+    """Where a model's own chat template comes from, for a message: its chat_template.jinja, its
+    tokenizer_config.json, or a GGUF's metadata."""
+    if not model:
+        return "the model's chat template"
+    if model.lower().endswith(".gguf"):
+        return f"the chat template in {model}'s metadata (tokenizer.chat_template)"
+    from finetune.model_source import local_model
+
+    folder = Path(model).expanduser()
+    if not folder.is_dir():
+        try:
+            folder = Path(local_model(model))  # a pulled base's name: its folder
+        except Exception:  # a hub id not fetched, or a base not pulled: only the name is known
+            folder = None
+    if folder is not None and (folder / "chat_template.jinja").is_file():
+        return f"the chat template in {model}'s chat_template.jinja"
+    return f"the chat template in {model}'s tokenizer_config.json"
+
+
+def check_template(tokenizer, source: str) -> None:
+    """Render a two-message conversation once, before any data is, so that a template Jinja cannot compile, that
+    its sandbox refuses, or that goes over its budget of work or size (data/template_sandbox.py) fails here in one
+    sentence naming `source`. A template that refuses the conversation on its own terms (`raise_exception`) is
+    left to the paths that render data, which say so per record."""
+    from jinja2.exceptions import SecurityError, TemplateSyntaxError
+
+    from finetune.data.template_sandbox import install
+
+    install()
+    tokenizer.finetune_template_source = source  # for a record that takes it over its budget (ChatTokenizer)
+    probe = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]
+    try:
+        tokenizer.apply_chat_template(probe, tokenize=False)
+    except TemplateSyntaxError as exc:
+        raise UserError(f"{source}: not a valid Jinja template: line {exc.lineno}: {_one_line(exc.message)}") from None
+    except SecurityError as exc:  # the sandbox's refusals, and TemplateLimitError
+        raise UserError(f"{source}: the chat template was refused: {_one_line(str(exc))}") from None
+    except (OverflowError, RecursionError, MemoryError) as exc:  # range() past the sandbox's limit; deep macros
+        problem = _one_line(str(exc)) or "it recursed too deep"
+        raise UserError(f"{source}: the chat template was refused: {problem}") from None
+    except Exception:  # the template's own refusal of this conversation: said per record where data renders
+        return
+
+
+def _one_line(text: str | None) -> str:
+    return " ".join((text or "").split()).rstrip(".")

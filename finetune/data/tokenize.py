@@ -33,6 +33,7 @@ import numpy as np
 
 from finetune.data.formats.openai import parse_arguments
 from finetune.data.segment_encoder import SegmentEncoder
+from finetune.data.template_sandbox import TemplateLimitError
 from finetune.data.types import IGNORE_INDEX, Message, Record, TokenizedRecord, ToolCall, Truncation
 from finetune.errors import RecordError, UserError
 
@@ -99,15 +100,18 @@ def load_tokenizer(model: str, trust_remote_code: bool = False, chat_template: s
     from transformers import AutoTokenizer
 
     from finetune.data.chat_template import use_chat_template
-    from finetune.model_source import load_failure, local_model
+    from finetune.data.template_sandbox import install
+    from finetune.model_source import check_remote_code, load_failure, local_model
 
+    check_remote_code(model, trust_remote_code)
+    install()  # every chat template this process renders is compiled with a budget of work and size
     try:
         tokenizer = AutoTokenizer.from_pretrained(local_model(model), trust_remote_code=trust_remote_code)
     except UserError:
         raise
     except Exception as exc:  # transformers raises many types here (OSError, ValueError, HF hub errors)
         raise load_failure(f"the tokenizer of {model!r}", exc) from None  # issue 26: names --trust-remote-code
-    return use_chat_template(tokenizer, chat_template)
+    return use_chat_template(tokenizer, chat_template, model)
 
 
 @dataclass(frozen=True)
@@ -164,9 +168,11 @@ class ChatTokenizer:
             supported.add("schemas")
         return supported
 
-    def _try_render(self, messages, tools=()) -> str:
+    def _try_render(self, messages, tools=(), line: int | None = None) -> str:
         try:
             return self.render(messages, tools)
+        except TemplateLimitError as exc:  # the template is at fault, not this conversation: stop here
+            raise self._refusal(exc, line) from None
         except Exception:  # a template may raise on roles or keys it does not know (jinja2 errors, TypeError, ...)
             return ""
 
@@ -234,15 +240,29 @@ class ChatTokenizer:
         return text.startswith(self.end_of_turn_text, text.index(_SENTINEL) + len(_SENTINEL))
 
     def _pieces(self, record: Record) -> list[tuple[str, float]]:
-        """Split the rendered record into (text, weight) pieces; weight 0 = context.
+        """Split the rendered record into (text, weight) pieces; weight 0 = context. A template that goes over
+        its budget of work or size (data/template_sandbox.py) on this record stops the run here, naming where the
+        template came from: every record could cost it the whole budget, so no record after it is tried."""
+        try:
+            return self._located_pieces(record)
+        except TemplateLimitError as exc:
+            raise self._refusal(exc, record.line) from None
 
-        Messages are located in order. An assistant reply is searched together with the end-of-turn
+    def _refusal(self, exc: TemplateLimitError, line: int | None) -> UserError:
+        source = getattr(self.tokenizer, "finetune_template_source", "the chat template")
+        where = f"at line {line}" if line else "on a conversation with tools (what it renders of them)"
+        return UserError(f"{source}: the chat template was refused {where}: {exc}")
+
+    def _located_pieces(self, record: Record) -> list[tuple[str, float]]:
+        """The pieces of `_pieces`. Messages are located in order. An assistant reply is searched together with the end-of-turn
         that must follow it, so its text cannot be mistaken for a role header or an earlier message.
         """
         if record.tools or any(m.tool_calls or m.role == "tool" for m in record.messages):
             self.check_tool_support(record)
         try:
             text = self.render(record.messages, record.tools)
+        except TemplateLimitError:
+            raise
         except Exception as exc:  # templates raise what they refuse (e.g. "only single tool-calls are supported")
             raise RecordError(record.line, f"the chat template refuses this conversation: {exc}") from None
         eot = self.end_of_turn_text
@@ -293,7 +313,7 @@ class ChatTokenizer:
         for probe in _PROBES:
             messages = list(record.messages)
             messages[i] = Message("assistant", probe, message.weight)
-            rendered = self._try_render(messages, record.tools)
+            rendered = self._try_render(messages, record.tools, record.line)
             starts.append(len(os.path.commonprefix([text, rendered])))
         start = min(starts)
         end = text.find(self.end_of_turn_text, start)

@@ -35,8 +35,9 @@ def load_model(
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
-    from finetune.model_source import local_model
+    from finetune.model_source import check_remote_code, local_model
 
+    check_remote_code(name, trust_remote_code)
     hf_logging.disable_progress_bar()
     location = local_model(name)
     load = lambda **chosen: AutoModelForCausalLM.from_pretrained(  # noqa: E731
