@@ -7,6 +7,7 @@ import json
 from datetime import UTC, datetime
 
 from finetune.errors import UserError
+from finetune.service.audit import AuditLog
 from finetune.service.commands import _open_store, settings_from
 from finetune.service.quota_flags import FLAGS
 from finetune.service.quotas import DEFAULT_TENANT, QUOTAS, all_quotas, known_tenants, report, set_quotas
@@ -37,6 +38,7 @@ def run_tenants(args) -> int:
         if args.tenants_command == "list":
             return _list(store, args.json)
         row = set_quotas(store.engine, tenant, values)
+        AuditLog(store.engine).append(f"quota.{args.tenants_command}", tenant=tenant, object_id=tenant)
         own = {name: row[name] for name in QUOTAS}
         who = "every tenant without its own value" if tenant == DEFAULT_TENANT else f"tenant {tenant!r}"
         shown = ", ".join(f"{name} {_limit(value)}" for name, value in own.items() if value is not None)

@@ -7,6 +7,7 @@ import time
 
 from finetune.errors import UserError
 from finetune.service import tombstones
+from finetune.service.audit import AuditLog
 from finetune.service.commands import _open_store, settings_from
 from finetune.service.deletion import Removal, cache_entries, cache_roots, found, job_digests, job_removals, remove
 from finetune.service.deletion import sha256_of as _sha256
@@ -63,6 +64,7 @@ def _purge(settings: ServiceSettings, store: Store, tenant: str, dry_run: bool, 
     items = tenant_removals(settings, store, tenant)  # again: a stopping trainer wrote its last checkpoint
     remove(items)
     counts = tombstones.delete_tenant_rows(store.engine, tenant)
+    AuditLog(store.engine).append("tenant.purge", tenant=tenant, object_id=tenant)  # the trail itself stays
     _print_items(items, "removed")
     print("deleted rows: " + ", ".join(f"{count} {what}" for what, count in counts.items()))
     print(f"revoked {len(keys)} key(s); tenant {tenant!r} is purged")

@@ -244,6 +244,8 @@ def test_purge_dry_run_removes_nothing_and_purge_removes_one_tenant_only(tmp_pat
     assert {f["id"] for f in bob.get("/v1/files").json()["data"]} == {bob_file, *bob_results}
     assert bob.get(f"/v1/fine_tuning/jobs/{bob_done}").json()["status"] == "succeeded"
     assert (settings.runs_dir / bob_done / "adapter").is_dir() and _holding(settings.data_dir, "BOB-ONLY-5520")
+    purges = [r for r in AuditLog(store.engine).records() if r["action"] == "tenant.purge"]
+    assert [(r["tenant"], r["via"], r["outcome"]) for r in purges] == [("alice", "cli", "ok")]  # the dry run: none
     store.close()
 
 

@@ -22,6 +22,7 @@ from sqlalchemy import inspect, text
 
 from finetune.cli import main
 from finetune.service import quotas
+from finetune.service.audit import AuditLog
 from finetune.service.store import Store, new_id
 from finetune.service.worker import Worker
 
@@ -288,11 +289,20 @@ def test_the_operator_sets_lists_and_unsets_quotas(tmp_path):
     bad = _tenants(data, "set", "acme", "--max-queued-jobs", "many")
     assert bad.returncode == 2 and "expected a whole number" in bad.stderr and "Traceback" not in bad.stderr
     assert _tenants(data, "unset", "acme").returncode == 0  # every own value: the row goes
-    assert "acme" not in quotas.all_quotas(Store(f"sqlite:///{(data / 'finetune.db').resolve()}").engine)
+    engine = Store(f"sqlite:///{(data / 'finetune.db').resolve()}").engine
+    assert "acme" not in quotas.all_quotas(engine)
+    changes = [(r["action"], r["tenant"]) for r in AuditLog(engine).records() if r["action"].startswith("quota.")]
+    assert changes == [
+        ("quota.set", "acme"),
+        ("quota.set", "*"),
+        ("quota.set", "acme"),
+        ("quota.unset", "acme"),
+        ("quota.unset", "acme"),
+    ]  # the refused sets wrote nothing
 
 
 def test_a_version_4_database_gains_the_quota_tables(store):
-    with store.engine.begin() as conn:  # as a database made before version 5 looks
+    with store.engine.begin() as conn:  # as a database made before version 8 looks
         conn.execute(text("DROP TABLE job_token_holds"))
         conn.execute(text("DROP TABLE tenant_quotas"))
         conn.execute(text("UPDATE schema_version SET version = 4"))
