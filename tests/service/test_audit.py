@@ -143,7 +143,7 @@ def test_dashboard_sign_in_sign_out_and_a_weights_download_are_recorded(service,
     with httpx.Client(base_url=base, headers={"Origin": base}) as browser:
         assert browser.post("/v1/dashboard/session", json={"key": service.keys["alice"]}).status_code == 200
         assert browser.get(f"/v1/dashboard/jobs/{job.id}/download").status_code == 200
-        assert browser.delete("/v1/dashboard/session").status_code == 200
+        assert browser.delete("/v1/dashboard/session", headers={"Content-Type": "application/json"}).status_code == 200
     assert httpx.post(f"{base}/v1/dashboard/session", json={"key": "ftk-nobody-wrong"}).status_code == 401
     assert httpx.post(f"{base}/v1/dashboard/session", data={"key": "ftk-nobody-wrong"}).status_code == 303  # a form
     tail = [(r.action, r.object_id, r.via, r.outcome) for r in _records(alice)][-3:]
