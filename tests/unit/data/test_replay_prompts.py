@@ -90,3 +90,13 @@ def test_the_check_itself_catches_overlap():
     copy = f"Please, {theirs.upper()}  and explain"
     assert _normal(theirs) in _normal(copy)
     assert _grams(copy, LONG) & _grams(theirs, LONG)
+
+
+def test_the_generator_reproduces_the_committed_file():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_replay_prompts", ROOT / "examples" / "make_replay_prompts.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    written = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in module.prompts())
+    assert written == PROMPTS_FILE.read_text(encoding="utf-8")
