@@ -94,8 +94,9 @@ def _data_lines(plan: Plan) -> list[str]:
     if plan.replay_added:  # self-replay (docs/retention.md)
         added = plan.replay_added
         lines.append(
-            f"Replay     {added['rows']:,} general rows ({added['distinct_rows']:,} distinct) from the "
-            f"{added['source']}, {added['ratio']:g} per team row: {_n(added['tokens'])} tokens per epoch, counted "
+            f"Replay     {added['rows']:,} general rows ({added['distinct_rows']:,} distinct) from "
+            f"{'the ' if added['source'] == 'base model' else ''}{added['source']}, {added['ratio']:g} per team row: "
+            f"{_n(added['tokens'])} tokens per epoch, counted "
             "in the tokens processed (billed)"
         )
     return lines
