@@ -172,6 +172,19 @@ class RunConfig:
     """E-mails, phone numbers, card numbers, IBANs and secrets found in the data: warn, redact (replace each with a
     placeholder such as <EMAIL> before tokenizing) or refuse to train (docs/sensitive-data.md)."""
 
+    # ---- retention
+    replay: float | str = about(
+        "off", "Self-replay", tokens=False, resume="refuse", words=("off",),
+        why_not="the checkpoint learned from another mix of general and team conversations",
+    )  # fmt: skip
+    """Mix general requests answered by the base model itself into training: replay rows per team row (e.g. 0.25),
+    auto, or off (docs/retention.md, "Self-replay")."""
+    general_data: str | None = about(
+        None, "General conversations", tokens=False, resume="refuse", api=None,
+        why_not="the checkpoint learned from other general conversations",
+    )  # fmt: skip
+    """With replay: your own general conversations (a chat file) to mix in instead of the base model's answers."""
+
     def __post_init__(self) -> None:
         for spec in settings():  # types and choices, from the annotations
             setattr(self, spec.name, spec.coerce(getattr(self, spec.name)))
@@ -193,6 +206,7 @@ class RunConfig:
         if self.lr != AUTO and not 0 < self.lr < 1:
             raise ConfigError(f"{ref('lr')} must be a number between 0 and 1 (e.g. 2e-4) or 'auto', got {self.lr!r}")
         self._check_combinations()
+        self._check_replay()
         self._check_trackers()
 
     def _check_combinations(self) -> None:
@@ -226,6 +240,17 @@ class RunConfig:
             raise ConfigError(
                 f"{ref('shard')} full shards full fine-tuning; LoRA replicates the model: {ref('shard')} none"
             )
+
+    def _check_replay(self) -> None:
+        if self.replay not in ("off", AUTO) and not 0 < self.replay <= 10:
+            raise ConfigError(
+                f"{ref('replay')} must be a number of replay rows per team row above 0 and at most 10 (e.g. 0.25), "
+                f"'auto' or 'off', got {self.replay!r}"
+            )
+        if self.general_data and self.replay == "off":
+            raise ConfigError(f"{ref('general_data')} is mixed in by replay: set {ref('replay')} to auto or a ratio")
+        if self.replay != "off" and self.method == "dpo":
+            raise ConfigError(f"{ref('replay')} mixes supervised answers; it does not apply to {ref('method', 'dpo')}")
 
     @property
     def trained_weights(self) -> str:

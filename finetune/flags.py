@@ -36,7 +36,11 @@ def add_setting_flags(p: argparse.ArgumentParser, command: str) -> None:
             else:
                 p.add_argument(spec.flag, dest=spec.name, action="store_true", default=SUPPRESS, help=spec.help)
             continue
-        metavar = {int: "N", float: "X", bool: "on|off", str: "TEXT"}[spec.kind] + ("|auto" if spec.auto else "")
+        metavar = (
+            {int: "N", float: "X", bool: "on|off", str: "TEXT"}[spec.kind]
+            + ("|auto" if spec.auto else "")
+            + "".join("|" + w for w in spec.about.words)
+        )
         p.add_argument(
             spec.flag,
             dest=spec.name,

@@ -28,9 +28,11 @@ from pathlib import Path
 from finetune.config import RunConfig
 from finetune.data.arrays import record_lengths
 from finetune.data.dispatch import prepare
+from finetune.data.replay_mix import replay_on, replay_ratio
 from finetune.data.skipped import write_skipped
 from finetune.data.tokenize import load_tokenizer
 from finetune.errors import UserError
+from finetune.eval.replay import mix_replay, replay_tokens
 from finetune.eval.test_split import hold_out_test
 from finetune.export.card import model_card
 from finetune.fingerprint import run_fingerprint
@@ -154,6 +156,7 @@ def plan_run(
         config = hold_out_test(config, out)  # before the split and the plan: the test set is never trained on
     config = dataclasses.replace(config, model=resolve_model(config.model)) if config.model else config
     tokenizer = load_tokenizer(config.model, config.trust_remote_code, config.chat_template) if config.model else None
+    config, mixed = _replayed(config, out, tokenizer, ctx)  # self-replay (off: nothing changes)
     prepared = _prepare_on_every_rank(config, tokenizer, ctx)
     if prepared.from_cache and ctx.is_main:
         log.info("tokenized data read from the token cache (%s)", prepared.cache_entry)
@@ -165,7 +168,34 @@ def plan_run(
         step_tokens=lambda effective, steps: schedule_tokens(lengths, effective, config.seed, config.last_batch, steps),
         speed=_speed_for(config, prepared.summary, ctx.device, measure, speed_of) if config.model else None,
     )
+    if mixed is not None:
+        plan = _with_replay(plan, prepared, mixed)
     return PlannedRun(config, tokenizer, prepared, plan)
+
+
+def _replayed(config: RunConfig, out: Path | None, tokenizer, ctx: DistContext):
+    """The config reading the team's data with replay rows mixed in (rank 0 writes the files), and what was added."""
+    if not replay_on(config):
+        return config, None
+    mixed, failure = None, None
+    if ctx.is_main:
+        try:
+            mixed = mix_replay(config, out, tokenizer)
+        except Exception as exc:  # the others must not wait for it forever
+            failure = exc
+    barrier(ctx)
+    if failure is not None:
+        raise failure
+    mixed = mixed or mix_replay(config, out, tokenizer, write=False)  # another rank: the files rank 0 wrote
+    return mixed.config, mixed
+
+
+def _with_replay(plan: Plan, prepared, mixed) -> Plan:
+    """The plan records what replay added (rows, tokens: counted in tokens processed) and Auto's ratio."""
+    added = mixed.to_dict(replay_tokens(prepared, mixed.team_rows))
+    _, reason = replay_ratio(mixed.config)
+    auto = {**plan.auto, "replay": reason} if reason else plan.auto
+    return dataclasses.replace(plan, replay_added=added, auto=auto)
 
 
 def _speed_for(config: RunConfig, summary, device, measure: bool, speed_of) -> float | None:

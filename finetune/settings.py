@@ -70,6 +70,8 @@ class About:
     """Only a run has it: not a flag of `finetune plan`."""
     positional: bool = False
     """A positional argument of the commands rather than a flag."""
+    words: tuple[str, ...] = ()
+    """Words a number setting also takes besides 'auto' (e.g. "off"); YAML's `off` (false) reads as "off"."""
 
 
 def about(default: Any, label: str, **facts: Any) -> Any:
@@ -126,13 +128,16 @@ class Setting:
         if self.choices:
             return "one of " + ", ".join(self.choices)
         what = {int: "a whole number", float: "a number", bool: "on or off", str: "text"}[self.kind]
-        return what + (" or 'auto'" if self.auto else "")
+        words = ([AUTO] if self.auto else []) + list(self.about.words)
+        return what + "".join(f", or '{word}'" if i else f" or '{word}'" for i, word in enumerate(words))
 
     def parse(self, text: str) -> Any:
         """A value written as text (a flag, a YAML string) -> its Python value; ValueError when it is none."""
         lowered = text.strip().lower()
         if self.auto and lowered == AUTO:
             return AUTO
+        if lowered in self.about.words:
+            return lowered
         if self.optional and self.kind is not str and lowered == "none":
             return None
         if self.choices or self.kind is str:
@@ -163,8 +168,10 @@ class Setting:
             if value not in self.choices:
                 raise bad
             return self.choices[self.choices.index(value)]  # a plain string, also for a StrEnum member
-        if self.auto and value == AUTO:
+        if (self.auto and value == AUTO) or value in self.about.words:
             return value
+        if value is False and "off" in self.about.words:  # YAML reads a bare `off` as false
+            return "off"
         if self.kind is bool and not isinstance(value, bool):
             raise bad
         if self.kind is int and (not isinstance(value, int) or isinstance(value, bool)):
@@ -189,7 +196,7 @@ class Setting:
         if self.choices:
             prop["enum"] = list(self.choices)
         if self.auto and self.kind is not str:
-            prop["examples"] = [AUTO]
+            prop["examples"] = [AUTO, *self.about.words]
         default = self.default.value if isinstance(self.default, enum.Enum) else self.default
         prop["default"] = default
         prop["x-finetune"] = {

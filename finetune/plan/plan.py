@@ -69,6 +69,8 @@ class Plan:
     """The chat template the data is rendered with: "model" (its own), "chatml", or a Jinja file's path."""
     base_origin: dict | None = None
     """The GGUF file (and its sha256) the base was converted from; None for any other base."""
+    replay_added: dict | None = None
+    """Self-replay: the ratio, replay rows and their tokens (counted in tokens processed: billed), their source."""
     model_facts: ModelFacts | None = field(default=None, repr=False)
     """The model's numbers the plan used (not written to plan.json: they are re-read from the model)."""
 

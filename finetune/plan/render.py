@@ -91,6 +91,14 @@ def _data_lines(plan: Plan) -> list[str]:
                 f"           {approx}{plan.data.target_tokens:,} scored + {approx}{plan.data.context_tokens:,} context "
                 "(prompts, tool schemas and results: read and billed, never scored)"
             )
+    if plan.replay_added:  # self-replay (docs/retention.md)
+        added = plan.replay_added
+        lines.append(
+            f"Replay     {added['rows']:,} general rows ({added['distinct_rows']:,} distinct) from "
+            f"{'the ' if added['source'] == 'base model' else ''}{added['source']}, {added['ratio']:g} per team row: "
+            f"{_n(added['tokens'])} tokens per epoch, counted "
+            "in the tokens processed (billed)"
+        )
     return lines
 
 

@@ -32,13 +32,13 @@ function inputFor(key, prop) {
     return h("select", { id }, h("option", { value: "" }, `default (${fallback})`), h("option", { value: "on" }, "on"), h("option", { value: "off" }, "off"));
   }
   const numeric = kinds.includes("integer") || kinds.includes("number");
-  const placeholder = meta.auto ? "auto" : prop.default === null || prop.default === undefined ? "none" : String(prop.default);
+  const placeholder = meta.auto ? String(prop.default ?? "auto") : prop.default === null || prop.default === undefined ? "none" : String(prop.default);
   return h("input", { id, type: "text", inputmode: numeric ? "decimal" : "text", placeholder, autocomplete: "off" });
 }
 
 function parseValue(raw, prop) {
   const kinds = [].concat(prop.type);
-  if (raw === "auto") return "auto";
+  if (raw === "auto" || (prop.examples || []).includes(raw)) return raw; // a word a number setting takes ("off")
   if (kinds.includes("boolean")) return raw === "on";
   if (kinds.includes("integer")) return Number.parseInt(raw, 10);
   if (kinds.includes("number")) return Number(raw);

@@ -1,0 +1,169 @@
+"""Self-replay's data side (no torch): the shipped general prompts, the share of replay rows, the mixed files.
+
+    prompts = training_prompts()                       # the shipped prompts minus the held-out slice
+    ratio, reason = replay_ratio(config)               # "off" -> 0; "auto" -> AUTO_RATIO; a number as given
+    mixed = write_mixed(config, folder, replay_rows)   # team conversations + replay rows: the files a run trains on
+
+Replay rows are general requests answered by the base model itself (eval/replay.py generates and caches them)
+or a team's own general conversations (`general_data`). They join the training side only: the team's
+validation conversations are cut first, by the same rule and seed the data path uses (split.py), so the
+validation loss stays the team's. The prompts file (prompts.jsonl beside this module, written by
+examples/make_replay_prompts.py) must not overlap the retention check's general set (eval/general/), whole or
+in part; tests/unit/data/test_replay_prompts.py holds it to that.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import random
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from finetune.config import AUTO, RunConfig
+from finetune.data.convert import conversation_to_openai
+from finetune.data.types import Conversation
+from finetune.errors import UserError
+from finetune.wording import ref
+
+PROMPTS_FILE = Path(__file__).resolve().parent / "replay" / "prompts.jsonl"
+OFF = "off"
+AUTO_RATIO = 0.25  # provisional: issue 34 measures the ratio on the real base before Auto relies on it
+HELD_OUT_EVERY = 8  # about one prompt in eight is kept back for a later general validation set
+TRAIN_FILE, VAL_FILE, RECORD_FILE = "train.jsonl", "val.jsonl", "replay.json"
+
+
+@dataclass(frozen=True)
+class ReplayPrompt:
+    id: str
+    kind: str
+    text: str
+
+    @property
+    def held_out(self) -> bool:
+        """Kept back from training (a later general validation set): a hash of the text decides, not its place."""
+        return hashlib.sha256(("replay-held-out\0" + self.text).encode()).digest()[0] % HELD_OUT_EVERY == 0
+
+
+@dataclass(frozen=True)
+class Mixed:
+    """What self-replay added to a run (plan.json's `replay_added`)."""
+
+    config: RunConfig  # reads the mixed files
+    ratio: float
+    rows: int  # replay conversations added to training
+    distinct_rows: int  # of them different (rows go round again when fewer answers than rows were found)
+    team_rows: int  # the team's training conversations
+    source: str  # "base model" or the general-data file
+
+    def to_dict(self, tokens: int | None) -> dict:
+        return {
+            "ratio": self.ratio, "rows": self.rows, "distinct_rows": self.distinct_rows, "team_rows": self.team_rows, "tokens": tokens,
+            "source": self.source, "billed": True,
+        }  # fmt: skip
+
+
+@cache
+def replay_prompts(path: Path = PROMPTS_FILE) -> tuple[ReplayPrompt, ...]:
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        item = json.loads(line)
+        rows.append(ReplayPrompt(str(item["id"]), str(item["kind"]), str(item["prompt"])))
+        if not rows[-1].text.strip():
+            raise UserError(f"{path}:{number}: an empty prompt")
+    return tuple(rows)
+
+
+def training_prompts() -> tuple[ReplayPrompt, ...]:
+    return tuple(p for p in replay_prompts() if not p.held_out)
+
+
+def held_out_prompts() -> tuple[ReplayPrompt, ...]:
+    """The general validation slice: never trained on (not used yet)."""
+    return tuple(p for p in replay_prompts() if p.held_out)
+
+
+def prompts_digest() -> str:
+    return hashlib.sha256(PROMPTS_FILE.read_bytes()).hexdigest()
+
+
+def replay_on(config: RunConfig) -> bool:
+    return config.replay != OFF
+
+
+def replay_ratio(config: RunConfig) -> tuple[float, str | None]:
+    """Replay rows per team training row, and Auto's reason when Auto chose it."""
+    if config.replay == OFF:
+        return 0.0, None
+    if config.replay == AUTO:
+        return AUTO_RATIO, (
+            f"{AUTO_RATIO} replay rows per team row: a provisional share (1% to 1:1 of general data stops most "
+            "forgetting in published figures); not yet measured on a real base"
+        )
+    return float(config.replay), None
+
+
+def replay_count(ratio: float, team_rows: int) -> int:
+    return max(1, round(ratio * team_rows)) if ratio > 0 and team_rows else 0
+
+
+def pick(rows: list[dict], count: int, seed: int) -> list[dict]:
+    """`count` rows drawn in a seeded order, going round again when more are asked for than there are."""
+    if not rows or count <= 0:
+        return []
+    order = list(range(len(rows)))
+    random.Random(f"replay-{seed}").shuffle(order)
+    return [rows[order[i % len(order)]] for i in range(count)]
+
+
+def team_split(config: RunConfig) -> tuple[list[Conversation], list[Conversation], list[dict]]:
+    """The team's training and validation conversations, split as the data path would split them."""
+    from finetune.data.combine import val_fraction
+    from finetune.data.prepare import read_conversations
+    from finetune.data.split import split_conversations
+
+    conversations, skipped = read_conversations(config.data, config.format, config.skip_invalid)
+    if config.val_file:
+        return conversations, [], skipped
+    fraction, _ = val_fraction(config, len({c.key() for c in conversations}))
+    split = split_conversations(conversations, fraction, config.seed)
+    return split.train, split.val, skipped
+
+
+def general_rows(path: str) -> list[dict]:
+    """A team's own general conversations (`general_data`), as chat rows."""
+    from finetune.data.prepare import read_conversations
+
+    conversations, _ = read_conversations(path)
+    if not conversations:
+        raise UserError(f"{path}: no conversation in {ref('general_data')}")
+    return [conversation_to_openai(c) for c in conversations]
+
+
+def write_mixed(
+    config: RunConfig, folder: Path, replay_rows: list[dict], ratio: float, source: str, write: bool = True
+) -> Mixed:
+    """Write FOLDER/train.jsonl (the team's training conversations, then the replay rows) and, unless a
+    validation file is given, FOLDER/val.jsonl (the team's validation conversations); the config reading them."""
+    train, val, _ = team_split(config)
+    chosen = pick(replay_rows, replay_count(ratio, len(train)), config.seed)
+    changes: dict = {"data": str(folder / TRAIN_FILE), "format": "chat"}
+    if not config.val_file:  # the team's validation conversations, as the data path would have cut them
+        changes |= {"val_file": str(folder / VAL_FILE), "val_fraction": AUTO} if val else {"val_fraction": 0.0}
+    if write:
+        folder.mkdir(parents=True, exist_ok=True)
+        _write(folder / TRAIN_FILE, [conversation_to_openai(c) for c in train] + chosen)
+        if val:
+            _write(folder / VAL_FILE, [conversation_to_openai(c) for c in val])
+        record = {"source_data": config.data, "ratio": ratio, "rows": len(chosen), "team_rows": len(train)}
+        (folder / RECORD_FILE).write_text(json.dumps(record | {"from": source}, indent=2), encoding="utf-8")
+    distinct = len({json.dumps(row, sort_keys=True) for row in chosen})
+    return Mixed(dataclasses.replace(config, **changes), ratio, len(chosen), distinct, len(train), source)
+
+
+def _write(path: Path, rows: list[dict]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+    tmp.replace(path)

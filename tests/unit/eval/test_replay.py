@@ -1,0 +1,148 @@
+"""Self-replay on the toy model: answers generated once and cached, mixed in as targets on the training side only,
+shown in the plan, refused as a change on resume, and `off` leaving the run exactly as it was."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import io
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from finetune.config import RunConfig
+from finetune.data import replay_mix
+from finetune.errors import UserError
+from finetune.eval import replay
+from finetune.fingerprint import check_resume, run_fingerprint
+from finetune.plan.render import render_plan
+from finetune.run import plan_run
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+PROMPTS = 6  # the tests answer a few of the shipped prompts, not all of them
+
+
+@pytest.fixture
+def team(tmp_path) -> str:
+    lines = (EXAMPLES / "train.jsonl").read_text(encoding="utf-8").splitlines()[:48]
+    path = tmp_path / "team.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture
+def calls(monkeypatch, tmp_path):
+    """A cache root of the test's own; few prompts; every model load and generate call counted. The answers are
+    a fixed sentence closed by the stop token (the untrained toy rarely stops), so caching and mixing are tested
+    on answers the product keeps."""
+    monkeypatch.setenv("FINETUNE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(replay_mix, "training_prompts", lambda: replay_mix.replay_prompts()[:PROMPTS])
+    counted = {"generate": 0, "load": 0}
+    model_module = importlib.import_module("finetune.train.model")
+    real_load = model_module.load_model
+
+    def load(*args, **kwargs):
+        counted["load"] += 1
+        return real_load(*args, **kwargs)
+
+    def generate(model, tokenizer, prompts, max_new_tokens=96, batch_size=32):
+        from finetune.prompting import stop_ids
+
+        counted["generate"] += 1
+        ids = tokenizer("A plain general answer.", add_special_tokens=False)["input_ids"]
+        return [[*ids, stop_ids(tokenizer)[0]] for _ in prompts]
+
+    monkeypatch.setattr(model_module, "load_model", load)
+    monkeypatch.setattr(replay, "generate_ids", generate)
+    return counted
+
+
+def _plan(team: str, model: Path, out: Path, **settings):
+    config = RunConfig(data=team, model=str(model), out=str(out), **settings)
+    return plan_run(config, out, measure=False)
+
+
+def test_answers_are_generated_once_per_base_and_cached(team, toy_model, tmp_path, calls):
+    first = _plan(team, toy_model, tmp_path / "a", replay=0.25)
+    assert calls == {"generate": 1, "load": 1}
+    cached = list((tmp_path / "cache" / "replay").glob("*.jsonl"))
+    assert len(cached) == 1 and len(cached[0].read_text().splitlines()) == PROMPTS
+    second = _plan(team, toy_model, tmp_path / "b", replay=0.25)
+    assert calls == {"generate": 1, "load": 1}  # read from the cache: no model loaded, nothing generated
+    assert first.plan.replay_added == second.plan.replay_added
+
+
+def test_replay_rows_are_targets_on_the_training_side_only(team, toy_model, tmp_path, calls):
+    off = _plan(team, toy_model, tmp_path / "off")
+    on = _plan(team, toy_model, tmp_path / "on", replay=0.25)
+    added = on.plan.replay_added
+    team_rows = off.plan.data.conversations  # the training side's
+    assert added["team_rows"] == team_rows and added["rows"] == round(0.25 * team_rows)
+    assert on.plan.data.conversations == team_rows + added["rows"]
+    assert on.plan.data.validation_conversations == off.plan.data.validation_conversations > 0
+    assert added["billed"] is True and added["source"] == "base model"
+    # validation is the team's own, exactly as without replay
+    assert [r.input_ids for r in on.prepared.val] == [r.input_ids for r in off.prepared.val]
+    assert on.plan.data.tokens_in_file == off.plan.data.tokens_in_file + added["tokens"]
+    replayed = [r for r in on.prepared.train if r.line > team_rows]
+    assert len(replayed) == added["rows"]
+    for record in replayed:
+        targets = [t for t, w in zip(record.input_ids, record.weights, strict=True) if w > 0]
+        assert "A plain general answer." in on.tokenizer.decode(targets)
+
+
+def test_the_plan_shows_replay_rows_and_tokens(team, toy_model, tmp_path, calls):
+    on = _plan(team, toy_model, tmp_path / "on", replay="auto")
+    document = on.plan.to_dict()
+    assert document["replay"] == "auto" and document["replay_added"]["ratio"] == replay_mix.AUTO_RATIO
+    assert document["replay_added"]["tokens"] > 0 and "replay" in document["auto"]
+    console = Console(file=io.StringIO(), width=200)
+    render_plan(on.plan, console)
+    text = console.file.getvalue()
+    assert f"Replay     {document['replay_added']['rows']} general rows" in text and "billed" in text
+
+
+def test_replay_off_leaves_the_run_as_it_was(team, toy_model, tmp_path, calls, monkeypatch):
+    import finetune.run as run_module
+
+    off = _plan(team, toy_model, tmp_path / "off")
+    monkeypatch.setattr(run_module, "_replayed", lambda config, out, tokenizer, ctx: (config, None))
+    before = _plan(team, toy_model, tmp_path / "off")  # the spine without the replay step at all
+    assert calls == {"generate": 0, "load": 0} and not (tmp_path / "off" / "replay").exists()
+    assert off.config.data == team and off.plan.replay_added is None
+    assert off.plan.to_dict() == before.plan.to_dict()
+    assert (off.plan.total_steps, off.plan.tokens_processed) == (before.plan.total_steps, before.plan.tokens_processed)
+
+
+def test_a_change_of_replay_is_refused_on_resume(team, toy_model, tmp_path, calls):
+    off = _plan(team, toy_model, tmp_path / "off")
+    on = _plan(team, toy_model, tmp_path / "on", replay=0.25)
+    saved = run_fingerprint(off.plan)
+    now = dataclasses.replace(on.plan, run=dataclasses.replace(on.plan.run, data=team, val_file=None))
+    with pytest.raises(UserError, match="self-replay changed"):
+        check_resume(saved, run_fingerprint(now), "data", "checkpoint-10")
+    assert check_resume(run_fingerprint(on.plan), run_fingerprint(on.plan), None, "checkpoint-10") == []
+
+
+def test_a_teams_general_data_is_used_instead_of_the_base(team, toy_model, tmp_path, calls):
+    general = tmp_path / "general.jsonl"
+    rows = [{"messages": [{"role": "user", "content": f"Name a colour {i}."}, {"role": "assistant", "content": "Blue."}]}
+            for i in range(5)]  # fmt: skip
+    general.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    on = _plan(team, toy_model, tmp_path / "on", replay=0.5, general_data=str(general))
+    assert calls == {"generate": 0, "load": 0}
+    assert on.plan.replay_added["source"] == str(general) and on.plan.replay_added["distinct_rows"] == 5
+
+
+def test_settings_say_what_is_wrong():
+    assert RunConfig().replay == "off" and RunConfig(replay=False).replay == "off"  # YAML's bare `off`
+    assert RunConfig(replay="0.5").replay == 0.5
+    for bad, said in ((0, "above 0"), ("many", "a number or 'auto', or 'off'")):
+        with pytest.raises(UserError, match=said):
+            RunConfig(replay=bad)
+    with pytest.raises(UserError, match="is mixed in by replay"):
+        RunConfig(general_data="general.jsonl")
+    with pytest.raises(UserError, match="does not apply"):
+        RunConfig(replay="auto", method="dpo")
