@@ -127,10 +127,10 @@ def split_examples(
 
 
 def house_style(model_dir: Path, weights: str, prompts, markers: list[str]) -> float:
+    from finetune.commands.demo import MAX_NEW_TOKENS
+    from finetune.commands.eval import load_tuned
     from finetune.data.tokenize import load_tokenizer
-    from finetune.demo import MAX_NEW_TOKENS
-    from finetune.eval.command import load_tuned
-    from finetune.eval.generate import generate_answers, style_rate
+    from finetune.ship.eval.generate import generate_answers, style_rate
 
     answers = generate_answers(
         load_tuned(str(model_dir), weights), load_tokenizer(str(model_dir)), prompts, MAX_NEW_TOKENS
@@ -139,8 +139,8 @@ def house_style(model_dir: Path, weights: str, prompts, markers: list[str]) -> f
 
 
 def run_point(point: Point, base: Path, data: Path, val: Path, work: Path, prompts, markers) -> dict:
-    from finetune.config import RunConfig
     from finetune.run import train
+    from finetune.settings.config import RunConfig
 
     out = work / "run"
     shutil.rmtree(out, ignore_errors=True)
@@ -316,8 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", default=None, help="write the result tables here")
     args = parser.parse_args(argv)
 
-    from finetune.model_source import resolve_model
-    from finetune.toy import pretrained_base
+    from finetune.models.source import resolve_model
+    from finetune.ship.toy import pretrained_base
 
     base = Path(resolve_model(args.base)) if args.base else pretrained_base(log=print)[0]
     done = json.loads(Path(args.resume).read_text()) if args.resume else None

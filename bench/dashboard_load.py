@@ -18,8 +18,8 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from finetune.service.app import create_app
-from finetune.service.settings import ServiceSettings
+from finetune.service.api.app import create_app
+from finetune.service.options import ServiceSettings
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train.jsonl"
 

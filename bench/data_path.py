@@ -108,7 +108,7 @@ def train_probe(data: str, model: str, out: str, cache_dir: str, steps: int) -> 
     born = psutil.Process().create_time()
     import importlib
 
-    from finetune.config import RunConfig
+    from finetune.settings.config import RunConfig
 
     recipe = importlib.import_module("finetune.run")  # `finetune.train` the attribute is the function
 

@@ -79,7 +79,7 @@ def build_assets(work: Path, conversations: int, dry_run: bool) -> tuple[Path, P
     """The data file, and a model folder (tokenizer + Qwen2.5-0.5B-shaped config; weights unless dry_run)."""
     from support_data import write_support_data
 
-    from finetune.toy import END_OF_TURN, PAD, build_tokenizer
+    from finetune.ship.toy import END_OF_TURN, PAD, build_tokenizer
 
     data = write_support_data(work / "support.jsonl", conversations)
     model_dir = work / "qwen25-05b-shape"
@@ -131,7 +131,7 @@ def run_finetune(data: Path, model: Path, work: Path, steps: int, warmup: int, m
 
     import torch
 
-    from finetune.config import RunConfig
+    from finetune.settings.config import RunConfig
 
     recipe = importlib.import_module("finetune.run")
     times = []

@@ -51,7 +51,7 @@ if str(REPO) not in sys.path:
 
 SYSTEMS = ("finetune", "trl-padded", "trl-packed", "bare", "bare-fused")
 
-# ChatML exactly as finetune.toy.CHAT_TEMPLATE renders it, plus the {% generation %} markers TRL's
+# ChatML exactly as finetune.ship.toy.CHAT_TEMPLATE renders it, plus the {% generation %} markers TRL's
 # assistant_only_loss needs: the assistant content and its end-of-turn token are the targets.
 GENERATION_TEMPLATE = (
     "{% for message in messages %}"
@@ -185,8 +185,8 @@ class StepRecorder:
 
 def run_finetune(spec: Spec, rec: StepRecorder) -> None:
     """The product path: RunConfig -> finetune.train, exactly what `finetune train` runs."""
-    from finetune.config import RunConfig
     from finetune.run import train
+    from finetune.settings.config import RunConfig
     from finetune.train.attention import uses_varlen_attention
     from finetune.train.objective import TokenNormalisedSFT
 
@@ -343,10 +343,10 @@ def run_bare(spec: Spec, rec: StepRecorder, fused: bool = False) -> None:
     """
     import torch
 
-    from finetune.config import RunConfig
     from finetune.data.prepare import prepare_data
     from finetune.data.tokenize import load_tokenizer
     from finetune.data.types import IGNORE_INDEX
+    from finetune.settings.config import RunConfig
     from finetune.train.batching import Batch
     from finetune.train.cross_entropy import nll_sum
     from finetune.train.model import add_lora, load_model
@@ -486,7 +486,7 @@ def summarize(name: str, results: list[dict], warmup: int, timed: int) -> Summar
 
 def prepare_assets(work: Path, conversations: int, hidden: int, layers: int, model_vocab: int) -> tuple[Path, Path]:
     from bench.data import write_dataset
-    from finetune.toy import ToySize, build_toy_model
+    from finetune.ship.toy import ToySize, build_toy_model
 
     data = write_dataset(work / "bench.jsonl", n=conversations, seed=0)
     heads = max(1, hidden // 64)
@@ -633,7 +633,7 @@ def main(argv: list[str] | None = None) -> None:
     started = time.time()
     if args.model:
         from bench.data import write_dataset
-        from finetune.model_source import resolve_model
+        from finetune.models.source import resolve_model
 
         data, model = write_dataset(work / "bench.jsonl", n=args.conversations, seed=0), Path(resolve_model(args.model))
         check_generation_template(model)  # TRL's marked copy must render what the model's own template renders
@@ -679,9 +679,9 @@ def main(argv: list[str] | None = None) -> None:
 
 def data_facts(data: Path, model: Path) -> str:
     """The token lengths of the benchmark's records, as finetune tokenizes them."""
-    from finetune.config import RunConfig
     from finetune.data.prepare import prepare_data
     from finetune.data.tokenize import load_tokenizer
+    from finetune.settings.config import RunConfig
 
     prepared = prepare_data(RunConfig(data=str(data), model=str(model), val_fraction=0), load_tokenizer(str(model)))
     lengths = sorted(len(r) for r in prepared.train)
@@ -747,7 +747,7 @@ def _model_line(args) -> str:
     if args.model:
         return f"Model: {args.model} (its own tokenizer and chat template; TRL gets the same ChatML turns, marked)."
     return (
-        f"Model: toy Llama architecture (finetune/toy.py), hidden {args.hidden} × {args.layers} layers, vocabulary "
+        f"Model: toy Llama architecture (finetune/ship/toy.py), hidden {args.hidden} × {args.layers} layers, vocabulary "
         f"{args.vocab:,} rows\n(embedding and LM head; the BPE tokenizer trained on the data uses the first few thousand)."
     )
 

@@ -1,6 +1,6 @@
 """Write the general set of `finetune eval RUN --retention`: prompts a model should still answer after tuning.
 
-    python examples/generate_retention.py            # writes finetune/eval/general/{prompts,choices}.jsonl
+    python examples/generate_retention.py            # writes finetune/ship/eval/general/{prompts,choices}.jsonl
     python examples/generate_retention.py OUT_DIR    # writes OUT_DIR/{prompts,choices}.jsonl
 
 Seeded and standard-library only: running it again gives byte-identical files, so the committed set is what this
@@ -33,7 +33,7 @@ from pathlib import Path
 
 SEED = 23
 HERE = Path(__file__).resolve().parent
-DEFAULT_OUT = HERE.parent / "finetune" / "eval" / "general"
+DEFAULT_OUT = HERE.parent / "finetune" / "ship" / "eval" / "general"
 
 
 def _general_tables():

@@ -9,9 +9,9 @@ result = finetune.train(config)          # a TrainResult: .report (report.json),
 # submodule import binds its name on the parent package only the first time, so importing
 # finetune.train.* later (as every run does) can no longer replace the function `finetune.train`.
 import finetune.train as _train_package  # noqa: F401
-from finetune.config import RunConfig
-from finetune.errors import UserError
-from finetune.version import __version__
+from finetune.settings.config import RunConfig
+from finetune.settings.errors import UserError
+from finetune.settings.version import __version__
 
 __all__ = ["RunConfig", "UserError", "__version__", "train"]
 

@@ -1,5 +1,5 @@
 """python -m finetune ... (the form torchrun uses: torchrun -m finetune train ...)"""
 
-from finetune.cli import main
+from finetune.commands.cli import main
 
 raise SystemExit(main())

@@ -25,26 +25,28 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from finetune.config import RunConfig
 from finetune.data.arrays import record_lengths
 from finetune.data.dispatch import prepare
 from finetune.data.replay_mix import replay_on, replay_ratio
 from finetune.data.skipped import write_skipped
 from finetune.data.tokenize import load_tokenizer
-from finetune.errors import UserError
-from finetune.eval.replay import mix_replay, replay_tokens
-from finetune.eval.test_split import hold_out_test
-from finetune.export.card import model_card
-from finetune.fingerprint import run_fingerprint
-from finetune.model_source import model_name, resolve_model
+from finetune.models.facts import load_model_facts
+from finetune.models.source import model_name, resolve_model
 from finetune.plan.build import build_plan
-from finetune.plan.memory import resolve_device
-from finetune.plan.model_facts import load_model_facts
 from finetune.plan.plan import Plan
 from finetune.report.metrics import read_metrics
 from finetune.report.plot import plot_loss_curve
 from finetune.report.summary import build_report, write_report
-from finetune.run_folder import locate_weights
+from finetune.rules.memory import resolve_device
+from finetune.settings.config import RunConfig
+from finetune.settings.errors import UserError
+from finetune.settings.fingerprint import run_fingerprint
+from finetune.settings.version import code_version
+from finetune.settings.wording import ref, render
+from finetune.ship.eval.replay import mix_replay, replay_tokens
+from finetune.ship.eval.test_split import hold_out_test
+from finetune.ship.export.card import model_card
+from finetune.ship.run_folder import locate_weights
 from finetune.track import Trackers, start_trackers
 from finetune.train import guards
 from finetune.train.checkpoint import (
@@ -61,8 +63,6 @@ from finetune.train.model import model_for
 from finetune.train.objective import Objective, objective_for
 from finetune.train.order import schedule_tokens
 from finetune.train.speed import cached_speed, local_device_kind, remember_run_speed, training_speed
-from finetune.version import code_version
-from finetune.wording import ref, render
 
 log = logging.getLogger("finetune")
 RUN_FILES = ("plan.json", "metrics.jsonl", "report.json", "checkpoints", "adapter", "model")

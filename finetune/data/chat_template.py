@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from finetune.errors import UserError
-from finetune.wording import ref
+from finetune.settings.errors import UserError
+from finetune.settings.wording import ref
 
 CHATML = "chatml"
 CHATML_TOKENS = ("<|im_start|>", "<|im_end|>")
@@ -110,11 +110,11 @@ def has_own_template(model: str) -> bool | None:
     that cannot be told here (a hub id that is not in the local cache)."""
     path = Path(model).expanduser()
     if path.is_file() and path.name.lower().endswith(".gguf"):
-        from finetune.gguf_model import read_header
+        from finetune.models.gguf import read_header
 
         return read_header(path).chat_template is not None
     if not path.is_dir():
-        from finetune.bases import converted, find_base
+        from finetune.models.bases import converted, find_base
 
         base = find_base(model)
         path = converted(base) if base is not None else None
@@ -172,7 +172,7 @@ def own_template_source(model: str | None) -> str:
         return "the model's chat template"
     if model.lower().endswith(".gguf"):
         return f"the chat template in {model}'s metadata (tokenizer.chat_template)"
-    from finetune.model_source import local_model
+    from finetune.models.source import local_model
 
     folder = Path(model).expanduser()
     if not folder.is_dir():

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 
-from finetune.config import AUTO, RunConfig
 from finetune.data import sensitive
 from finetune.data.arrays import TokenArrays
 from finetune.data.fitting import Fit, LongRecords, dropped_lines, in_file_order
@@ -25,9 +24,10 @@ from finetune.data.parallel import (
 from finetune.data.read import DUPLICATE_LINES_SHOWN
 from finetune.data.split import auto_val_fraction
 from finetune.data.types import DataSummary, TokenizedRecord
-from finetune.errors import UserError
-from finetune.plan.auto import Choice
-from finetune.wording import ref
+from finetune.rules.auto import Choice
+from finetune.settings.config import AUTO, RunConfig
+from finetune.settings.errors import UserError
+from finetune.settings.wording import ref
 
 TRAIN, VAL, LEFT_OUT = 0, 1, -1  # the side of a record: validation-file duplicates of training are left out
 _RECORD_ARRAYS = ("starts", "lengths", "num_targets", "conversation", "line", "truncated")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from finetune.data.read import problems_text, read_file
 from finetune.data.types import Conversation, Message
-from finetune.errors import UserError
+from finetune.settings.errors import UserError
 
 
 def message_to_openai(message: Message) -> dict:

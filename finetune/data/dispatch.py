@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from finetune.config import RunConfig
 from finetune.data.pairs import PreparedPairs, prepare_pairs
 from finetune.data.parallel import file_digest
 from finetune.data.preference import is_preference_file
 from finetune.data.prepare import PreparedData, prepare_data
-from finetune.errors import DataError, UserError
-from finetune.wording import ref
+from finetune.settings.config import RunConfig
+from finetune.settings.errors import DataError, UserError
+from finetune.settings.wording import ref
 
 
 def prepare(config: RunConfig, tokenizer=None, workers: int | None = None) -> PreparedData | PreparedPairs:

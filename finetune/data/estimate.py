@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from finetune.config import RunConfig
 from finetune.data.combine import TRAIN, VAL, PreparedData, display_name, limit_fields, percentile, val_fraction
 from finetune.data.fitting import Fit, LongRecords, fit
 from finetune.data.read import DUPLICATE_LINES_SHOWN, find_duplicates
@@ -13,7 +12,8 @@ from finetune.data.seq_len import choose_max_seq_len
 from finetune.data.split import remove_overlap, split_conversations
 from finetune.data.stats import estimate_record_tokens
 from finetune.data.types import Conversation, DataSummary, Record
-from finetune.errors import UserError
+from finetune.settings.config import RunConfig
+from finetune.settings.errors import UserError
 
 
 def estimate(

@@ -21,7 +21,7 @@ from enum import IntEnum
 
 from finetune.data.records import fit_record
 from finetune.data.types import Record, Truncation
-from finetune.wording import ref
+from finetune.settings.wording import ref
 
 SHOWN_LINES = 3  # FILE:LINEs a summary names before "and N more"
 # The summary's warning codes: `validate` reports them, and the plan's advice (docs/auto.md, docs/formats.md)

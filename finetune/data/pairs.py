@@ -17,8 +17,8 @@ from finetune.data.preference import PreferencePair, TokenizedPair, load_pairs
 from finetune.data.seq_len import choose_max_seq_len
 from finetune.data.split import auto_val_fraction, split_conversations
 from finetune.data.types import DataSummary
-from finetune.errors import UserError
-from finetune.wording import ref
+from finetune.settings.errors import UserError
+from finetune.settings.wording import ref
 
 
 def split_pairs(
@@ -103,8 +103,8 @@ def _estimated(
 
 def prepare_pairs(config, tokenizer=None) -> PreparedPairs:
     """Read, validate, split by prompt and tokenize a preference file (and --val-file): the data of a dpo run."""
-    from finetune.config import AUTO
     from finetune.data.tokenize import ChatTokenizer, check_masking
+    from finetune.settings.config import AUTO
 
     train, skipped = load_pairs(config.data, config.skip_invalid)
     train, found = sensitive.scan_pairs(train, config.sensitive_data == "redact")  # placeholders with redact

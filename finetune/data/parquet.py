@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from finetune.errors import UserError
+from finetune.settings.errors import UserError
 
 
 def parquet_as_jsonl(path: Path) -> bytes:

@@ -25,8 +25,8 @@ from finetune.data.formats.lines import Line, json_type
 from finetune.data.formats.openai import check_message, check_tools
 from finetune.data.read import json_error_at, problems_text
 from finetune.data.types import Conversation, Message, Problem, Record, TokenizedRecord
-from finetune.errors import UserError
-from finetune.wording import ref
+from finetune.settings.errors import UserError
+from finetune.settings.wording import ref
 
 OPENAI = "openai_preference"
 PROMPT_CHOSEN_REJECTED = "prompt_chosen_rejected"

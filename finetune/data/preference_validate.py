@@ -7,7 +7,7 @@ import sys
 
 from finetune.data.preference import FORMAT_NAMES, read_preferences
 from finetune.data.sensitive import scanned_file
-from finetune.wording import render, rendered
+from finetune.settings.wording import render, rendered
 
 
 def run_validate_preferences(path: str, as_json: bool = False, sensitive_data: str = "warn") -> int:

@@ -24,7 +24,6 @@ from pathlib import Path
 
 import numpy as np
 
-from finetune.config import AUTO, RunConfig
 from finetune.data import cache, sensitive
 from finetune.data.combine import (
     PreparedData,
@@ -49,8 +48,9 @@ from finetune.data.parallel import (
 from finetune.data.seq_len import choose_max_seq_len
 from finetune.data.tokenize import ChatTokenizer, load_tokenizer
 from finetune.data.types import Conversation
-from finetune.errors import RecordError, UserError
-from finetune.plan.auto import Choice
+from finetune.rules.auto import Choice
+from finetune.settings.config import AUTO, RunConfig
+from finetune.settings.errors import RecordError, UserError
 
 # ----------------------------------------------------------------------------- reading (no tokenizer needed)
 

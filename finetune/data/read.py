@@ -41,8 +41,8 @@ from finetune.data.formats.lines import (
     quote,
 )
 from finetune.data.types import Conversation, ParsedFile, Problem
-from finetune.errors import UserError
-from finetune.wording import ref
+from finetune.settings.errors import UserError
+from finetune.settings.wording import ref
 
 UTF8_BOM = b"\xef\xbb\xbf"
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from finetune.config import AUTO, RunConfig
 from finetune.data.convert import conversation_to_openai
 from finetune.data.types import Conversation
-from finetune.errors import UserError
-from finetune.wording import ref
+from finetune.settings.config import AUTO, RunConfig
+from finetune.settings.errors import UserError
+from finetune.settings.wording import ref
 
 PROMPTS_FILE = Path(__file__).resolve().parent / "replay" / "prompts.jsonl"
 OFF = "off"

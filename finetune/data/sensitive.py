@@ -366,8 +366,8 @@ def named(stored: dict | None, names: dict[str, str]) -> dict | None:
 
 def refuse_if_found(summary: dict | None) -> None:
     """With sensitive_data refuse, any value found stops the run here, before planning: one message, no value."""
-    from finetune.errors import DataError
-    from finetune.wording import ref
+    from finetune.settings.errors import DataError
+    from finetune.settings.wording import ref
 
     if summary is None or summary["setting"] != "refuse" or not summary["total"]:
         return
@@ -390,7 +390,7 @@ def scanned_file(parsed, setting: str):
     `sensitive_data` problem when anything was found (an error with refuse, else a warning), and the summary
     `finetune validate --json` prints (with the place of each value found, never the value)."""
     from finetune.data.types import Problem
-    from finetune.wording import ref
+    from finetune.settings.wording import ref
 
     if hasattr(parsed, "pairs"):
         pairs, found = scan_pairs(parsed.pairs, setting == "redact")

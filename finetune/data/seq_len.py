@@ -17,11 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-from finetune.config import AUTO, RunConfig
-from finetune.errors import UserError
-from finetune.plan.auto import Choice, auto_max_seq_len
-from finetune.plan.memory import estimate_memory, resolve_device
-from finetune.plan.model_facts import ModelFacts, load_model_facts
+from finetune.models.facts import ModelFacts, load_model_facts
+from finetune.rules.auto import Choice, auto_max_seq_len
+from finetune.rules.memory import estimate_memory, resolve_device
+from finetune.settings.config import AUTO, RunConfig
+from finetune.settings.errors import UserError
 
 
 def model_context_length(model: str | None, facts: ModelFacts | None = None) -> int | None:

@@ -17,8 +17,8 @@ from pathlib import Path
 from finetune.data.formats.lines import BOM
 from finetune.data.read import load_bytes, problems_text, split_lines
 from finetune.data.types import Conversation, ParsedFile
-from finetune.errors import UserError
-from finetune.wording import ref
+from finetune.settings.errors import UserError
+from finetune.settings.wording import ref
 
 SKIPPED_FILE = "skipped.jsonl"
 # Reported on line 1, but a problem of the file's encoding: no line can be left out to get around it.

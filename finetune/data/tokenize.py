@@ -35,7 +35,7 @@ from finetune.data.formats.openai import parse_arguments
 from finetune.data.segment_encoder import SegmentEncoder
 from finetune.data.template_sandbox import TemplateLimitError
 from finetune.data.types import IGNORE_INDEX, Message, Record, TokenizedRecord, ToolCall, Truncation
-from finetune.errors import RecordError, UserError
+from finetune.settings.errors import RecordError, UserError
 
 _SENTINEL = "FINETUNE-SENTINEL-7f3a"
 _PROBES = ("A" + _SENTINEL, "Z" + _SENTINEL)  # differ in their first character
@@ -101,7 +101,7 @@ def load_tokenizer(model: str, trust_remote_code: bool = False, chat_template: s
 
     from finetune.data.chat_template import use_chat_template
     from finetune.data.template_sandbox import install
-    from finetune.model_source import check_remote_code, load_failure, local_model
+    from finetune.models.source import check_remote_code, load_failure, local_model
 
     check_remote_code(model, trust_remote_code)
     install()  # every chat template this process renders is compiled with a budget of work and size

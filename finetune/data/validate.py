@@ -23,8 +23,6 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from finetune import config as configuration  # (not AUTO by name: this module's upper-case strings are its codes)
-from finetune.config import RunConfig
 from finetune.data.fitting import Fit, LongRecords, fit, fit_tokenized, strict_line_message
 from finetune.data.formats.lines import DUPLICATE
 from finetune.data.read import duplicates_summary, find_duplicates, read_file
@@ -33,8 +31,12 @@ from finetune.data.seq_len import choose_max_seq_len
 from finetune.data.show import ShownRecord, print_records, shown_record
 from finetune.data.stats import RecordTokens, build_all_records, estimate_record_tokens, summarize
 from finetune.data.types import IGNORE_INDEX, ParsedFile, Problem, Record, RecordPolicy, Truncation
-from finetune.errors import RecordError, UserError
-from finetune.wording import ref, render, rendered
+from finetune.settings import (
+    config as configuration,  # (not AUTO by name: this module's upper-case strings are its codes)
+)
+from finetune.settings.config import RunConfig
+from finetune.settings.errors import RecordError, UserError
+from finetune.settings.wording import ref, render, rendered
 
 # Codes found with the model's tokenizer (the reader's codes live in finetune.data.read).
 TOO_LONG = "too_long"  # error with --strict only: the record would be split, shortened or dropped

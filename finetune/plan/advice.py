@@ -10,12 +10,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from finetune.config import AUTO, RunConfig
 from finetune.data.read import duplicates_summary
-from finetune.plan.auto import DEFAULT_WARMUP_RATIO, USUAL_MAX_EPOCHS
-from finetune.plan.memory import gib
-from finetune.plan.model_facts import ModelFacts
-from finetune.wording import ref
+from finetune.models.facts import ModelFacts
+from finetune.rules.auto import DEFAULT_WARMUP_RATIO, USUAL_MAX_EPOCHS
+from finetune.rules.memory import gib
+from finetune.settings.config import AUTO, RunConfig
+from finetune.settings.wording import ref
 
 if TYPE_CHECKING:
     from finetune.data.types import DataSummary

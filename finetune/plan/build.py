@@ -14,15 +14,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from finetune.config import AUTO, RunConfig
 from finetune.data.chat_template import describe_chat_template
 from finetune.data.seq_len import model_context_length
 from finetune.data.types import DataSummary
-from finetune.errors import UserError
-from finetune.model_source import origin
-from finetune.plan import arithmetic
+from finetune.models.facts import ModelFacts
+from finetune.models.source import origin
 from finetune.plan.advice import AdviceContext, advise
-from finetune.plan.auto import (
+from finetune.plan.plan import Plan
+from finetune.rules import arithmetic
+from finetune.rules.auto import (
     DEFAULT_WARMUP_RATIO,
     Choice,
     auto_batch_size,
@@ -36,14 +36,14 @@ from finetune.plan.auto import (
     auto_warmup_steps,
     data_max_seq_len,
 )
-from finetune.plan.cost import estimate_cost
-from finetune.plan.memory import MemoryEstimate, decide_gradient_checkpointing, decide_shard, estimate_memory
-from finetune.plan.memory import resolve_device as find_device
-from finetune.plan.model_facts import ModelFacts
-from finetune.plan.plan import Plan
-from finetune.plan.preference import auto_beta, auto_dpo_epochs, auto_dpo_lr
-from finetune.version import code_version
-from finetune.wording import ref, render, settings_named
+from finetune.rules.cost import estimate_cost
+from finetune.rules.memory import MemoryEstimate, decide_gradient_checkpointing, decide_shard, estimate_memory
+from finetune.rules.memory import resolve_device as find_device
+from finetune.rules.preference import auto_beta, auto_dpo_epochs, auto_dpo_lr
+from finetune.settings.config import AUTO, RunConfig
+from finetune.settings.errors import UserError
+from finetune.settings.version import code_version
+from finetune.settings.wording import ref, render, settings_named
 
 
 @dataclass

@@ -16,14 +16,14 @@ import dataclasses
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from finetune.config import RunConfig
 from finetune.data.types import DataSummary
-from finetune.errors import UserError
-from finetune.plan.cost import CostEstimate
-from finetune.plan.memory import MemoryEstimate
-from finetune.plan.model_facts import ModelFacts
-from finetune.settings import settings
-from finetune.wording import Audience, rendered
+from finetune.models.facts import ModelFacts
+from finetune.rules.cost import CostEstimate
+from finetune.rules.memory import MemoryEstimate
+from finetune.settings.config import RunConfig
+from finetune.settings.errors import UserError
+from finetune.settings.registry import settings
+from finetune.settings.wording import Audience, rendered
 
 PLAN_FORMAT = 2  # bump when plan.json's layout changes in a way `Plan.from_dict` must know
 
@@ -64,7 +64,7 @@ class Plan:
     warnings: list[dict] = field(default_factory=list)
     """Advice: {"code", "message"} (+ the message's "template", wording.py), codes stable (docs/auto.md)."""
     code_version: str = ""
-    """The finetune code that made the plan (finetune/version.py): a trainer refuses a plan of other code."""
+    """The finetune code that made the plan (finetune/settings/version.py): a trainer refuses a plan of other code."""
     chat_template: str | None = None
     """The chat template the data is rendered with: "model" (its own), "chatml", or a Jinja file's path."""
     base_origin: dict | None = None

@@ -8,10 +8,10 @@ from rich.console import Console
 from rich.table import Table
 
 from finetune.data.formats import FORMAT_NAMES
-from finetune.plan.memory import gib
 from finetune.plan.plan import Plan, derived_labels
-from finetune.settings import plan_labels
-from finetune.wording import for_cli
+from finetune.rules.memory import gib
+from finetune.settings.registry import plan_labels
+from finetune.settings.wording import for_cli
 
 # the plan keys the table shows, in its order (their labels are declared with each setting, or on Plan)
 SHOWN = (

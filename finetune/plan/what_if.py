@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from finetune.config import AUTO, RunConfig
 from finetune.data.types import DataSummary
-from finetune.errors import UserError
-from finetune.wording import ref
+from finetune.settings.config import AUTO, RunConfig
+from finetune.settings.errors import UserError
+from finetune.settings.wording import ref
 
 
 def what_if_summary(config: RunConfig, examples: int, tokens: int | None) -> DataSummary:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 
 from finetune.report.diagnosis import Diagnosis
-from finetune.wording import ref
+from finetune.settings.wording import ref
 
 PREFERENCE_KINDS = ("healthy_preference", "preference_not_learning", "chosen_collapsing", "too_short", "unstable")
 MIN_STEPS = 4

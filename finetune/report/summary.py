@@ -18,7 +18,7 @@ from pathlib import Path
 
 from finetune.plan.plan import Plan
 from finetune.report.diagnosis import REMINDER, Diagnosis
-from finetune.wording import rendered
+from finetune.settings.wording import rendered
 
 
 def build_report(

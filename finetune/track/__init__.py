@@ -8,7 +8,7 @@ No tracker can stop or slow the run (base.py says how); each one's library is im
 when --report-to names it. See docs/trackers.md.
 """
 
+from finetune.settings.tracker_options import TRACKERS, check_installed, parse_report_to, parse_tracker_options
 from finetune.track.base import Trackers, start_trackers
-from finetune.track.options import TRACKERS, check_installed, parse_report_to, parse_tracker_options
 
 __all__ = ["TRACKERS", "Trackers", "check_installed", "parse_report_to", "parse_tracker_options", "start_trackers"]

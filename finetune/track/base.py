@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from finetune.track.options import parse_tracker_options, tracker_names
+from finetune.settings.tracker_options import parse_tracker_options, tracker_names
 
 log = logging.getLogger("finetune")
 

@@ -33,10 +33,11 @@ from pathlib import Path
 
 import torch
 
-from finetune.errors import UserError
-from finetune.manifest import MANIFEST, ManifestError, files_problem, read_manifest
-from finetune.manifest import fsync_path as _fsync_path
-from finetune.manifest import write_manifest as _write_manifest
+from finetune.settings.errors import UserError
+from finetune.settings.manifest import MANIFEST, ManifestError, files_problem, read_manifest
+from finetune.settings.manifest import fsync_path as _fsync_path
+from finetune.settings.manifest import write_manifest as _write_manifest
+from finetune.settings.wording import ref
 from finetune.train.distributed import DistContext, gather_full_state, gather_objects, is_sharded, scatter_full_state
 from finetune.train.state_files import (
     StateFileError,
@@ -45,7 +46,6 @@ from finetune.train.state_files import (
     state_file_names,
     write_state,
 )
-from finetune.wording import ref
 
 STEP_PREFIX = "step-"
 STATE_DIR = (
@@ -69,7 +69,7 @@ class TrainState:
     best_step: int | None = None
     best_val_loss: float | None = None
     shape: dict = field(default_factory=dict)  # effective batch, total steps, devices, seed, records
-    fingerprint: dict = field(default_factory=dict)  # what defines the run (finetune.fingerprint)
+    fingerprint: dict = field(default_factory=dict)  # what defines the run (finetune.settings.fingerprint)
     elapsed_s: float = 0.0  # training time of every session of the run so far, resumes included
     allowed_changes: list = field(default_factory=list)  # settings changed on --resume --allow-changes
 

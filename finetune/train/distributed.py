@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.distributed as dist
 
-from finetune.errors import UserError
+from finetune.settings.errors import UserError
 from finetune.train.order import pass_tokens
 
 # objective.py (and transformers with it) is imported where it is used: the launcher imports this module only to

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import torch
 
-from finetune.errors import UserError
+from finetune.settings.errors import UserError
+from finetune.settings.wording import ref
 from finetune.train.checkpoint import last_good_step, list_checkpoints, read_state
 from finetune.train.distributed import DistContext, all_reduce_sum
-from finetune.wording import ref
 
 
 def check_out_folder(out: Path) -> None:

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 
 import torch
 
-from finetune.errors import UserError
+from finetune.settings.errors import UserError
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 DEFAULT_SHUTDOWN_TIMEOUT_S = 120  # after a stop signal, time the workers get to finish a step and checkpoint

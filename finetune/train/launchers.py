@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from finetune.errors import UserError
+from finetune.settings.errors import UserError
 
 LAUNCHERS = ("local", "ray")
 RAY_ADDRESS_ENV = "RAY_ADDRESS"  # Ray's own variable: `--ray-address` defaults to it

@@ -26,11 +26,12 @@ from pathlib import Path
 import torch
 
 from finetune.data.arrays import record_lengths
-from finetune.errors import UserError
-from finetune.fingerprint import check_resume
 from finetune.plan.plan import Plan
 from finetune.report.metrics import MetricsLog, read_metrics
 from finetune.report.stability import LOSS_SPIKE, SpikeWatch
+from finetune.settings.errors import UserError
+from finetune.settings.fingerprint import check_resume
+from finetune.settings.wording import ref, render
 from finetune.train.checkpoint import (
     TrainState,
     checkpoint_dir,
@@ -46,7 +47,6 @@ from finetune.train.model import trainable_parameters
 from finetune.train.objective import Objective, TokenNormalisedSFT
 from finetune.train.order import StepSchedule, schedule_tokens
 from finetune.train.schedule import lr_at
-from finetune.wording import ref, render
 
 log = logging.getLogger("finetune")
 

@@ -6,8 +6,8 @@ import warnings
 
 import torch
 
-from finetune.errors import UserError
-from finetune.model_source import load_failure
+from finetune.models.source import load_failure
+from finetune.settings.errors import UserError
 
 
 def attention_for(device: torch.device) -> str | None:
@@ -35,7 +35,7 @@ def load_model(
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
-    from finetune.model_source import check_remote_code, local_model
+    from finetune.models.source import check_remote_code, local_model
 
     check_remote_code(name, trust_remote_code)
     hf_logging.disable_progress_bar()

@@ -106,7 +106,7 @@ def pass_tokens(plan, device_type: str) -> int | None:
         return None
     if plan.model_facts is None:
         return plan.max_seq_len
-    from finetune.plan.memory import activation_bytes_per_token
+    from finetune.rules.memory import activation_bytes_per_token
 
     per_token = activation_bytes_per_token(plan.model_facts, plan.run.lora_rank if plan.method == "lora" else None)
     return max(plan.max_seq_len, PASS_ACTIVATION_BYTES // max(1, per_token))

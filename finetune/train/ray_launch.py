@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from finetune.errors import UserError
+from finetune.settings.errors import UserError
 from finetune.train.launch import DEFAULT_SHUTDOWN_TIMEOUT_S, STOP_SIGNALS
 from finetune.train.launchers import RAY_ADDRESS_ENV, TrainerRun
 
@@ -165,7 +165,7 @@ class RayLauncher:
         kinds = sorted(name.split(":", 1)[1] for name in resources if name.startswith("accelerator_type:"))
         if not kinds:
             return None
-        from finetune.plan.memory import device_for_name
+        from finetune.rules.memory import device_for_name
 
         return device_for_name(kinds[0], 0)  # no memory size: the smallest of the family, the safe estimate
 

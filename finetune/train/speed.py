@@ -26,8 +26,8 @@ from pathlib import Path
 
 import torch
 
-from finetune import caches
-from finetune.fingerprint import model_identity
+from finetune.settings import caches
+from finetune.settings.fingerprint import model_identity
 
 TIMED_STEPS = 2
 ROWS = 1  # rows of one timed micro-batch
@@ -57,7 +57,7 @@ def local_device_kind(device: torch.device | None = None) -> str:
     device = device or torch_device()
     if device.type != "cuda":
         return "cpu"
-    from finetune.plan.memory import device_for_name
+    from finetune.rules.memory import device_for_name
 
     return device_for_name(torch.cuda.get_device_name(device), torch.cuda.get_device_properties(device).total_memory)
 

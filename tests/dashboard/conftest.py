@@ -128,7 +128,7 @@ def screenshots() -> Path | None:
 
 def _retention_report(dropped: bool) -> dict:
     """retention.json as `finetune eval RUN --retention` writes it (numbers built by its own functions)."""
-    from finetune.eval.retention import measure, remedies, verdict
+    from finetune.ship.eval.retention import measure, remedies, verdict
 
     base = [True] * 60 + [False] * 40
     report = {

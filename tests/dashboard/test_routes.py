@@ -13,8 +13,8 @@ import pytest
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
-from finetune.service.app import create_app  # noqa: E402
-from finetune.service.settings import ServiceSettings  # noqa: E402
+from finetune.service.api.app import create_app  # noqa: E402
+from finetune.service.options import ServiceSettings  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 STEPS = 10_000
@@ -162,9 +162,9 @@ def test_gguf_download_is_a_file_transformers_reads_and_belongs_to_the_tenant(ap
     import torch
     from transformers import AutoModelForCausalLM
 
-    from finetune.cli import main
-    from finetune.prompting import prompt_ids
-    from finetune.run_folder import load_for_generation, locate_weights
+    from finetune.commands.cli import main
+    from finetune.data.prompting import prompt_ids
+    from finetune.ship.run_folder import load_for_generation, locate_weights
 
     alice, bob = _client(app, "alice"), _client(app, "bob")
     file_id = _upload(alice, EXAMPLES / "train.jsonl")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from finetune.cli import main
+from finetune.commands.cli import main
 
 
 def test_demo_runs_end_to_end(tmp_path, capsys, pretrained_toy_base):

@@ -20,7 +20,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from finetune.cli import main
+from finetune.commands.cli import main
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -208,7 +208,7 @@ def test_fsdp_two_processes_learn_what_one_process_learns(toy_model, tmp_path):
 
 
 def test_a_rank_failure_is_recorded_with_its_rank(tmp_path, monkeypatch):
-    from finetune.errors import UserError
+    from finetune.settings.errors import UserError
     from finetune.train.distributed import DistContext, RankFailed, rank_failures
 
     error_file = tmp_path / "error.json"

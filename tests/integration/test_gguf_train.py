@@ -12,8 +12,8 @@ import torch
 from gguf_fixtures import plain_base, write_gguf
 
 from finetune import run as run_module
-from finetune.cli import main
-from finetune.gguf_model import cache_folder, file_sha256
+from finetune.commands.cli import main
+from finetune.models.gguf import cache_folder, file_sha256
 
 REPO_EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -28,8 +28,8 @@ def test_a_qwen2_gguf_without_a_template_trains_exports_and_names_its_source(qwe
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from finetune.prompting import prompt_ids
-    from finetune.run_folder import load_for_generation, locate_weights
+    from finetune.data.prompting import prompt_ids
+    from finetune.ship.run_folder import load_for_generation, locate_weights
 
     monkeypatch.setenv("FINETUNE_CACHE", str(tmp_path / "cache"))
     titles = []

@@ -15,9 +15,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shar
 from long_export import HUGE_REPLY_LINE, LONG_LINES, write_support_export  # noqa: E402
 
 import finetune  # noqa: E402
-from finetune.cli import main  # noqa: E402
-from finetune.config import RunConfig  # noqa: E402
-from finetune.errors import UserError  # noqa: E402
+from finetune.commands.cli import main  # noqa: E402
+from finetune.settings.config import RunConfig  # noqa: E402
+from finetune.settings.errors import UserError  # noqa: E402
 
 SUMMARY_CODES = ("conversations_split", "truncated_examples", "dropped_examples")
 

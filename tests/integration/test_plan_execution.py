@@ -65,8 +65,8 @@ def test_a_plan_of_other_data_or_other_code_is_refused_in_one_line(toy_model, tm
 
 
 def test_plan_json_reads_back_as_the_same_plan(toy_model, tmp_path):
-    from finetune.config import RunConfig
     from finetune.run import plan_run
+    from finetune.settings.config import RunConfig
 
     plan = plan_run(RunConfig(data=str(_data(tmp_path)), model=str(toy_model), epochs=1, val_fraction=0.1)).plan
     again = Plan.from_dict(json.loads(json.dumps(plan.to_dict())))

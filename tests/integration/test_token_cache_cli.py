@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from finetune.cli import main
+from finetune.commands.cli import main
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from finetune.cli import main
+from finetune.commands.cli import main
 
 CITIES = ["Paris", "Rome", "Oslo", "Lima", "Cairo", "Tokyo", "Quito", "Perth", "Dakar", "Hanoi", "Porto", "Seoul"]
 WEATHER = {

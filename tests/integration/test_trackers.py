@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from finetune.cli import main
-from finetune.config import RunConfig
+from finetune.commands.cli import main
+from finetune.settings.config import RunConfig
 from finetune.track import base
 from finetune.track.base import flatten
 from finetune.track.mlflow_tracker import MAX_PARAM_LENGTH

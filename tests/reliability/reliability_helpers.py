@@ -27,8 +27,8 @@ def train_in_process(
     `show` gets every note the run logs (the command line prints them on stderr)."""
     import logging
 
-    from finetune.config import RunConfig
     from finetune.run import train
+    from finetune.settings.config import RunConfig
 
     class Collect(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
@@ -60,7 +60,7 @@ def run_cli(*args: str, bootstrap: str | None = None, timeout: float = 300) -> s
     if bootstrap is None:
         command = [sys.executable, "-m", "finetune", *args]
     else:
-        code = f"import sys\n{bootstrap}\nfrom finetune.cli import main\nsys.exit(main(sys.argv[1:]))"
+        code = f"import sys\n{bootstrap}\nfrom finetune.commands.cli import main\nsys.exit(main(sys.argv[1:]))"
         command = [sys.executable, "-c", code, *args]
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
@@ -72,7 +72,7 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     import contextlib
     import io
 
-    from finetune.cli import main
+    from finetune.commands.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

@@ -103,8 +103,8 @@ def test_run_stops_on_full_disk_and_resumes_once_space_is_freed(toy_model, tmp_p
 
 
 def test_full_disk_while_logging_metrics_is_one_line_too(toy_model, tmp_path, monkeypatch):
-    from finetune.errors import UserError
     from finetune.report.metrics import MetricsLog
+    from finetune.settings.errors import UserError
 
     real = MetricsLog.append
 

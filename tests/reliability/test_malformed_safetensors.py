@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from reliability_helpers import assert_clean_failure, cli
 
-from finetune.errors import UserError
-from finetune.plan.model_facts import load_model_facts
+from finetune.models.facts import load_model_facts
+from finetune.settings.errors import UserError
 
 
 def _file(header: object, data: bytes = b"", length: int | None = None) -> bytes:

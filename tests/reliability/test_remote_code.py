@@ -56,7 +56,7 @@ def test_a_known_model_type_says_once_in_each_command_that_the_custom_code_is_ig
     tmp_path, toy_model, monkeypatch, caplog
 ):
     """train loads the tokenizer and the model, and says it once too."""
-    from finetune import model_source
+    from finetune.models import source as model_source
 
     folder = _with_auto_map(tmp_path, toy_model)  # the toy's own model_type: llama
     said = {}
@@ -84,9 +84,9 @@ def test_the_loaders_of_eval_export_and_serving_say_the_same(tmp_path, toy_model
     first, so each refuses or warns exactly as train does."""
     import pytest
 
-    from finetune import model_source
     from finetune.data.tokenize import load_tokenizer
-    from finetune.errors import UserError
+    from finetune.models import source as model_source
+    from finetune.settings.errors import UserError
     from finetune.train.model import load_model
 
     custom = _with_auto_map(tmp_path / "a", toy_model, model_type="toy_custom")

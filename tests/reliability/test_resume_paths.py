@@ -12,7 +12,7 @@ import signal
 import pytest
 from reliability_helpers import assert_clean_failure, cli, run_cli, train_command, train_in_process, weights_finite
 
-from finetune.errors import UserError
+from finetune.settings.errors import UserError
 from finetune.train.checkpoint import DiskFull, list_checkpoints
 from finetune.train.loop import TrainingDiverged
 from finetune.train.objective import TokenNormalisedSFT

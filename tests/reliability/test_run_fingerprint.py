@@ -7,11 +7,11 @@ import shutil
 
 import pytest
 
-from finetune.config import RunConfig
 from finetune.data.types import DataSummary
-from finetune.errors import UserError
-from finetune.fingerprint import check_resume, model_identity, parse_allowed, run_fingerprint
 from finetune.plan.build import build_plan
+from finetune.settings.config import RunConfig
+from finetune.settings.errors import UserError
+from finetune.settings.fingerprint import check_resume, model_identity, parse_allowed, run_fingerprint
 
 
 def _plan(data, model, **settings):

@@ -23,8 +23,8 @@ def fake_launcher():
 
 
 def main(argv: list[str]) -> int:
-    from finetune.cli import build_parser
-    from finetune.service.commands import run_serve, run_worker_command
+    from finetune.commands.cli import build_parser
+    from finetune.service.cli.serve import run_serve, run_worker_command
 
     args = build_parser().parse_args(argv)
     if args.command == "worker":

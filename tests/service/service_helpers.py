@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from finetune.service.settings import ServiceSettings
+from finetune.service.options import ServiceSettings
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 FAKE_TRAINER = Path(__file__).with_name("fake_trainer.py")

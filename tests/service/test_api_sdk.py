@@ -297,10 +297,10 @@ def test_a_long_export_trains_and_its_events_say_what_was_split_and_dropped(clie
     """Issue 26 with the official SDK: 40 support conversations, two longer than the model's window and one reply
     longer than it by itself, no length setting: the job splits, drops one record, succeeds, and its events give
     the summary `finetune validate` gives for the same bytes. With `strict` the same file fails, naming lines."""
-    from finetune.config import RunConfig
     from finetune.data.tokenize import load_tokenizer
     from finetune.data.validate import validate_file
-    from finetune.wording import render
+    from finetune.settings.config import RunConfig
+    from finetune.settings.wording import render
 
     export = write_support_export(tmp_path / "support.jsonl")
     f = client.files.create(file=("support.jsonl", export.read_bytes()), purpose="fine-tune")

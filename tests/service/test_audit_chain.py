@@ -15,8 +15,8 @@ from service_helpers import api_client
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from finetune.service.audit import AuditLog, chain_hash
-from finetune.service.audit_http import action_for
+from finetune.service.api.audit_http import action_for
+from finetune.service.storage.audit_trail import AuditLog, chain_hash
 
 UNGUARD = {  # what a person with the database's password would run first
     "sqlite": ["DROP TRIGGER audit_records_no_update", "DROP TRIGGER audit_records_no_delete"],

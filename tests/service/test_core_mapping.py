@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from finetune.service.core import SettingsError, settings_from_hyperparameters
-from finetune.service.events import diagnosis_event, metrics_event, results_csv
+from finetune.service.workers.events import diagnosis_event, metrics_event, results_csv
+from finetune.service.workers.library import SettingsError, settings_from_hyperparameters
 
 
 def test_openai_names_map_to_run_config():
@@ -17,8 +17,8 @@ def test_openai_names_map_to_run_config():
 
 
 def test_the_api_keys_are_generated_from_the_settings_declarations():
-    from finetune.service.core import api_settings
-    from finetune.settings import settings
+    from finetune.service.workers.library import api_settings
+    from finetune.settings.registry import settings
 
     keys = api_settings("supervised")
     assert {"n_epochs", "batch_size", "learning_rate_multiplier", "max_seq_len", "val_fraction"} <= set(keys)

@@ -12,10 +12,10 @@ from pathlib import Path
 from fake_service import fake_launcher
 from service_helpers import EXAMPLES, api_client, settings_for
 
-from finetune import caches
-from finetune.cli import main
-from finetune.service.audit import AuditLog
-from finetune.service.worker import Worker
+from finetune.commands.cli import main
+from finetune.service.storage.audit_trail import AuditLog
+from finetune.service.workers.worker import Worker
+from finetune.settings import caches
 
 HELD_OUT = {"n_epochs": 1, "batch_size": 4, "max_seq_len": 256, "val_fraction": 0.2, "test_fraction": 0.25,
             "save_every": 1}  # fmt: skip
@@ -24,7 +24,7 @@ ONE_STEP = {"max_steps": 1, "val_fraction": 0}
 
 def _service(tmp_path: Path, toy_model: Path, tenants=("alice", "bob")):
     """The job API in this process, fast heartbeats, a key per tenant; (app, settings)."""
-    from finetune.service.app import create_app
+    from finetune.service.api.app import create_app
 
     settings = settings_for(tmp_path / "data", toy_model, heartbeat_seconds=0.2)
     app = create_app(settings)
@@ -274,10 +274,10 @@ def test_a_version_4_database_gains_the_tombstone_columns(store):
 def test_retention_deletes_old_ended_jobs_and_unused_files_only(tmp_path, toy_model, tiny_data, monkeypatch):
     from sqlalchemy import update
 
-    from finetune.cli import build_parser
-    from finetune.service.commands import settings_from
-    from finetune.service.db import files, jobs
-    from finetune.service.retention import sweep
+    from finetune.commands.cli import build_parser
+    from finetune.service.cli.serve import settings_from
+    from finetune.service.storage.db import files, jobs
+    from finetune.service.workers.retention import sweep
 
     monkeypatch.setenv("FAKE_TRAINER_MODE", "ok")
     app, settings = _service(tmp_path, toy_model)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from finetune.service.errors import APIError, install_error_handlers
+from finetune.service.api.openai_errors import APIError, install_error_handlers
 
 
 def _app() -> FastAPI:

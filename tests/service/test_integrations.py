@@ -18,8 +18,8 @@ import pytest
 from openai import OpenAI
 from service_helpers import Server, free_port
 
-from finetune.service.errors import APIError
-from finetune.service.integrations import integrations_of, run_settings_for
+from finetune.service.api.openai_errors import APIError
+from finetune.service.workers.integrations import integrations_of, run_settings_for
 
 WANDB = {"type": "wandb", "wandb": {"project": "team-runs", "name": "nightly", "entity": "team", "tags": ["a", "b"]}}
 MLFLOW = {"type": "mlflow", "mlflow": {"experiment": "service-runs", "run_name": "job-run"}}
@@ -70,7 +70,7 @@ def test_a_bad_integration_is_a_400_naming_it(integrations, param, words):
 
 
 def test_trackers_are_not_hyperparameters():
-    from finetune.service.core import SettingsError, settings_from_hyperparameters
+    from finetune.service.workers.library import SettingsError, settings_from_hyperparameters
 
     for key in ("report_to", "tracker_options"):
         with pytest.raises(SettingsError, match="unknown hyperparameter"):

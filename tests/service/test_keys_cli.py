@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from finetune.service.store import Store
+from finetune.service.storage.store import Store
 
 
 def _keys(data_dir, *args: str) -> subprocess.CompletedProcess:

@@ -8,10 +8,10 @@ import time
 
 from service_helpers import settings_for
 
-from finetune.errors import ERROR_FILE_ENV
-from finetune.service.store import Store, new_id
-from finetune.service.worker import Worker
-from finetune.wording import AUDIENCE_ENV
+from finetune.service.storage.store import Store, new_id
+from finetune.service.workers.worker import Worker
+from finetune.settings.errors import ERROR_FILE_ENV
+from finetune.settings.wording import AUDIENCE_ENV
 
 
 class ClusterOf:
@@ -166,7 +166,7 @@ def test_a_run_waiting_for_the_cluster_says_so_and_an_unplaced_attempt_ends_clea
 def test_readyz_says_what_a_job_waits_for_without_failing(tmp_path, toy_model):
     from fastapi.testclient import TestClient
 
-    from finetune.service.app import create_app
+    from finetune.service.api.app import create_app
 
     settings = settings_for(tmp_path / "d", toy_model)
     app = create_app(settings)
@@ -189,7 +189,7 @@ def test_readyz_says_what_a_job_waits_for_without_failing(tmp_path, toy_model):
 def test_placement_timeout_goes_with_the_ray_launcher():
     import pytest
 
-    from finetune.errors import UserError
+    from finetune.settings.errors import UserError
     from finetune.train.launchers import launcher_for
 
     with pytest.raises(UserError, match="--placement-timeout goes with --launcher ray"):

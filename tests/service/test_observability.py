@@ -16,8 +16,8 @@ from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 from service_helpers import Server, settings_for
 
-from finetune.service.app import create_app
-from finetune.service.db import SCHEMA_VERSION, make_engine, schema_version
+from finetune.service.api.app import create_app
+from finetune.service.storage.db import SCHEMA_VERSION, make_engine, schema_version
 
 TOKEN = "scrape-me-9f2c"
 HYPER = {"n_epochs": 1, "max_steps": 1, "val_fraction": 0}

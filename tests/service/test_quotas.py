@@ -20,11 +20,11 @@ from openai import OpenAI
 from service_helpers import Server, settings_for
 from sqlalchemy import inspect, text
 
-from finetune.cli import main
-from finetune.service import quotas
-from finetune.service.audit import AuditLog
-from finetune.service.store import Store, new_id
-from finetune.service.worker import Worker
+from finetune.commands.cli import main
+from finetune.service.storage import quotas
+from finetune.service.storage.audit_trail import AuditLog
+from finetune.service.storage.store import Store, new_id
+from finetune.service.workers.worker import Worker
 
 FAST = {"n_epochs": 1, "max_steps": 1, "val_fraction": 0}
 

@@ -28,10 +28,10 @@ from openai import OpenAI
 from safetensors.torch import load_file
 from service_helpers import EXAMPLES, Server, settings_for
 
-from finetune.cli import main
-from finetune.service import core
-from finetune.service.store import Store
-from finetune.service.worker import Worker
+from finetune.commands.cli import main
+from finetune.service.storage.store import Store
+from finetune.service.workers import library as core
+from finetune.service.workers.worker import Worker
 
 pytest.importorskip("ray")
 

@@ -9,7 +9,7 @@ import json
 from fake_service import fake_launcher
 from service_helpers import api_client
 
-from finetune.service.worker import Worker
+from finetune.service.workers.worker import Worker
 
 CARD, EMAIL, KEY = "4111 1111 1111 1111", "jane.doe@example.com", "AKIAIOSFODNN7EXAMPLE"
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from finetune.cli import build_parser
-from finetune.errors import UserError
-from finetune.service.app import create_app
-from finetune.service.commands import settings_from
+from finetune.commands.cli import build_parser
+from finetune.service.api.app import create_app
+from finetune.service.cli.serve import settings_from
+from finetune.settings.errors import UserError
 
 
 def test_max_models_reaches_the_engine(tmp_path):
@@ -25,8 +25,8 @@ def test_max_models_defaults_to_four_and_refuses_zero(tmp_path):
 
 
 def test_worker_devices_reach_the_worker(tmp_path):
-    from finetune.service.store import Store
-    from finetune.service.worker import Worker
+    from finetune.service.storage.store import Store
+    from finetune.service.workers.worker import Worker
 
     store = Store(f"sqlite:///{tmp_path / 'w.db'}")
     store.migrate()
@@ -40,7 +40,7 @@ def test_worker_devices_reach_the_worker(tmp_path):
 
 
 def test_prices_and_the_metrics_token_reach_serve_and_its_workers(tmp_path):
-    from finetune.service.commands import _start_worker
+    from finetune.service.cli.serve import _start_worker
 
     flags = ["--price-per-million-tokens", "2.5", "--gpu-hour-price", "3", "--log-format", "json"]
     args = build_parser().parse_args(["serve", "--data-dir", str(tmp_path), "--metrics-token", "t0k", *flags])

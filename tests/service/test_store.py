@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from finetune.service.store import IllegalTransition, LeaseLost
+from finetune.service.storage.store import IllegalTransition, LeaseLost
 
 
 def _job(store, tenant="a", **extra):
@@ -95,7 +95,7 @@ def test_a_worker_takes_only_jobs_that_fit_its_devices(store):
 def test_a_version_1_database_gains_the_devices_column(tmp_path):
     from sqlalchemy import text
 
-    from finetune.service.store import Store
+    from finetune.service.storage.store import Store
 
     url = f"sqlite:///{tmp_path / 'old.db'}"
     old = Store(url)

@@ -17,12 +17,12 @@ from fastapi.testclient import TestClient
 from service_helpers import fresh_postgres_database, settings_for
 from sqlalchemy import update
 
-from finetune.service.app import create_app
-from finetune.service.db import jobs
-from finetune.service.objects import job_object
-from finetune.service.store import Store, new_id
-from finetune.service.usage import DAY, job_usage, parse_time, tenant_usage
-from finetune.service.worker import Worker
+from finetune.service.api.app import create_app
+from finetune.service.api.objects import job_object
+from finetune.service.storage.db import jobs
+from finetune.service.storage.store import Store, new_id
+from finetune.service.storage.usage import DAY, job_usage, parse_time, tenant_usage
+from finetune.service.workers.worker import Worker
 
 NUMBERS = ("billed_tokens", "device_seconds", "token_cost", "time_cost", "cost")
 
@@ -264,7 +264,7 @@ def test_finetune_usage_shows_every_tenant_with_the_apis_numbers(used):
 def test_a_version_3_database_gains_the_usage_columns(store):
     from sqlalchemy import text
 
-    from finetune.service.db import USAGE_COLUMNS
+    from finetune.service.storage.db import USAGE_COLUMNS
 
     job = store.create_job("a", dict(model="toy", model_location="/m", training_file="file-x", seed=1,
                                      method={"type": "supervised"}, run_settings={}))  # fmt: skip

@@ -15,8 +15,8 @@ from collections import Counter
 from fake_service import fake_launcher
 from service_helpers import FAKE_SERVICE, fresh_postgres_database, settings_for
 
-from finetune.service.store import Store, new_id
-from finetune.service.worker import Worker
+from finetune.service.storage.store import Store, new_id
+from finetune.service.workers.worker import Worker
 
 
 def _add_job(store: Store, settings, data, tenant="a", **extra) -> str:
@@ -68,7 +68,7 @@ def test_a_file_that_cannot_train_fails_as_the_files_problem_not_the_settings(
     conversation) fails as invalid_training_file, named as uploaded; a setting that cannot work as
     invalid_hyperparameters."""
     from finetune.data import dispatch as prepare
-    from finetune.errors import UserError
+    from finetune.settings.errors import UserError
 
     _fake(monkeypatch)
     settings, store = _sqlite_service(tmp_path, toy_model)
@@ -159,7 +159,7 @@ def test_the_lease_is_kept_while_a_slow_validation_runs(tmp_path, toy_model, tin
     meanwhile and it was trained twice."""
     import threading
 
-    from finetune.service import core
+    from finetune.service.workers import library as core
 
     _fake(monkeypatch)
     settings = settings_for(tmp_path / "d", toy_model, lease_seconds=3, heartbeat_seconds=0.3)  # margin for a busy CI

@@ -15,8 +15,8 @@ from pathlib import Path
 from openai import OpenAI
 from service_helpers import Server, api_client
 
-from finetune.service.store import Store
-from finetune.service.supervise import FIRST_PAUSE_S, LONGEST_PAUSE_S, STABLE_AFTER_S, next_pause
+from finetune.service.storage.store import Store
+from finetune.service.workers.supervise import FIRST_PAUSE_S, LONGEST_PAUSE_S, STABLE_AFTER_S, next_pause
 
 
 def test_register_heartbeat_live_and_goodbye(store):
@@ -41,7 +41,7 @@ def test_register_heartbeat_live_and_goodbye(store):
 def test_a_version_2_database_gains_the_registry_idempotency_keys_and_model_deletion(tmp_path):
     from sqlalchemy import text
 
-    from finetune.service.db import SCHEMA_VERSION
+    from finetune.service.storage.db import SCHEMA_VERSION
 
     url = f"sqlite:///{tmp_path / 'old.db'}"
     old = Store(url)

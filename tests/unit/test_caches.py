@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 from gguf_fixtures import write_gguf
 
-from finetune import caches, gguf_model
-from finetune.config import RunConfig
 from finetune.data import cache as token_cache
-from finetune.gguf_model import cache_folder
+from finetune.models import gguf as gguf_model
+from finetune.models.gguf import cache_folder
+from finetune.settings import caches
+from finetune.settings.config import RunConfig
 from finetune.train import speed
 
 DAY = 24 * 3600
@@ -68,7 +69,7 @@ def _leftover(parent: Path, name: str, age_s: float = 0) -> Path:
 
 KILLED_MIDWAY = """
 import os, signal, sys
-from finetune import gguf_model
+from finetune.models import gguf as gguf_model
 
 def dies(gguf, header, sha256, out):
     (out / "model.safetensors").write_bytes(b"\\0" * 4096)

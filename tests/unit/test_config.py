@@ -4,9 +4,9 @@ import argparse
 
 import pytest
 
-from finetune.cli import build_parser
-from finetune.config import ConfigError, RunConfig
-from finetune.settings import command_settings, settings
+from finetune.commands.cli import build_parser
+from finetune.settings.config import ConfigError, RunConfig
+from finetune.settings.registry import command_settings, settings
 
 
 def _flags(command: str) -> set[str]:
@@ -49,7 +49,7 @@ def test_text_values_from_yaml_are_parsed_by_the_declared_type(tmp_path):
 
 
 def test_flags_override_the_yaml_file_and_defaults_stay_with_runconfig(tmp_path):
-    from finetune.cli import _config_from_args
+    from finetune.commands.cli import _config_from_args
 
     path = tmp_path / "run.yaml"
     path.write_text("epochs: 5\nmodel: m\nout: o\n")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from finetune.cli import main
-from finetune.eval.command import token_f1
+from finetune.commands.cli import main
+from finetune.commands.eval import token_f1
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

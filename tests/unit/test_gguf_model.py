@@ -11,12 +11,12 @@ import pytest
 import torch
 from gguf_fixtures import plain_base, write_gguf
 
-from finetune import gguf_model
-from finetune.cli import main
-from finetune.errors import UserError
-from finetune.gguf_model import cache_folder, file_sha256, read_header
-from finetune.model_source import origin, resolve_model
-from finetune.plan.model_facts import load_model_facts
+from finetune.commands.cli import main
+from finetune.models import gguf as gguf_model
+from finetune.models.facts import load_model_facts
+from finetune.models.gguf import cache_folder, file_sha256, read_header
+from finetune.models.source import origin, resolve_model
+from finetune.settings.errors import UserError
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +151,7 @@ def test_a_file_that_is_not_gguf_is_one_sentence(files):
 
 
 def test_serve_registers_a_gguf_file_as_its_converted_folder(files):
-    from finetune.service.settings import parse_models
+    from finetune.service.options import parse_models
 
     models = parse_models([f"toy={files['toy.gguf']}", "hub=Qwen/Qwen2.5-0.5B"])
     assert models == {"toy": resolve_model(str(files["toy.gguf"])), "hub": "Qwen/Qwen2.5-0.5B"}

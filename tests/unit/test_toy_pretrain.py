@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from finetune.toy import END_OF_TURN, Pretraining, ToySize, build_toy_model, general_corpus, pretrained_base
+from finetune.ship.toy import END_OF_TURN, Pretraining, ToySize, build_toy_model, general_corpus, pretrained_base
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TINY_SIZE = ToySize(hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64, vocab=400)
@@ -57,7 +57,7 @@ def test_pretraining_is_bit_reproducible_and_saves_like_a_hub_model(tmp_path):
 def test_pretraining_lowers_the_loss():
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from finetune.toy import build_tokenizer, pretrain
+    from finetune.ship.toy import build_tokenizer, pretrain
 
     corpus = general_corpus(200, seed=7)
     tokenizer = build_tokenizer(_texts(corpus), 400)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from finetune.config import RunConfig
-from finetune.errors import UserError
-from finetune.settings import settings
-from finetune.wording import AUDIENCE_ENV, ref, render, rendered, settings_named
+from finetune.settings.config import RunConfig
+from finetune.settings.errors import UserError
+from finetune.settings.registry import settings
+from finetune.settings.wording import AUDIENCE_ENV, ref, render, rendered, settings_named
 
 
 def test_a_reference_renders_as_the_flag_or_the_api_key():

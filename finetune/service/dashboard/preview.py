@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from finetune.config import AUTO
 from finetune.data.pairs import split_pairs
 from finetune.data.preference import is_preference_file, read_preferences
 from finetune.data.read import read_file
@@ -25,7 +24,8 @@ from finetune.data.split import auto_val_fraction, split_conversations
 from finetune.data.stats import RecordTokens, estimate_record_tokens
 from finetune.data.types import Problem, Truncation
 from finetune.data.validate import TEMPLATE_MISMATCH, validate_parsed
-from finetune.errors import RecordError
+from finetune.settings.config import AUTO
+from finetune.settings.errors import RecordError
 
 HISTOGRAM_BINS = 20
 MAX_VAL_LINES = 2000

@@ -31,16 +31,16 @@ from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Resp
 from fastapi.staticfiles import StaticFiles
 from starlette.background import BackgroundTask
 
-from finetune.config import AUTO
-from finetune.errors import UserError
-from finetune.service.auth import COOKIE, check_cookie_origin, current_tenant, from_own_origin, tenant_of_key
+from finetune.service.api.auth import COOKIE, check_cookie_origin, current_tenant, from_own_origin, tenant_of_key
+from finetune.service.api.deps import settings_of
+from finetune.service.api.openai_errors import APIError, not_found
+from finetune.service.api.routes.files import find_file
+from finetune.service.api.routes.jobs import checkpoints_page, job_or_404
 from finetune.service.dashboard.curve import RunViews
 from finetune.service.dashboard.preview import FilePreview, PreferencePreview, make_preview
-from finetune.service.deletion import FILE_FORGETTERS
-from finetune.service.deps import settings_of
-from finetune.service.errors import APIError, not_found
-from finetune.service.routes.files import find_file
-from finetune.service.routes.jobs import checkpoints_page, job_or_404
+from finetune.service.storage.deletion import FILE_FORGETTERS
+from finetune.settings.config import AUTO
+from finetune.settings.errors import UserError
 
 STATIC = Path(__file__).parent / "static"
 # What in a checkpoint only resumes training (train/checkpoint.py STATE_FILES); a download carries the weights.
@@ -146,7 +146,7 @@ def run_details(job_id: str, request: Request, tenant: str = Depends(current_ten
         report = {k: v for k, v in report.items() if k not in ("out_dir", "final_weights")}
     retention = view.retention()
     if retention:  # the numbers and the verdict; not every answer, nor server paths
-        from finetune.eval.retention import summary
+        from finetune.ship.eval.retention import summary
 
         retention = summary(retention)
     return {
@@ -167,7 +167,7 @@ def _gguf_offer(run: Path) -> dict:
 def _gguf_offer_cached(run: str, plan_stamp: int) -> dict:
     """Whether the run's model can be downloaded as GGUF: read once per plan, not on every poll of the page
     (a real model's tokenizer.json is megabytes)."""
-    from finetune.export.gguf import gguf_problem
+    from finetune.ship.export.gguf import gguf_problem
 
     problem = gguf_problem(Path(run))
     return {"supported": problem is None, "reason": problem}
@@ -208,7 +208,7 @@ _gguf_lock = threading.Lock()
 
 def _gguf(run: Path, step: int | None, gguf_type: str) -> Path:
     """The run's weights as GGUF, converted on the first request and kept in the run folder for the next ones."""
-    from finetune.export.gguf import gguf_of_run
+    from finetune.ship.export.gguf import gguf_of_run
 
     target = run / "gguf" / f"{'final' if step is None else f'step-{step:06d}'}-{gguf_type}.gguf"
     with _gguf_lock:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from finetune.cli import main
+from finetune.commands.cli import main
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 # a high learning rate so that a few steps move the adapter far enough to change greedy answers
@@ -32,7 +32,7 @@ def full_run(toy_model, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session", params=["qwen2", "qwen3"])
 def qwen_lora_run(request, tmp_path_factory) -> Path:
     """A Qwen toy (tied output layer; Qwen2: q/k/v biases; Qwen3: q/k norms) and two LoRA steps on it."""
-    from finetune.toy import ToySize, build_toy_model
+    from finetune.ship.toy import ToySize, build_toy_model
 
     root = tmp_path_factory.mktemp(request.param)
     size = ToySize(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=128)

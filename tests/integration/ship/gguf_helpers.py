@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from finetune.prompting import prompt_ids
+from finetune.data.prompting import prompt_ids
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 PROMPTS = 8

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from finetune.chat import chat_loop, stream_reply
-from finetune.cli import main
-from finetune.prompting import end_of_turn_id, prompt_ids, stop_ids
-from finetune.run_folder import load_for_generation, locate_weights
+from finetune.commands.chat import chat_loop, stream_reply
+from finetune.commands.cli import main
+from finetune.data.prompting import end_of_turn_id, prompt_ids, stop_ids
+from finetune.ship.run_folder import load_for_generation, locate_weights
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 

@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-from finetune.cli import main
+from finetune.commands.cli import main
 from finetune.data.read import read_file
 from finetune.data.split import split_conversations
 
@@ -100,7 +100,7 @@ def test_eval_refusals(lora_run, toy_model, tmp_path, capsys):
 
 
 def test_rules_read_the_whole_answer():
-    from finetune.eval.metrics import parse_rules, score
+    from finetune.ship.eval.metrics import parse_rules, score
 
     rules = parse_rules(["greeting=^Hi there", r"signoff=Warm regards,\s*Sam$", "no_sorry=^(?!.*(?i:sorry))"])
     good = "Hi there, thanks!\n\nIt ships today.\n\nWarm regards,\nSam"

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import torch
 
-from finetune.cli import main
-from finetune.prompting import end_of_turn_id, prompt_ids
-from finetune.run_folder import load_for_generation, locate_weights
+from finetune.commands.cli import main
+from finetune.data.prompting import end_of_turn_id, prompt_ids
+from finetune.ship.run_folder import load_for_generation, locate_weights
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
@@ -164,7 +164,7 @@ def test_exported_files_are_readable_like_any_new_file(lora_run, tmp_path):
 
 
 def test_export_keeps_the_saved_dtype_unless_told(tmp_path):
-    from finetune.export.write import saved_dtype
+    from finetune.ship.export.write import saved_dtype
 
     folder = tmp_path / "bf16"
     folder.mkdir()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from gguf_helpers import metadata, read_back
 
-from finetune.cli import main
+from finetune.commands.cli import main
 
 # q8_0 rounds every block of 32 weights to 8 bits: measured max |logit difference| 0.0061 to 0.0124 on the
 # Llama, Qwen2 and Qwen3 toy runs below (Qwen3 the largest); the bound leaves 8x room for other seeds and
@@ -32,7 +32,7 @@ def _check(result: dict, gguf_type: str) -> None:
 
 
 def test_lora_run_round_trips_through_transformers(lora_run, tmp_path, capsys):
-    from finetune.export.gguf import write_gguf
+    from finetune.ship.export.gguf import write_gguf
 
     out = tmp_path / "merged"
     assert main(["export", str(lora_run), "--out", str(out), "--gguf", "--gguf-type", "f32"]) == 0
@@ -74,7 +74,7 @@ def test_full_run_round_trips_with_the_default_f16(full_run, tmp_path):
 
 
 def test_qwen_lora_runs_round_trip(qwen_lora_run, tmp_path):
-    from finetune.export.gguf import write_gguf
+    from finetune.ship.export.gguf import write_gguf
 
     out = tmp_path / "merged"
     assert main(["export", str(qwen_lora_run), "--out", str(out), "--gguf", "--gguf-type", "f32"]) == 0
@@ -160,9 +160,9 @@ def test_a_checkpoint_as_gguf_for_the_service(lora_run, tmp_path):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from finetune.export.gguf import gguf_of_run
-    from finetune.prompting import prompt_ids
-    from finetune.run_folder import checkpoint_steps, load_for_generation, locate_weights
+    from finetune.data.prompting import prompt_ids
+    from finetune.ship.export.gguf import gguf_of_run
+    from finetune.ship.run_folder import checkpoint_steps, load_for_generation, locate_weights
 
     step = checkpoint_steps(lora_run)[0]
     target = gguf_of_run(lora_run, step, tmp_path / "step.gguf", "f32")

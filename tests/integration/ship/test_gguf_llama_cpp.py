@@ -13,7 +13,7 @@ import pytest
 import torch
 from gguf_helpers import NEW_TOKENS, held_out_prompts
 
-from finetune.cli import main
+from finetune.commands.cli import main
 
 llama_cpp = pytest.importorskip("llama_cpp")
 

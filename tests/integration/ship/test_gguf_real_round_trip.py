@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from gguf_helpers import metadata, read_back
 
-from finetune.bases import KNOWN_BASES, gguf_path
-from finetune.cli import main
-from finetune.export.gguf import write_gguf
+from finetune.commands.cli import main
+from finetune.models.bases import KNOWN_BASES, gguf_path
+from finetune.ship.export.gguf import write_gguf
 
 pytestmark = pytest.mark.real_model
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"

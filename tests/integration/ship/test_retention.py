@@ -10,13 +10,13 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from finetune.cli import main
+from finetune.commands.cli import main
 from finetune.data.tokenize import load_tokenizer
-from finetune.eval import retention
-from finetune.eval.general_set import load_general_set
-from finetune.eval.generate import generate_ids
-from finetune.run_folder import locate_weights
-from finetune.toy import general_corpus
+from finetune.ship.eval import retention
+from finetune.ship.eval.general_set import load_general_set
+from finetune.ship.eval.generate import generate_ids
+from finetune.ship.run_folder import locate_weights
+from finetune.ship.toy import general_corpus
 from finetune.train.model import load_model
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"

@@ -9,8 +9,8 @@ import pytest
 import torch
 from ship_server import serving
 
-from finetune.prompting import prompt_ids, stop_ids
-from finetune.run_folder import load_for_generation, locate_weights
+from finetune.data.prompting import prompt_ids, stop_ids
+from finetune.ship.run_folder import load_for_generation, locate_weights
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 QUESTION = [{"role": "user", "content": "Hi, my parcel has not arrived yet. Can you check?"}]
@@ -32,9 +32,9 @@ def _greedy_text(model, tokenizer, max_new_tokens: int) -> str:
 
 @pytest.fixture(scope="module")
 def service(toy_model, tmp_path_factory):
-    from finetune.service.app import create_app
-    from finetune.service.settings import ServiceSettings
-    from finetune.service.store import Store
+    from finetune.service.api.app import create_app
+    from finetune.service.options import ServiceSettings
+    from finetune.service.storage.store import Store
 
     settings = ServiceSettings(data_dir=tmp_path_factory.mktemp("service"), models={"toy": str(toy_model)})
     store = Store(settings.database_url)
@@ -46,7 +46,7 @@ def service(toy_model, tmp_path_factory):
 
 
 def test_a_succeeded_job_answers_through_the_sdk(service):
-    from finetune.service.worker import Worker
+    from finetune.service.workers.worker import Worker
 
     settings, store, clients = service
     acme, other = clients["acme"], clients["other"]

@@ -6,9 +6,9 @@ import pytest
 import torch
 from ship_server import serving
 
-from finetune.prompting import prompt_ids, stop_ids
-from finetune.run_folder import load_for_generation, locate_weights
-from finetune.serving import Engine, GenerationParams, ModelLocation, ModelNotFound, chat_completions_router
+from finetune.data.prompting import prompt_ids, stop_ids
+from finetune.ship.run_folder import load_for_generation, locate_weights
+from finetune.ship.serving import Engine, GenerationParams, ModelLocation, ModelNotFound, chat_completions_router
 
 QUESTION = [{"role": "user", "content": "Hello, can I get a refund for my order?"}]
 

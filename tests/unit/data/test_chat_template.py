@@ -10,7 +10,7 @@ from gguf_fixtures import plain_base
 
 from finetune.data.chat_template import CHATML_TOKENS, chatml_template, describe_chat_template
 from finetune.data.tokenize import ChatTokenizer, load_tokenizer
-from finetune.errors import UserError
+from finetune.settings.errors import UserError
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +69,7 @@ def test_a_bad_template_setting_is_one_sentence(toy_model, tmp_path):
 def test_the_plan_says_which_template_and_why(plain, toy_model, capsys):
     import json
 
-    from finetune.cli import main
+    from finetune.commands.cli import main
 
     data = str(Path(__file__).resolve().parents[3] / "examples" / "train.jsonl")
     assert main(["plan", data, "--model", str(plain), "--json"]) == 0

@@ -8,12 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from finetune.config import RunConfig
 from finetune.data.fitting import Fit, fit, fit_tokenized
 from finetune.data.prepare import prepare_conversations
 from finetune.data.records import build_records, fit_record
 from finetune.data.tokenize import ChatTokenizer, load_tokenizer
 from finetune.data.types import Conversation, Message, Record, ToolCall
+from finetune.settings.config import RunConfig
 
 PER_MESSAGE = 3  # the synthetic measure: a few template tokens per message, one token a character
 
@@ -190,9 +190,9 @@ def test_without_a_model_validate_and_plan_fit_the_estimates_alike(tmp_path):
     """No tokenizer: the same policy on token estimates, and the same summary from validate and plan."""
     import json
 
+    from finetune.commands.plan import make_plan
     from finetune.data.validate import validate_file
-    from finetune.plan.command import make_plan
-    from finetune.wording import render
+    from finetune.settings.wording import render
 
     conversations = [_support_thread(1, line=1), _support_thread(8, line=2), _support_thread(3, 20, 3, long_turn=1)]
     rows = [{"messages": [{"role": m.role, "content": m.content} for m in c.messages]} for c in conversations]
@@ -213,8 +213,8 @@ def test_plan_lists_the_dropped_lines_in_file_order(tmp_path, toy_model, with_mo
     (long.jsonl:18, 34, 42, then 6 and 53): every list of lines is in file order."""
     import json
 
-    from finetune.plan.command import make_plan
-    from finetune.wording import render
+    from finetune.commands.plan import make_plan
+    from finetune.settings.wording import render
 
     long_lines = (6, 18, 34, 42, 53)
     rows = [

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from finetune.cli import main
+from finetune.commands.cli import main
 from finetune.data.read import parse_bytes, read_file
-from finetune.errors import UserError
+from finetune.settings.errors import UserError
 
 # ----------------------------------------------------------------------------- the documented examples
 

@@ -8,7 +8,7 @@ import pytest
 
 from finetune.data.read import read_file
 from finetune.data.skipped import usable_conversations
-from finetune.errors import UserError
+from finetune.settings.errors import UserError
 
 GOOD = {"prompt": "What is 2+2?", "completion": "4"}
 

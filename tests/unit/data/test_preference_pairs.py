@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from finetune.cli import main
-from finetune.config import RunConfig
+from finetune.commands.cli import main
 from finetune.data.pairs import prepare_pairs, split_pairs
 from finetune.data.preference import is_preference_file, read_preferences
 from finetune.data.tokenize import load_tokenizer
-from finetune.errors import UserError
+from finetune.settings.config import RunConfig
+from finetune.settings.errors import UserError
 
 USER = {"role": "user", "content": "How do I reset my router?"}
 GOOD = {"role": "assistant", "content": "Hold the reset button for ten seconds."}

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from finetune.config import RunConfig
 from finetune.data import parallel
 from finetune.data.prepare import prepare_data, read_conversations
 from finetune.data.tokenize import load_tokenizer
-from finetune.errors import UserError
+from finetune.settings.config import RunConfig
+from finetune.settings.errors import UserError
 
 
 def _chat(i: int) -> dict:

@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from finetune.config import RunConfig
 from finetune.data import parallel
 from finetune.data.arrays import TokenArrays
 from finetune.data.fitting import fit_tokenized
@@ -24,7 +23,8 @@ from finetune.data.prepare import prepare_data, read_conversations
 from finetune.data.records import build_records
 from finetune.data.split import remove_overlap, split_conversations
 from finetune.data.tokenize import ChatTokenizer, as_lists, load_tokenizer
-from finetune.errors import UserError
+from finetune.settings.config import RunConfig
+from finetune.settings.errors import UserError
 
 WORDS = ["router", "invoice", "refund", "password", "login", "outage", "plan", "delivery", "export", "key", "app"]
 

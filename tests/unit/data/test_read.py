@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from finetune.cli import main
+from finetune.commands.cli import main
 from finetune.data import fitting, validate
 from finetune.data.formats import lines as lines_module
 from finetune.data.read import parse_bytes, read_file
-from finetune.errors import UserError
+from finetune.settings.errors import UserError
 
 GOOD = '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}'
 GOOD_PC = '{"prompt": "2+2?", "completion": "4"}'
@@ -351,7 +351,7 @@ def test_json_ok_file(write_file, capsys) -> None:
 def test_no_model_path_does_not_import_torch(write_file) -> None:
     path = write_file(lines(GOOD, "oops"))
     code = (
-        "import sys; from finetune.cli import main; rc = main(['validate', sys.argv[1], '--json', '--show', '1']);"
+        "import sys; from finetune.commands.cli import main; rc = main(['validate', sys.argv[1], '--json', '--show', '1']);"
         "heavy = [m for m in ('torch', 'transformers') if m in sys.modules]; print(heavy, file=sys.stderr);"
         "sys.exit(rc if not heavy else 3)"
     )

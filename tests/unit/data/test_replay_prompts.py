@@ -11,7 +11,7 @@ from pathlib import Path
 from finetune.data.replay_mix import PROMPTS_FILE, held_out_prompts, replay_prompts, training_prompts
 
 ROOT = Path(__file__).resolve().parents[3]
-GENERAL = ROOT / "finetune" / "eval" / "general"
+GENERAL = ROOT / "finetune" / "ship" / "eval" / "general"
 GENERATORS = (ROOT / "examples" / "generate_retention.py", ROOT / "examples" / "generate_general.py")
 LONG = 8  # words: a shared run this long is overlap
 TEMPLATE = 6  # words: a run this long of a generator's own text is borrowing

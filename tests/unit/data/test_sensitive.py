@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from finetune.cli import main
-from finetune.config import RunConfig
+from finetune.commands.cli import main
 from finetune.data.sensitive import find_spans
-from finetune.settings import hyperparameter_schema, tokenizing_settings
+from finetune.settings.config import RunConfig
+from finetune.settings.registry import hyperparameter_schema, tokenizing_settings
 
 GITHUB_TOKEN = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
 PRIVATE_KEY = (
@@ -177,9 +177,9 @@ def test_refuse_in_train_writes_no_plan_nor_test_split(planted, toy_model, tmp_p
 
 def test_the_setting_is_declared_once_keyed_in_the_cache_and_refused_on_resume(planted, toy_model):
     from finetune.data.types import DataSummary
-    from finetune.errors import UserError
-    from finetune.fingerprint import check_resume, run_fingerprint
     from finetune.plan.build import build_plan
+    from finetune.settings.errors import UserError
+    from finetune.settings.fingerprint import check_resume, run_fingerprint
 
     assert "sensitive_data" in tokenizing_settings()
     schema = hyperparameter_schema()["properties"]["sensitive_data"]
@@ -198,7 +198,7 @@ def test_the_setting_is_declared_once_keyed_in_the_cache_and_refused_on_resume(p
 def test_preference_pairs_are_scanned_redacted_and_refused(tmp_path, toy_model, capsys):
     from finetune.data.dispatch import prepare
     from finetune.data.tokenize import load_tokenizer
-    from finetune.errors import DataError
+    from finetune.settings.errors import DataError
 
     def pair(i: int, chosen: str) -> str:
         return json.dumps({"input": {"messages": [{"role": "user", "content": f"Where is my order {i}?"}]},

@@ -7,7 +7,7 @@ import json
 
 from rich.console import Console
 
-from finetune.cli import main
+from finetune.commands.cli import main
 from finetune.data.show import (
     ShownRecord,
     Span,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from finetune.config import RunConfig
 from finetune.data.prepare import prepare_conversations
 from finetune.data.split import auto_val_fraction, remove_overlap, split_conversations
 from finetune.data.types import Conversation, Message
+from finetune.settings.config import RunConfig
 
 
 def _conversations(n: int, duplicates: int = 0) -> list[Conversation]:

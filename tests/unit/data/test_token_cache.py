@@ -8,10 +8,10 @@ import shutil
 
 import pytest
 
-from finetune.config import RunConfig
 from finetune.data import cache
 from finetune.data.prepare import prepare_data
 from finetune.data.tokenize import load_tokenizer
+from finetune.settings.config import RunConfig
 
 LINES = [
     {
@@ -160,7 +160,7 @@ def test_default_location_follows_the_environment(monkeypatch, tmp_path):
 
 
 def test_every_setting_is_in_the_key_unless_declared_not_to_touch_the_data():
-    from finetune.settings import tokenizing_settings
+    from finetune.settings.registry import tokenizing_settings
 
     key_settings = set(tokenizing_settings())
     assert {"max_seq_len", "truncation", "record_policy", "val_fraction", "seed", "format"} <= key_settings

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from finetune.cli import main
+from finetune.commands.cli import main
 from finetune.data.read import parse_bytes
 
 USER = {"role": "user", "content": "Weather in Paris?"}

@@ -7,14 +7,14 @@ import json
 import pytest
 from transformers import AutoTokenizer
 
-from finetune.cli import main
-from finetune.config import RunConfig
+from finetune.commands.cli import main
 from finetune.data.prepare import prepare_conversations
 from finetune.data.read import parse_bytes
 from finetune.data.records import build_records
 from finetune.data.tokenize import ChatTokenizer
 from finetune.data.types import IGNORE_INDEX
-from finetune.errors import UserError
+from finetune.settings.config import RunConfig
+from finetune.settings.errors import UserError
 
 WEATHER = {
     "type": "function",

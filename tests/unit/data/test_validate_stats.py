@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from finetune.cli import main
+from finetune.commands.cli import main
 from finetune.data.stats import (
     build_all_records,
     estimate_record_tokens,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from finetune.errors import UserError
-from finetune.eval.metrics import exact_match, parse_rules, rouge_l, rule_win_rate, score, summarize, token_f1
+from finetune.settings.errors import UserError
+from finetune.ship.eval.metrics import exact_match, parse_rules, rouge_l, rule_win_rate, score, summarize, token_f1
 
 
 def test_exact_match_ignores_case_and_spacing_only():

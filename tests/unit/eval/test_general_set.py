@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from finetune.eval.general_set import GENERAL_DIR, GeneralPrompt, load_general_set, numbers_in, passed
+from finetune.ship.eval.general_set import GENERAL_DIR, GeneralPrompt, load_general_set, numbers_in, passed
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "examples"
@@ -30,8 +30,10 @@ def test_the_committed_set_is_what_the_generator_writes(generator, tmp_path):
 
 
 def test_the_set_ships_inside_the_package():
-    data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["finetune.eval"]
-    shipped = {p.name for pattern in data for p in (REPO / "finetune" / "eval").glob(pattern)}
+    data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"][
+        "finetune.ship.eval"
+    ]
+    shipped = {p.name for pattern in data for p in (REPO / "finetune" / "ship" / "eval").glob(pattern)}
     assert {"prompts.jsonl", "choices.jsonl"} <= shipped
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from finetune.eval.intervals import paired_difference, wilson
+from finetune.ship.eval.intervals import paired_difference, wilson
 
 
 def test_wilson_matches_the_textbook_values():

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from finetune.eval.likelihood import kl_per_row, target_log_probs
+from finetune.ship.eval.likelihood import kl_per_row, target_log_probs
 from finetune.train.model import load_model
 
 ROWS = [([5, 9, 14, 3], [21, 7]), ([8], [30, 31, 32, 33, 34]), ([40, 41, 42, 43, 44, 45, 46], [12])]

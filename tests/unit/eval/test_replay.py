@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from finetune.config import RunConfig
 from finetune.data import replay_mix
-from finetune.errors import UserError
-from finetune.eval import replay
-from finetune.fingerprint import check_resume, run_fingerprint
 from finetune.plan.render import render_plan
 from finetune.run import plan_run
+from finetune.settings.config import RunConfig
+from finetune.settings.errors import UserError
+from finetune.settings.fingerprint import check_resume, run_fingerprint
+from finetune.ship.eval import replay
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 PROMPTS = 6  # the tests answer a few of the shipped prompts, not all of them
@@ -48,7 +48,7 @@ def calls(monkeypatch, tmp_path):
         return real_load(*args, **kwargs)
 
     def generate(model, tokenizer, prompts, max_new_tokens=96, batch_size=32):
-        from finetune.prompting import stop_ids
+        from finetune.data.prompting import stop_ids
 
         counted["generate"] += 1
         ids = tokenizer("A plain general answer.", add_special_tokens=False)["input_ids"]

@@ -6,8 +6,16 @@ import numpy as np
 import pytest
 import torch
 
-from finetune.errors import UserError
-from finetune.export.gguf_arch import FAMILIES, LLAMA, QWEN2, QWEN3, family_of, is_rotary_projection, rotary_permuted
+from finetune.settings.errors import UserError
+from finetune.ship.export.gguf_arch import (
+    FAMILIES,
+    LLAMA,
+    QWEN2,
+    QWEN3,
+    family_of,
+    is_rotary_projection,
+    rotary_permuted,
+)
 
 LLAMA_CONFIG = {
     "model_type": "llama",

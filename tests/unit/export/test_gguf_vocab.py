@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from finetune.errors import UserError
-from finetune.export.gguf_vocab import KNOWN_PRE_TOKENIZERS, check_tokenizer, pre_tokenizer_name, vocabulary
+from finetune.settings.errors import UserError
+from finetune.ship.export.gguf_vocab import KNOWN_PRE_TOKENIZERS, check_tokenizer, pre_tokenizer_name, vocabulary
 
 
 def _tokenizer_json(pre: dict | list, normalizer=None, ignore_merges=False) -> dict:

@@ -6,11 +6,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from finetune.config import RunConfig
-from finetune.errors import UserError
-from finetune.plan import arithmetic
 from finetune.plan.build import build_plan
 from finetune.plan.what_if import what_if_summary
+from finetune.rules import arithmetic
+from finetune.settings.config import RunConfig
+from finetune.settings.errors import UserError
 
 
 def make(examples: int, tokens: int | None = None, **settings):

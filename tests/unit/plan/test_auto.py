@@ -6,11 +6,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from finetune.config import RunConfig
-from finetune.plan import auto
 from finetune.plan.build import build_plan
 from finetune.plan.what_if import what_if_summary
-from finetune.wording import render
+from finetune.rules import auto
+from finetune.settings.config import RunConfig
+from finetune.settings.wording import render
 
 records = st.integers(1, 2_000_000)
 tokens = st.integers(0, 10**9)
@@ -18,8 +18,8 @@ tokens = st.integers(0, 10**9)
 
 @pytest.fixture
 def toy_base_facts():
-    """The pretrained toy base's shape (finetune.toy.BASE_SIZE), untied, without building it."""
-    from finetune.plan.model_facts import from_config
+    """The pretrained toy base's shape (finetune.ship.toy.BASE_SIZE), untied, without building it."""
+    from finetune.models.facts import from_config
 
     return from_config(
         {"model_type": "llama", "hidden_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4,
@@ -186,7 +186,7 @@ def test_rank_without_tokens_is_guessed_and_says_so():
 
 
 def test_a_small_models_output_layer_is_trained_beside_the_adapter():
-    from finetune.plan.model_facts import load_model_facts
+    from finetune.models.facts import load_model_facts
 
     choice = auto.auto_lora_train_head(262_144, 1_250_432, tied=False)  # the toy base: 21%
     assert choice.value is True and "21%" in choice.reason
@@ -214,7 +214,7 @@ def test_the_plan_says_whether_lora_trains_the_output_layer(toy_base_facts):
 def test_training_a_tied_output_layer_is_refused_at_plan_time(toy_base_facts):
     import dataclasses
 
-    from finetune.errors import UserError
+    from finetune.settings.errors import UserError
 
     tied = dataclasses.replace(toy_base_facts, tie_word_embeddings=True)
     assert make(330, 51_374, tied).lora_train_head is False  # Auto: the adapter only

@@ -5,11 +5,11 @@ import math
 
 import pytest
 
-from finetune.config import RunConfig
-from finetune.errors import UserError
+from finetune.models.facts import BUILTIN_CONFIGS, load_model_facts
 from finetune.plan.build import build_plan
-from finetune.plan.cost import estimate_cost, training_flops
-from finetune.plan.memory import (
+from finetune.plan.what_if import what_if_summary
+from finetune.rules.cost import estimate_cost, training_flops
+from finetune.rules.memory import (
     DEVICES,
     GIB,
     decide_gradient_checkpointing,
@@ -17,8 +17,8 @@ from finetune.plan.memory import (
     estimate_memory,
     resolve_device,
 )
-from finetune.plan.model_facts import BUILTIN_CONFIGS, load_model_facts
-from finetune.plan.what_if import what_if_summary
+from finetune.settings.config import RunConfig
+from finetune.settings.errors import UserError
 
 LLAMA_8B = load_model_facts("meta-llama/Llama-3.1-8B")
 H100 = DEVICES["h100-80gb"]
@@ -74,7 +74,7 @@ def test_config_formula_matches_transformers(model_type, tied):
         num_key_value_heads=2, head_dim=16, vocab_size=300, tie_word_embeddings=tied,
     )  # fmt: skip
     model = transformers.AutoModelForCausalLM.from_config(cfg)
-    from finetune.plan.model_facts import from_config
+    from finetune.models.facts import from_config
 
     assert from_config(cfg.to_dict(), model_type, "test").total_params == sum(p.numel() for p in model.parameters())
 
@@ -83,7 +83,7 @@ def test_toy_model_count_and_lora_params(toy_model):
     """The real toy model: safetensors headers, the config formula and PEFT all agree with torch."""
     transformers = pytest.importorskip("transformers")
     peft = pytest.importorskip("peft")
-    from finetune.plan.model_facts import from_config
+    from finetune.models.facts import from_config
 
     folder = toy_model
     facts = load_model_facts(str(folder))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from finetune.cli import main
+from finetune.commands.cli import main
 from finetune.data.prepare import PreparedData
 from finetune.data.types import DataSummary
 
@@ -138,7 +138,7 @@ def test_what_if_imports_no_torch():  # what keeps it fast; no timed assertion (
     script = textwrap.dedent(
         """
         import contextlib, io, json, sys
-        from finetune.cli import main
+        from finetune.commands.cli import main
         with contextlib.redirect_stdout(io.StringIO()):
             assert main(["plan", "--examples", "800", "--tokens", "400000", "--model", "Qwen/Qwen2.5-7B"]) == 0
             assert main(["plan", "--examples", "800", "--json"]) == 0

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from finetune.cli import main
-from finetune.config import ConfigError, RunConfig
+from finetune.commands.cli import main
 from finetune.plan.build import build_plan
 from finetune.plan.what_if import what_if_summary
+from finetune.settings.config import ConfigError, RunConfig
 
 
 def _plan(**settings):

@@ -5,14 +5,14 @@ from pathlib import Path
 
 import pytest
 
-from finetune.config import RunConfig
 from finetune.data.sensitive import Found, summarize
 from finetune.data.types import DataSummary
+from finetune.models.facts import load_model_facts
 from finetune.plan.advice import WARNING_CODES
-from finetune.plan.auto import auto_lr
 from finetune.plan.build import build_plan
-from finetune.plan.model_facts import load_model_facts
 from finetune.plan.what_if import what_if_summary
+from finetune.rules.auto import auto_lr
+from finetune.settings.config import RunConfig
 
 LLAMA_8B = load_model_facts("meta-llama/Llama-3.1-8B")
 QWEN_05B = load_model_facts("Qwen/Qwen2.5-0.5B")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from finetune.report.plot import plot_loss_curve
 from finetune.report.preference import diagnose_preference
-from finetune.wording import render
+from finetune.settings.wording import render
 
 
 def _rows(accuracy, margin, chosen, val=True):

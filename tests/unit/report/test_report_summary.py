@@ -6,11 +6,11 @@ import json
 import pytest
 from rich.console import Console
 
-from finetune.config import RunConfig
 from finetune.plan.build import build_plan
 from finetune.plan.what_if import what_if_summary
 from finetune.report.diagnosis import Diagnosis
 from finetune.report.summary import build_report, print_summary, write_report
+from finetune.settings.config import RunConfig
 
 ROWS = [
     {"step": 1, "epoch": 0.5, "lr": 1e-4, "train_loss": 2.5},

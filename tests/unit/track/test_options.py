@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from finetune.cli import main
-from finetune.config import ConfigError, RunConfig
-from finetune.track.options import check_installed, parse_report_to, tracker_names
+from finetune.commands.cli import main
+from finetune.settings.config import ConfigError, RunConfig
+from finetune.settings.tracker_options import check_installed, parse_report_to, tracker_names
 
 
 def test_report_to_is_a_comma_list_of_known_trackers_normalised():
@@ -67,7 +67,7 @@ def test_report_to_is_a_train_setting_from_flags_and_yaml(tmp_path):
     config.write_text("report_to: tensorboard\ntracker_options: '{\"tensorboard\": {}}'\n")
     loaded = RunConfig.from_yaml(config)
     assert loaded.report_to == "tensorboard" and json.loads(loaded.tracker_options) == {"tensorboard": {}}
-    from finetune.settings import command_settings
+    from finetune.settings.registry import command_settings
 
     assert "report_to" in {s.name for s in command_settings("train")}
     assert "report_to" not in {s.name for s in command_settings("plan")}

@@ -4,10 +4,10 @@ import random
 
 import pytest
 
-from finetune.config import RunConfig
 from finetune.data.types import IGNORE_INDEX, DataSummary, TokenizedRecord
 from finetune.plan.build import build_plan
 from finetune.plan.plan import Plan
+from finetune.settings.config import RunConfig
 
 
 def random_records(n: int, seed: int = 0, vocab: int = 400) -> list[TokenizedRecord]:

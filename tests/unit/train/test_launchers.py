@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from finetune.cli import main
+from finetune.commands.cli import main
 from finetune.train.launchers import LocalLauncher, TrainerRun
 from finetune.train.ray_launch import RAY_FAILED, RankEnd, outcome
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from finetune.config import RunConfig
 from finetune.report.metrics import read_metrics
 from finetune.run import train
+from finetune.settings.config import RunConfig
 from finetune.train import speed
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"

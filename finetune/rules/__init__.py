@@ -1,0 +1,1 @@
+"""The pure rules: the run's arithmetic, Auto's choices, memory and cost estimates. No data, no torch, no files."""

@@ -1,0 +1,23 @@
+"""Shared route helpers: the store and settings from the app, list-query limits."""
+
+from __future__ import annotations
+
+from fastapi import Request
+
+from finetune.service.api.openai_errors import APIError
+from finetune.service.options import ServiceSettings
+from finetune.service.storage.store import Store
+
+
+def store_of(request: Request) -> Store:
+    return request.app.state.store
+
+
+def settings_of(request: Request) -> ServiceSettings:
+    return request.app.state.settings
+
+
+def check_limit(limit: int, maximum: int = 10_000) -> int:
+    if not 1 <= limit <= maximum:
+        raise APIError(400, f"limit must be between 1 and {maximum}, got {limit}.", "invalid_value", "limit")
+    return limit

@@ -1,0 +1,1 @@
+"""The service's command line: serve, worker, keys, audit, tenants, purge, usage."""

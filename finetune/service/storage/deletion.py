@@ -1,0 +1,222 @@
+"""Delete means delete: every copy of a file's content the service keeps, and all of a job's data and artifacts.
+
+    delete_file(settings, store, tenant, file_id)   the upload, its token cache entries, and in the run folders of
+                                                    the ended jobs that used it: the held-out test split, the
+                                                    training copy, skipped lines, evaluation answers (eval.json,
+                                                    eval.html, retention.json); FileInUse while a job still needs it
+    delete_job(settings, store, tenant, job_id)     an ended job's run folder (checkpoints, weights), plan, logs,
+                                                    results files, token cache entries, events, checkpoint rows,
+                                                    fine-tuned model; its row stays as a tombstone (tombstones.py)
+
+A token cache entry is found by what its key holds (data/cache.py): the sha256 of the bytes it was tokenized from.
+Those are the upload's bytes, or the training copy of a job that held out a test split (its plan records the
+digest). The service's jobs keep their cache in DATA_DIR/cache/tokens (settings.token_cache_dir); entries made in
+the process's default cache folder (before that, or by the API's planning) are looked for there too.
+
+What stays: weights trained on a file are not "unlearned" by deleting the file (delete the job, or the model); and
+nothing can reach weights or files already downloaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+from finetune.data.cache import cache_root
+from finetune.service.options import ServiceSettings
+from finetune.service.storage.store import TERMINAL, Store
+from finetune.service.storage.tombstones import delete_file_row_unless_needed, jobs_using_file, tombstone_job
+from finetune.service.workers import library as core
+
+# what a run folder keeps of its data's content (eval/test_split.py, data/skipped.py, eval/command.py, retention.py)
+DERIVED_FILES = {
+    "test.jsonl": "test split",
+    "train.jsonl": "training copy",
+    "test_split.json": "test split record",
+    "skipped.jsonl": "skipped lines",
+    "eval.json": "evaluation answers",
+    "eval.html": "evaluation answers",
+    "retention.json": "evaluation answers",
+}
+# called with a deleted file's id: what keeps a copy of it in memory (the dashboard's previews) forgets it
+FILE_FORGETTERS: list[Callable[[str], None]] = []
+
+
+@dataclass
+class Removal:
+    """One thing removed (or, in a dry run, to be removed): a path on the server and its bytes."""
+
+    what: str
+    path: Path
+    bytes: int
+    job: str | None = None
+
+    def shown(self) -> dict:
+        """As an API caller sees it: no path on the server."""
+        return {"what": self.what, "bytes": self.bytes} | ({"job": self.job} if self.job else {})
+
+
+class FileInUse(Exception):
+    def __init__(self, jobs: list[dict]) -> None:
+        super().__init__(", ".join(job["id"] for job in jobs))
+        self.jobs = jobs
+
+
+class JobNotDeletable(Exception):
+    """The job has not ended, or its worker is still stopping it."""
+
+
+def size_of(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    if path.is_dir():
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+    return 0
+
+
+def found(what: str, path: Path, job: str | None = None) -> list[Removal]:
+    """[the Removal of `path`] when it exists, else []."""
+    return [Removal(what, path, size_of(path), job)] if path.exists() else []
+
+
+def remove(items: Iterable[Removal]) -> None:
+    for item in items:
+        if item.path.is_dir() and not item.path.is_symlink():
+            shutil.rmtree(item.path, ignore_errors=True)
+        else:
+            item.path.unlink(missing_ok=True)
+
+
+def sha256_of(path: Path) -> str | None:
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.file_digest(handle, "sha256").hexdigest()
+    except OSError:
+        return None
+
+
+# ---------------------------------------------------------------------------------------------- token cache
+
+
+def cache_roots(settings: ServiceSettings) -> list[Path]:
+    """The service's token cache, and this process's default one (entries made before the service kept its own)."""
+    roots: list[Path] = []
+    for root in (settings.token_cache_dir, cache_root(SimpleNamespace(cache_dir=None))):
+        if root.is_dir() and root.resolve() not in roots:
+            roots.append(root.resolve())
+    return roots
+
+
+def cache_entries(roots: list[Path], digests: set[str]) -> list[Removal]:
+    """The entries (tokens, or records' lengths) tokenized from bytes of these sha256 digests."""
+    found_entries = []
+    for root in roots:
+        for entry in sorted(root.iterdir()):
+            if entry.name.startswith(".") or not entry.is_dir():
+                continue
+            try:
+                key = json.loads((entry / "meta.json").read_text(encoding="utf-8"))["key"]
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if {key.get("data_sha256"), key.get("val_file_sha256")} & digests:
+                found_entries.append(Removal("token cache", entry, size_of(entry)))
+    return found_entries
+
+
+def job_digests(settings: ServiceSettings, job_id: str) -> set[str]:
+    """The sha256 of every data file a job tokenized: as its plans record them (the upload, or the training copy
+    left once a test split was held out), and that copy's own, should it have been tokenized without a plan."""
+    run = settings.runs_dir / job_id
+    digests = {sha256_of(run / "train.jsonl")}
+    for plan_path in (settings.runs_dir / f"{job_id}.plan.json", run / "plan.json"):
+        try:
+            plan = json.loads(plan_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        digests |= {plan.get("data_sha256"), plan.get("val_sha256")}
+    return {d for d in digests if isinstance(d, str)}
+
+
+# ---------------------------------------------------------------------------------------------- a file
+
+
+def file_removals(settings: ServiceSettings, file_id: str, jobs: list[dict]) -> list[Removal]:
+    """What deleting a file removes: the upload, the derived copies in the run folders of `jobs` (the ended jobs
+    that used it), and the token cache entries tokenized from either."""
+    upload = settings.files_dir / file_id
+    digests = {d for d in [sha256_of(upload)] if d}
+    items = found("upload", upload)
+    for job in jobs:
+        digests |= job_digests(settings, job["id"])
+        for name, what in DERIVED_FILES.items():
+            items += found(what, settings.runs_dir / job["id"] / name, job["id"])
+    return items + cache_entries(cache_roots(settings), digests)
+
+
+def delete_file(settings: ServiceSettings, store: Store, tenant: str, file_id: str) -> list[Removal]:
+    """Delete the tenant's file and every copy of its content (see the module's docstring); what was removed.
+    FileInUse (nothing removed) while a job that has not ended uses it."""
+    jobs = jobs_using_file(store.engine, tenant, file_id)
+    items = file_removals(settings, file_id, jobs)  # digests read before anything goes
+    needing = delete_file_row_unless_needed(store.engine, tenant, file_id)
+    if needing:
+        raise FileInUse(needing)
+    remove(items)
+    for forget in FILE_FORGETTERS:
+        forget(file_id)
+    return items
+
+
+# ---------------------------------------------------------------------------------------------- a job
+
+
+def job_removals(settings: ServiceSettings, job: dict, with_cache: bool = True) -> list[Removal]:
+    """Everything of an ended job on disk: checkpoints, weights, the rest of its run folder, its plan, its
+    trainers' logs, its results files, and (`with_cache`) the token cache entries made for it."""
+    job_id = job["id"]
+    run = settings.runs_dir / job_id
+    items = found("checkpoints", run / "checkpoints", job_id)
+    weights = core.final_weights(run)
+    items += found("weights", weights, job_id) if weights else []
+    if run.exists():
+        rest = size_of(run) - sum(item.bytes for item in items)
+        items.append(Removal("run folder", run, rest, job_id))  # last: after what it holds was counted
+    items += found("plan", settings.runs_dir / f"{job_id}.plan.json", job_id)
+    for log in sorted(settings.logs_dir.glob(f"{job_id}-attempt-*")):
+        items += found("trainer log", log, job_id)
+    for file_id in job["result_files"] or []:
+        items += found("results file", settings.files_dir / file_id, job_id)
+    if not with_cache:
+        return items
+    return items + cache_entries(cache_roots(settings), job_digests(settings, job_id))
+
+
+def delete_job(settings: ServiceSettings, store: Store, tenant: str, job_id: str) -> dict | None:
+    """Delete an ended job's data and artifacts; its row becomes a tombstone. The row after (None: no such job of
+    the tenant's). JobNotDeletable while it has not ended, or its worker has not let go of it yet."""
+    job = store.get_job(tenant, job_id)
+    if job is None:
+        return None
+    if job["status"] not in TERMINAL:
+        raise JobNotDeletable(
+            f"Job {job_id} is {job['status']}: cancel it first (POST /v1/fine_tuning/jobs/{job_id}/cancel), "
+            "then delete it."
+        )
+    if job["claim_token"] is not None:
+        raise JobNotDeletable(
+            f"Job {job_id} is {job['status']} but its worker is still stopping it; try again shortly."
+        )
+    items = job_removals(settings, job)
+    remove(items)
+    if job["deleted_at"] is not None:  # deleted before: what was left (nothing, unless a removal failed) is gone now
+        return job
+    removed = [item.shown() for item in items]
+    if job["fine_tuned_model"] and job["model_deleted_at"] is None:
+        removed.append({"what": "fine-tuned model", "id": job["fine_tuned_model"]})
+    tombstone_job(store.engine, tenant, job_id, removed)
+    return store.get_job(tenant, job_id)

@@ -1,0 +1,159 @@
+"""The database side of deleting (deletion.py, purge.py): which jobs still need a file, a deleted job's tombstone,
+and a tenant's rows. Kept out of store.py, which holds the everyday queries."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Engine, delete, func, or_, select, update
+
+from finetune.service.storage.db import api_keys, checkpoints, events, files, idempotency_keys, jobs, transaction
+from finetune.service.storage.store import TERMINAL, now
+
+
+def _rows(result) -> list[dict]:
+    return [dict(r._mapping) for r in result]
+
+
+def _using(tenant: str, file_id: str):
+    return select(jobs).where(
+        jobs.c.tenant == tenant, or_(jobs.c.training_file == file_id, jobs.c.validation_file == file_id)
+    )
+
+
+def jobs_using_file(engine: Engine, tenant: str, file_id: str) -> list[dict]:
+    """The tenant's jobs that train or validate on the file, ended or not (oldest first)."""
+    with transaction(engine) as conn:
+        return _rows(conn.execute(_using(tenant, file_id).order_by(jobs.c.row)))
+
+
+def delete_file_row_unless_needed(engine: Engine, tenant: str, file_id: str) -> list[dict]:
+    """Delete the file's row, in one write transaction with the check that no job still needs it (one that has not
+    ended, or that a worker still holds while it stops); those jobs (nothing deleted), or [] (deleted)."""
+    with transaction(engine, write=True) as conn:
+        query = _using(tenant, file_id).where(or_(jobs.c.status.not_in(TERMINAL), jobs.c.claim_token.is_not(None)))
+        needing = _rows(conn.execute(query.order_by(jobs.c.row)))
+        if not needing:
+            conn.execute(delete(files).where(files.c.tenant == tenant, files.c.id == file_id))
+            conn.execute(
+                delete(idempotency_keys).where(
+                    idempotency_keys.c.tenant == tenant, idempotency_keys.c.object_id == file_id
+                )
+            )
+        return needing
+
+
+def tombstone_job(engine: Engine, tenant: str, job_id: str, removed: list[dict[str, Any]]) -> dict | None:
+    """Mark an ended job deleted (its row stays: when, and what was removed), its fine-tuned model with it, and
+    delete its events, checkpoint rows, results files' rows and Idempotency-Key answers. Returns the row as it
+    was before, or None when the tenant has no such ended job."""
+    with transaction(engine, write=True) as conn:
+        query = select(jobs).where(jobs.c.tenant == tenant, jobs.c.id == job_id, jobs.c.status.in_(TERMINAL))
+        job = conn.execute(query.with_for_update()).first()
+        if job is None:
+            return None
+        job = dict(job._mapping)
+        gone = {
+            "events": conn.execute(delete(events).where(events.c.job_id == job_id)).rowcount,
+            "checkpoint records": conn.execute(delete(checkpoints).where(checkpoints.c.job_id == job_id)).rowcount,
+        }
+        stamp = now()
+        removed = removed + [{"what": what, "count": count} for what, count in gone.items() if count]
+        values: dict[str, Any] = {"deleted_at": stamp, "removed": removed}
+        if job["fine_tuned_model"] and job["model_deleted_at"] is None:
+            values["model_deleted_at"] = stamp
+        conn.execute(update(jobs).where(jobs.c.id == job_id).values(**values))
+        results = list(job["result_files"] or [])
+        if results:
+            conn.execute(delete(files).where(files.c.tenant == tenant, files.c.id.in_(results)))
+        conn.execute(
+            delete(idempotency_keys).where(idempotency_keys.c.tenant == tenant, idempotency_keys.c.object_id == job_id)
+        )
+        return job
+
+
+def delete_checkpoint_rows(engine: Engine, job_id: str) -> None:
+    """A deleted fine-tuned model's checkpoints go with it (DELETE /v1/models/{id})."""
+    with transaction(engine, write=True) as conn:
+        conn.execute(delete(checkpoints).where(checkpoints.c.job_id == job_id))
+
+
+# ---------------------------------------------------------------------------------------------- a whole tenant
+
+
+def tenant_files(engine: Engine, tenant: str) -> list[dict]:
+    with transaction(engine) as conn:
+        return _rows(conn.execute(select(files).where(files.c.tenant == tenant).order_by(files.c.row)))
+
+
+def tenant_jobs(engine: Engine, tenant: str) -> list[dict]:
+    with transaction(engine) as conn:
+        return _rows(conn.execute(select(jobs).where(jobs.c.tenant == tenant).order_by(jobs.c.row)))
+
+
+def tenant_keys(engine: Engine, tenant: str) -> list[dict]:
+    """The tenant's keys not revoked yet (id and created_at; never a hash)."""
+    query = select(api_keys.c.id, api_keys.c.created_at).where(
+        api_keys.c.tenant == tenant, api_keys.c.revoked_at.is_(None)
+    )
+    with transaction(engine) as conn:
+        return _rows(conn.execute(query.order_by(api_keys.c.created_at)))
+
+
+def revoke_tenant_keys(engine: Engine, tenant: str) -> int:
+    with transaction(engine, write=True) as conn:
+        done = conn.execute(
+            update(api_keys)
+            .where(api_keys.c.tenant == tenant, api_keys.c.revoked_at.is_(None))
+            .values(revoked_at=now())
+        )
+        return done.rowcount
+
+
+def delete_tenant_rows(engine: Engine, tenant: str) -> dict[str, int]:
+    """Every row of the tenant's files and jobs (their events and checkpoints) and Idempotency-Key answers; the
+    counts deleted. Its keys stay, revoked (their ids are what an audit trail names)."""
+    with transaction(engine, write=True) as conn:
+        owned = select(jobs.c.id).where(jobs.c.tenant == tenant)
+        counts = {
+            "events": conn.execute(delete(events).where(events.c.job_id.in_(owned))).rowcount,
+            "checkpoints": conn.execute(delete(checkpoints).where(checkpoints.c.job_id.in_(owned))).rowcount,
+        }
+        counts["jobs"] = conn.execute(delete(jobs).where(jobs.c.tenant == tenant)).rowcount
+        counts["files"] = conn.execute(delete(files).where(files.c.tenant == tenant)).rowcount
+        counts["idempotency answers"] = conn.execute(
+            delete(idempotency_keys).where(idempotency_keys.c.tenant == tenant)
+        ).rowcount
+        return counts
+
+
+def held_jobs(engine: Engine, tenant: str) -> list[dict]:
+    """The tenant's jobs a worker still holds (its trainer may still write into the run folder)."""
+    query = select(jobs.c.id, jobs.c.status, jobs.c.worker).where(
+        jobs.c.tenant == tenant, jobs.c.claim_token.is_not(None)
+    )
+    with transaction(engine) as conn:
+        return _rows(conn.execute(query.order_by(jobs.c.row)))
+
+
+# ---------------------------------------------------------------------------------------------- retention
+
+
+def expired_jobs(engine: Engine, cutoff: int) -> list[dict]:
+    """Ended jobs, not deleted yet and let go by their workers, that ended (or were created) before `cutoff`."""
+    ended = func.coalesce(jobs.c.finished_at, jobs.c.created_at)
+    query = select(jobs).where(
+        jobs.c.status.in_(TERMINAL), jobs.c.deleted_at.is_(None), jobs.c.claim_token.is_(None), ended < cutoff
+    )
+    with transaction(engine) as conn:
+        return _rows(conn.execute(query.order_by(jobs.c.row)))
+
+
+def expired_files(engine: Engine, cutoff: int, results_purpose: str) -> list[dict]:
+    """Files uploaded before `cutoff` that no job which has not ended uses (a job's results file goes with its job)."""
+    busy = select(jobs.c.id).where(
+        jobs.c.status.not_in(TERMINAL), or_(jobs.c.training_file == files.c.id, jobs.c.validation_file == files.c.id)
+    )
+    query = select(files).where(files.c.created_at < cutoff, files.c.purpose != results_purpose, ~busy.exists())
+    with transaction(engine) as conn:
+        return _rows(conn.execute(query.order_by(files.c.row)))

@@ -1,0 +1,284 @@
+"""Every call from the service into the training library, in one place: map OpenAI hyperparameters to a
+RunConfig (generated from the settings' declarations), validate a file, plan a job, the `finetune train` command
+line that executes the plan, and reading a run folder.
+
+Training itself never runs in the service's process: the worker plans the job once (`plan_job`), writes the plan,
+and starts `python -m finetune train --plan JOB.plan.json --out RUN` (plus `--resume`), which checks the data and
+code against the plan and executes it; its SIGTERM handling checkpoints and stops, and its run folder (plan.json,
+metrics.jsonl, checkpoints/, report.json, adapter/ or model/) is what the service reads.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from finetune.settings.config import AUTO, RunConfig
+from finetune.settings.errors import DataError, UserError
+from finetune.settings.registry import Setting, settings
+from finetune.settings.wording import render, settings_named
+
+if TYPE_CHECKING:
+    from finetune.plan.plan import Plan
+
+# `method.type` of a job: supervised tuning, or preference tuning (RunConfig.method "dpo")
+METHOD_TYPES = ("supervised", "dpo")
+LR_MULTIPLIER = "learning_rate_multiplier"
+
+
+class SettingsError(ValueError):
+    """A hyperparameter an API caller gave cannot work; the message names it."""
+
+    def __init__(self, message: str, param: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+def api_settings(method_type: str) -> dict[str, Setting]:
+    """Hyperparameter key -> the setting it sets, for a job of this method type (generated from RunConfig).
+
+    Within a preference-tuning job the key `method` (lora or full) is the weights it trains (base_method)."""
+    found: dict[str, Setting] = {}
+    for spec in settings():
+        key = spec.api_key
+        if key is None or (key in found and (spec.about.when == "dpo") != (method_type == "dpo")):
+            continue
+        found[key] = spec
+    return found
+
+
+def settings_from_hyperparameters(hyper: dict[str, Any], method_type: str = "supervised") -> dict[str, Any]:
+    """OpenAI hyperparameters (+ our own keys, each a RunConfig setting's declared API key) of a `method.type`
+    ("supervised" or "dpo") -> RunConfig settings. Raises SettingsError for an unknown key or a value RunConfig
+    refuses, naming the caller's key."""
+    dpo = method_type == "dpo"
+    known = api_settings(method_type)
+    values: dict[str, Any] = {"method": "dpo"} if dpo else {}
+    for key, value in (hyper or {}).items():
+        spec = known.get(key)
+        if spec is None:
+            raise SettingsError(f"unknown hyperparameter {key!r}; known: {', '.join(sorted(known))}", key)
+        if spec.about.when == "dpo" and not dpo:
+            raise SettingsError(f"{key} is a preference-tuning setting: send method type 'dpo'", key)
+        if key == LR_MULTIPLIER and value == AUTO:
+            continue  # OpenAI's "auto": no factor on the rate
+        if key == "method" and value not in ("lora", "full"):
+            also = " (preference tuning is method type 'dpo')" if value == "dpo" else ""
+            raise SettingsError(f"method must be 'lora' or 'full', got {value!r}{also}", key)
+        values[spec.name] = value
+    try:
+        RunConfig(**values)
+    except UserError as exc:
+        raise SettingsError(exc.render("api", method_type), _blamed(exc.template, hyper, known)) from None
+    except (TypeError, ValueError) as exc:
+        raise SettingsError(str(exc), next(iter(hyper), "hyperparameters")) from None
+    return values
+
+
+def _blamed(template: str, hyper: dict[str, Any], known: dict[str, Setting]) -> str:
+    """The caller's key a RunConfig message is about (the settings its template names)."""
+    named = settings_named(template)
+    for key in hyper:
+        if key in known and known[key].name in named:
+            return key
+    return next(iter(hyper), "hyperparameters")
+
+
+def run_config(
+    settings: dict[str, Any], data: str, model: str, seed: int, val_file: str | None = None, out: str | None = None
+) -> RunConfig:
+    return RunConfig(**settings, data=data, model=model, seed=seed, val_file=val_file, out=out)
+
+
+# ---------------------------------------------------------------------------------------------- validation
+
+
+def validate_training_file(
+    path: Path, shown_name: str, config: RunConfig, param: str, notes: list[dict] | None = None
+) -> dict | None:
+    """OpenAI's `error` object for a file that cannot train (naming its first bad lines), or None when usable.
+    `notes` receives what a usable file should still be told about, as events: the sensitive values found in it
+    (counts by kind and role, lines; never a value), with sensitive_data warn or redact."""
+    from finetune.data.preference import read_preferences
+    from finetune.data.sensitive import scanned_file
+    from finetune.data.tokenize import load_tokenizer
+    from finetune.data.validate import validate_file
+
+    try:
+        if config.method == "dpo":  # pairs: the same checks as `finetune validate PREFS.jsonl`
+            result, found = scanned_file(read_preferences(path), config.sensitive_data)
+        else:
+            tokenizer = load_tokenizer(config.model, config.trust_remote_code, config.chat_template)
+            result = validate_file(str(path), tokenizer, format=config.format, config=config)  # long: only strict fails
+            found = result.sensitive
+    except UserError as exc:
+        return {
+            "code": f"invalid_{param}",
+            "message": scrub(in_api_terms(exc, config), path, shown_name),
+            "param": param,
+        }
+    for problem in result.warnings if notes is not None else []:
+        if problem.code == "sensitive_data":
+            message = scrub(render(problem.message, "api", method_type(config)), path, shown_name)
+            counts = {k: v for k, v in found.items() if k not in ("findings", "files")}
+            counts["files"] = {shown_name: where} if (where := next(iter(found["files"].values()), None)) else {}
+            data = {"sensitive_data": counts}
+            notes.append({"message": f"{shown_name}: [sensitive_data] {message}", "level": "warn", "data": data})
+    if result.ok:
+        return None
+    first = result.errors[:3]
+    lines = "; ".join(
+        (f"line {p.line}" if p.line is not None else "file")
+        + f" [{p.code}] {scrub(render(p.message, 'api', method_type(config)), path, shown_name)}"
+        for p in first
+    )
+    more = f" (and {len(result.errors) - len(first)} more)" if len(result.errors) > len(first) else ""
+    return {
+        "code": f"invalid_{param}",
+        "message": f"{shown_name}: {len(result.errors)} problem(s) make it unusable: {lines}{more}",
+        "param": param,
+    }
+
+
+def planning_error(
+    exc: UserError, config: RunConfig, data: Path, data_name: str, val: Path | None, val_name: str | None
+) -> dict:
+    """OpenAI's `error` object for a plan that failed: the data's problem (DataError) as invalid_training_file or
+    invalid_validation_file, anything else as invalid_hyperparameters; files named as uploaded, settings as API
+    callers set them."""
+    message = scrub(in_api_terms(exc, config), data, data_name)
+    param = "training_file" if isinstance(exc, DataError) else "hyperparameters"
+    if val is not None and str(val) in str(exc):
+        param = "validation_file"
+        message = scrub(message, val, val_name or val.name)
+    return {"code": f"invalid_{param}", "message": message, "param": param}
+
+
+def method_type(config: RunConfig) -> str:
+    """The job's `method.type` for a RunConfig: "dpo" for preference tuning, else "supervised"."""
+    return "dpo" if config.objective == "dpo" else "supervised"
+
+
+def in_api_terms(exc: UserError, config: RunConfig) -> str:
+    """An error's message with each setting named as an API caller sets it."""
+    return exc.render("api", method_type(config))
+
+
+def scrub(message: str, path: Path, shown_name: str) -> str:
+    """Messages name the file the caller uploaded, never a path on the server, nor the stored upload's own name:
+    the data path names a line by the file's name, `file-<id>:12`, which the caller knows as `support.jsonl:12`."""
+    for form in (str(path.resolve()), str(path), path.name):  # the name alone: how summaries name a file (its id)
+        message = message.replace(form, shown_name)
+    return message
+
+
+def as_uploaded(value: Any, files: dict[Path, str]) -> Any:
+    """`value` (a message, or a document of them: a plan's warnings, its lists of lines) with every stored upload
+    (`files`: path -> the name it was uploaded as) named as uploaded (scrub)."""
+    if isinstance(value, dict):
+        return {k: as_uploaded(v, files) for k, v in value.items()}
+    if isinstance(value, list):
+        return [as_uploaded(v, files) for v in value]
+    if isinstance(value, str):
+        for path, shown in files.items():
+            value = scrub(value, path, shown)
+    return value
+
+
+# ---------------------------------------------------------------------------------------------- plan
+
+
+def plan_job(config: RunConfig, out: Path | None = None, speed_of=None):
+    """The job's first half of a run (test set held out into `out`, data prepared, plan): the one planning of it.
+    In a worker the model's speed is measured on its machine (cached); the API passes the pool's (`speed_of`)
+    and never loads the model."""
+    from finetune.run import plan_run
+
+    return plan_run(config, out, measure=speed_of is None, speed_of=speed_of)
+
+
+def resolved_hyperparameters(plan: Plan, method_type: str) -> dict:
+    """The job object's `hyperparameters`: every setting an API caller may set, as the plan resolved it, under its
+    API key (OpenAI's n_epochs, batch_size, learning_rate_multiplier among them), plus the steps it makes."""
+    resolved = {
+        key: _plain(getattr(plan.run, spec.name))
+        for key, spec in api_settings(method_type).items()
+        if spec.applies(plan.objective, plan.method)
+    }
+    return resolved | {"method": plan.method, "total_steps": plan.total_steps}
+
+
+def plan_answer(plan: Plan, model_name: str, files: dict[Path, str]) -> dict:
+    """plan.json's content as an API caller may see it: no server path (the model by its registered name, files by
+    their uploaded names, no settings block), every message in the caller's terms."""
+    document = plan.to_dict("api", "dpo" if plan.objective == "dpo" else "supervised")
+    document.pop("settings")
+    document["model"] = model_name
+    for warning in document["warnings"]:
+        for path, shown in files.items():
+            warning["message"] = scrub(warning["message"], path, shown)
+    return document
+
+
+def _plain(value: Any) -> Any:
+    return value.value if hasattr(value, "value") else value
+
+
+# ---------------------------------------------------------------------------------------------- training
+
+
+def write_plan(plan: Plan, path: Path, method_type: str) -> None:
+    """The job's plan for its trainer, its messages in an API caller's terms."""
+    path.write_text(json.dumps(plan.to_dict("api", method_type), indent=2))
+
+
+# ---------------------------------------------------------------------------------------------- run folder
+
+
+def read_plan(run: Path) -> dict | None:
+    try:
+        return json.loads((run / "plan.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def read_report(run: Path) -> dict | None:
+    try:
+        return json.loads((run / "report.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def read_metrics(run: Path) -> list[dict]:
+    """metrics.jsonl's complete lines (a line being written is skipped until it is whole)."""
+    try:
+        text = (run / "metrics.jsonl").read_text()
+    except OSError:
+        return []
+    rows = []
+    for line in text.splitlines(keepends=True):
+        if not line.endswith("\n"):
+            break
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            break
+    return rows
+
+
+def checkpoint_steps(run: Path) -> list[int]:
+    """Steps of the checkpoints in RUN/checkpoints/step-NNNNNN (train/checkpoint.py's layout; read here without
+    importing that module, which loads torch: a worker never needs torch itself)."""
+    root = run / "checkpoints"
+    if not root.is_dir():
+        return []
+    found = [p.name[len("step-") :] for p in root.iterdir() if p.is_dir() and p.name.startswith("step-")]
+    return sorted(int(step) for step in found if step.isdigit())
+
+
+def final_weights(run: Path) -> Path | None:
+    for name in ("adapter", "model"):
+        if (run / name).is_dir():
+            return run / name
+    return None

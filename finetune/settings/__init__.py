@@ -1,0 +1,1 @@
+"""The vocabulary every layer speaks: RunConfig and its settings, how a message names them, errors, the run's fingerprint, the code's version, and where files are kept (the cache root, manifests). Imports nothing else of finetune."""

@@ -1,0 +1,100 @@
+"""How a message names a setting to the person reading it: one wording, three renderings.
+
+A message that advises a setting writes `ref("max_seq_len")` where the setting goes. That leaves a marker
+in the text; messages keep their markers in memory, and every edge that shows or writes one (stdout, a JSON
+file, an HTTP answer, an event) renders it for its reader:
+
+    cli        --max-seq-len                                          (UserError's str(); render_plan; validate)
+    api        method.supervised.hyperparameters.max_seq_len          (job errors, events, API answers)
+    dashboard  the API wording, with each hyperparameter turned into its form field's label by the
+               dashboard's own script (static/js/util.js: inDashboardTerms), from the schema the server serves
+
+A process writes its files for its own reader: a trainer started by the service's worker writes plan.json and
+report.json in API terms (AUDIENCE_ENV), one started from the command line in flags.
+
+The names come from each setting's declaration (config.py, settings.py): its flag, its API key or top-level
+parameter, its label. A setting an API caller cannot set is named by its label, as the server's.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Literal
+
+Audience = Literal["cli", "api"]
+AUDIENCE_ENV = "FINETUNE_AUDIENCE"  # "api:supervised" or "api:dpo": set by a service worker for the trainer it starts
+_OPEN, _CLOSE = "\u2983", "\u2984"  # ⦃ ⦄: never typed by anyone, so a marker cannot be forged by data
+MARKER = re.compile(f"{_OPEN}([a-z_]+)(?:=([^{_CLOSE}]*))?{_CLOSE}")
+
+
+def ref(name: str, value: object = None) -> str:
+    """A reference to a setting inside a message (with a value: the setting given that value), rendered where
+    the message is shown."""
+    from finetune.settings.registry import setting
+
+    setting(name)  # a typo in a setting's name fails where the message is written, in the tests
+    return f"{_OPEN}{name}{'' if value is None else f'={value}'}{_CLOSE}"
+
+
+def for_cli(name: str) -> str:
+    from finetune.settings.registry import setting
+
+    spec = setting(name)
+    if spec.about.positional:
+        return spec.label.lower()
+    if spec.kind is bool and spec.default is True and not spec.auto:
+        return "--no-" + spec.flag[2:]  # on by default: the only flag there is turns it off
+    return spec.flag
+
+
+def for_api(name: str, method_type: str = "supervised") -> str:
+    from finetune.settings.registry import setting
+
+    spec = setting(name)
+    if spec.about.api_param:
+        return spec.about.api_param
+    key = spec.about.api_mention or spec.api_key
+    if key is None:
+        return f"the server's “{spec.label}” setting"
+    return f"method.{method_type}.hyperparameters.{key}"
+
+
+def _render_one(name: str, value: str | None, audience: Audience, method_type: str) -> str:
+    if audience == "cli":
+        return for_cli(name) if value is None else f"{for_cli(name)} {value}"
+    if name == "method" and value == "dpo":  # preference tuning is the job's method type, not a hyperparameter
+        return 'method type "dpo"'
+    return for_api(name, method_type) if value is None else f"{for_api(name, method_type)} = {value}"
+
+
+def process_audience() -> tuple[Audience, str]:
+    """Who reads what this process writes: the command line's user, unless a service worker started it."""
+    audience, _, method_type = os.environ.get(AUDIENCE_ENV, "cli").partition(":")
+    return ("api" if audience == "api" else "cli"), method_type or "supervised"
+
+
+def render(text: str, audience: Audience | None = None, method_type: str | None = None) -> str:
+    """The message with every setting named in its reader's terms (default: this process's reader)."""
+    if audience is None:
+        audience, default_type = process_audience()
+        method_type = method_type or default_type
+    chosen: Audience = audience
+    kind = method_type or "supervised"
+    return MARKER.sub(lambda m: _render_one(m.group(1), m.group(2), chosen, kind), text)
+
+
+def rendered(value: Any, audience: Audience | None = None, method_type: str | None = None) -> Any:
+    """A JSON-like value with every message in it rendered: what an output edge (a file, an answer) writes."""
+    if isinstance(value, str):
+        return render(value, audience, method_type) if _OPEN in value else value
+    if isinstance(value, dict):
+        return {k: rendered(v, audience, method_type) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [rendered(v, audience, method_type) for v in value]
+    return value
+
+
+def settings_named(text: str) -> list[str]:
+    """The settings a message names, in order (the dashboard highlights their fields)."""
+    return list(dict.fromkeys(name for name, _ in MARKER.findall(text)))

@@ -1,0 +1,132 @@
+"""Find a run's weights (final or a checkpoint) and its base model, and load them for generation.
+
+    weights = locate_weights("runs/one")                 # adapter/ (LoRA) or model/ (full)
+    weights = locate_weights("runs/one", checkpoint=120) # checkpoints/step-000120/
+    model, tokenizer = load_for_generation(weights)
+
+Used by `finetune export`, `finetune chat`, `finetune eval RUN` and the serving engine, so all of them
+agree on which folder is the tuned model and which base it sits on.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from finetune.settings.errors import UserError
+
+
+@dataclass(frozen=True)
+class RunWeights:
+    """Where one model of a run lives on disk."""
+
+    run: Path
+    base: str  # the base model: an absolute folder, or a hub id
+    adapter: Path | None  # LoRA: the PEFT adapter folder
+    model: Path | None  # full fine-tuning: the model folder
+    tokenizer: str  # a folder holding the tokenizer (the run's, else the base's)
+    step: int | None  # the checkpoint's step; None for the final weights
+
+    @property
+    def is_lora(self) -> bool:
+        return self.adapter is not None
+
+
+def read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def is_run_folder(path: str | Path) -> bool:
+    folder = Path(path)
+    return folder.is_dir() and ((folder / "plan.json").exists() or (folder / "report.json").exists())
+
+
+def resolve_base(name: str, run: Path) -> str:
+    """The base model as a path that works from any directory (an existing folder), else the name (a hub id).
+
+    Older runs recorded the base as given on the command line, possibly relative to where training
+    ran: try it as given, then next to the run folder and its parents.
+    """
+    given = Path(name).expanduser()
+    candidates = [given] if given.is_absolute() else [given, *(parent / given for parent in run.resolve().parents)]
+    for candidate in candidates:
+        if (candidate / "config.json").exists():
+            return str(candidate.resolve())
+    if given.is_absolute() or name.startswith((".", "~")):
+        raise UserError(f"the base model {name!r} of {run} is not there any more; restore it to export or load the run")
+    return name  # a hub id
+
+
+def _base_of(run: Path, adapter: Path | None) -> str:
+    name = None
+    if adapter is not None:
+        name = read_json(adapter / "adapter_config.json").get("base_model_name_or_path")
+    name = name or read_json(run / "plan.json").get("model")
+    if not name:
+        raise UserError(f"{run}: cannot tell which base model this run was trained from (no plan.json)")
+    return resolve_base(str(name), run)
+
+
+def checkpoint_steps(run: str | Path) -> list[int]:
+    """The steps of the checkpoints kept in a run folder, in order."""
+    from finetune.train.checkpoint import list_checkpoints
+
+    return [int(p.name.split("-")[-1]) for p in list_checkpoints(Path(run))]
+
+
+def locate_weights(run: str | Path, checkpoint: int | None = None) -> RunWeights:
+    """The final weights of a run (adapter/ or model/), or those of one kept checkpoint."""
+    folder = Path(run)
+    if not folder.is_dir():
+        raise UserError(f"{folder} is not a folder: pass the --out folder of a `finetune train` run")
+    final_adapter, final_model = folder / "adapter", folder / "model"
+    if checkpoint is None:
+        source = final_adapter if (final_adapter / "adapter_config.json").exists() else final_model
+        if not (source / "config.json").exists() and not (source / "adapter_config.json").exists():
+            raise UserError(f"{folder} holds no adapter/ or model/: is it a finished `finetune train` run?")
+    else:
+        from finetune.train.checkpoint import checkpoint_dir
+
+        source = checkpoint_dir(folder, checkpoint)
+        if not source.is_dir():
+            kept = ", ".join(map(str, checkpoint_steps(folder))) or "none"
+            raise UserError(f"{folder} has no checkpoint at step {checkpoint} (kept: {kept})")
+    adapter = source if (source / "adapter_config.json").exists() else None
+    base = _base_of(folder, adapter)
+    tokenizer_home = next(
+        (p for p in (source, final_adapter, final_model) if (p / "tokenizer_config.json").exists()), None
+    )
+    return RunWeights(
+        run=folder,
+        base=base,
+        adapter=adapter,
+        model=None if adapter else source,
+        tokenizer=str(tokenizer_home) if tokenizer_home else base,
+        step=checkpoint,
+    )
+
+
+def load_for_generation(weights: RunWeights, dtype=None):
+    """(model, tokenizer) ready to generate: a LoRA adapter on its base, or the full model."""
+    import torch
+
+    from finetune.data.tokenize import load_tokenizer
+    from finetune.train.model import load_model
+
+    dtype = dtype or torch.float32
+    tokenizer = load_tokenizer(weights.tokenizer)
+    if weights.adapter is not None:
+        from peft import PeftModel
+
+        # the base grows to the run's tokenizer when training added tokens (ChatML on a base without a template)
+        model = PeftModel.from_pretrained(
+            load_model(weights.base, dtype, vocab_size=len(tokenizer)), str(weights.adapter)
+        )
+    else:
+        model = load_model(str(weights.model), dtype)
+    model.eval()
+    return model, tokenizer
