@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 from finetune.data.records import fit_record
-from finetune.data.types import Record, Truncation
+from finetune.data.types import Record
+from finetune.settings.data_choices import Truncation
 from finetune.settings.wording import ref
 
 SHOWN_LINES = 3  # FILE:LINEs a summary names before "and N more"

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from finetune.data.types import Conversation, Record, RecordPolicy
+from finetune.data.types import Conversation, Record
+from finetune.settings.data_choices import RecordPolicy
 
 SYSTEM_ROLES = ("system", "developer")
 

@@ -17,7 +17,8 @@ import math
 from dataclasses import dataclass
 
 from finetune.data.records import build_records
-from finetune.data.types import Conversation, Message, Record, RecordPolicy, TokenizedRecord
+from finetune.data.types import Conversation, Message, Record, TokenizedRecord
+from finetune.settings.data_choices import RecordPolicy
 
 BYTES_PER_TOKEN_ESTIMATE = 4  # typical for English BPE; only used without a tokenizer
 TEMPLATE_TOKENS_PER_MESSAGE_ESTIMATE = 4  # role header and end-of-turn around each message

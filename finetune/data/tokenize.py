@@ -34,7 +34,8 @@ import numpy as np
 from finetune.data.formats.openai import parse_arguments
 from finetune.data.segment_encoder import SegmentEncoder
 from finetune.data.template_sandbox import TemplateLimitError
-from finetune.data.types import IGNORE_INDEX, Message, Record, TokenizedRecord, ToolCall, Truncation
+from finetune.data.types import IGNORE_INDEX, Message, Record, TokenizedRecord, ToolCall
+from finetune.settings.data_choices import Truncation
 from finetune.settings.errors import RecordError, UserError
 
 _SENTINEL = "FINETUNE-SENTINEL-7f3a"

@@ -8,25 +8,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 IGNORE_INDEX = -100  # label value for tokens that are read but never scored
-
-
-class RecordPolicy(StrEnum):
-    """How a conversation becomes training records."""
-
-    ALL = "all"  # one record; every assistant message with weight > 0 is a target
-    LAST = "last"  # one record; only the final assistant message is a target
-    EACH = "each"  # one record per target turn, ending at that turn
-
-
-class Truncation(StrEnum):
-    """What happens to a record longer than the max sequence length (data/fitting.py)."""
-
-    LEFT = "left"  # split it into records that fit, by whole turns; cut from the left only a turn too long alone
-    DROP = "drop"  # drop the whole record
 
 
 @dataclass(frozen=True)

@@ -30,11 +30,12 @@ from finetune.data.sensitive import SENSITIVE_DATA, scanned_file  # noqa: F401 (
 from finetune.data.seq_len import choose_max_seq_len
 from finetune.data.show import ShownRecord, print_records, shown_record
 from finetune.data.stats import RecordTokens, build_all_records, estimate_record_tokens, summarize
-from finetune.data.types import IGNORE_INDEX, ParsedFile, Problem, Record, RecordPolicy, Truncation
+from finetune.data.types import IGNORE_INDEX, ParsedFile, Problem, Record
 from finetune.settings import (
     config as configuration,  # (not AUTO by name: this module's upper-case strings are its codes)
 )
 from finetune.settings.config import RunConfig
+from finetune.settings.data_choices import RecordPolicy, Truncation
 from finetune.settings.errors import RecordError, UserError
 from finetune.settings.wording import ref, render, rendered
 

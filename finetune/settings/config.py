@@ -3,7 +3,7 @@
 A setting is declared once, as a field of RunConfig: its type, its default, its About (label, API name,
 whether it changes the tokens, its resume policy, when it applies: `about(default, label, ...)`) and the
 docstring under it (the help text). Flags, YAML keys, checks, the token cache's key, the resume fingerprint,
-the OpenAI mapping, every label table and the dashboard's schema are generated from it (settings.py).
+the OpenAI mapping, every label table and the dashboard's schema are generated from it (registry.py).
 
 Ranges (at least 1, between 0 and 1, ...) are checked in `__post_init__`; the settings each command needs are
 checked in one place, `check_required`. Messages name settings with `wording.ref`, so each reader sees them
@@ -17,13 +17,18 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from finetune.data.types import RecordPolicy, Truncation
-from finetune.settings.registry import AUTO, ConfigError, about, settings
+from finetune.settings.coerce import coerce
+from finetune.settings.data_choices import RecordPolicy, Truncation
+from finetune.settings.errors import ConfigError
+from finetune.settings.fingerprint import parse_allowed
+from finetune.settings.registry import AUTO, about, declares_settings, setting, settings
+from finetune.settings.tracker_options import check_installed, parse_report_to, parse_tracker_options
 from finetune.settings.wording import ref
 
 __all__ = ["AUTO", "ConfigError", "RunConfig"]
 
 
+@declares_settings
 @dataclass
 class RunConfig:
     # ---- data
@@ -187,7 +192,7 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         for spec in settings():  # types and choices, from the annotations
-            setattr(self, spec.name, spec.coerce(getattr(self, spec.name)))
+            setattr(self, spec.name, coerce(spec, getattr(self, spec.name)))
         # ranges: what the types cannot say
         for name in ("epochs", "batch_size", "lora_rank", "eval_every", "save_every", "grad_accum", "devices"):
             self._at_least(name, 1)
@@ -220,8 +225,6 @@ class RunConfig:
                 f"set, so nothing is held out of the training data; drop {ref('val_fraction')}"
             )
         if self.allow_changes:
-            from finetune.settings.fingerprint import parse_allowed  # light: hashlib and json, no torch
-
             parse_allowed(self.allow_changes)
         if self.method != "dpo":
             for spec in settings():
@@ -287,17 +290,10 @@ class RunConfig:
             if getattr(self, name) in (None, ""):
                 raise ConfigError(MISSING[name])
         if command == "train":
-            from finetune.settings.tracker_options import check_installed
-
             check_installed(self.report_to)  # before anything is written: a missing library is one sentence
 
     def _check_trackers(self) -> None:
         """report_to names known trackers; tracker_options fits them (docs/trackers.md)."""
-        from finetune.settings.tracker_options import (  # light: no tracker is imported
-            parse_report_to,
-            parse_tracker_options,
-        )
-
         self.report_to = parse_report_to(self.report_to)
         parse_tracker_options(self.tracker_options, self.report_to)
 
@@ -331,8 +327,6 @@ class RunConfig:
 
 
 def setting_is_auto(name: str) -> bool:
-    from finetune.settings.registry import setting
-
     return setting(name).auto
 
 

@@ -5,6 +5,8 @@ command line's flags, `--max-seq-len`, unless a service worker started it), `err
 caller sets them, and `error.template` keeps the markers for an edge that renders it later.
 """
 
+from finetune.settings.wording import render
+
 ERROR_FILE_ENV = "FINETUNE_ERROR_FILE"  # set by a service worker: the trainer writes the error it stops on there
 
 
@@ -18,8 +20,6 @@ class UserError(Exception):
 
     def render(self, audience: str | None = None, method_type: str | None = None) -> str:
         """The message for a reader: "cli" (flags) or "api" (hyperparameter keys); default this process's reader."""
-        from finetune.settings.wording import render
-
         return render(self.template, audience, method_type)  # type: ignore[arg-type]
 
     def __str__(self) -> str:
@@ -32,6 +32,10 @@ class UserError(Exception):
 
 class DataError(UserError):
     """The data cannot be trained on as it is (the message names the file), rather than a setting being wrong."""
+
+
+class ConfigError(UserError, ValueError):
+    """A setting has a value that cannot work; the message names the setting (wording.py renders it)."""
 
 
 class RecordError(UserError):

@@ -6,11 +6,15 @@ docstring under it (the help text) and its `About` (label, API name, whether it 
 policy, when it applies). Everything else is generated here from that declaration:
 
 - the command-line flags and the YAML keys (cli.add_setting_flags; `--config` files use the field names),
-- the type and choice checks (`Setting.coerce`, run by RunConfig for the CLI, YAML and library alike),
+- the type and choice checks (coerce.py, run by RunConfig for the CLI, YAML and library alike),
 - the token cache's key (`tokenizing_settings`), the resume fingerprint (fingerprint.py),
 - the OpenAI hyperparameter mapping (service), the labels of the plan table, the model card and the dashboard,
   and the JSON schema the dashboard fetches (`hyperparameter_schema`),
-- how a message names a setting to its reader (finetune/settings/wording.py: a flag, an API key or a field's label).
+- how a message names a setting to its reader (`Setting.cli_name`, `Setting.api_name`, which wording.py renders).
+
+This module sits at the bottom of settings/ and imports no finetune module: RunConfig sits above it (its messages
+name settings through wording.py, which reads the names here), so config.py hands the class over when it defines it
+(`@declares_settings`). finetune/__init__ imports config.py, so the settings are known before any message exists.
 
 Why hand-rolled introspection rather than a library (tyro, simple-parsing, pydantic-settings)? The declaration
 is a plain dataclass the library, the YAML file and the CLI share; ~100 lines of `typing.get_type_hints` + `ast`
@@ -23,23 +27,16 @@ import ast
 import dataclasses
 import enum
 import inspect
-import math
 import textwrap
 import types
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
-
-from finetune.settings.errors import UserError
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 AUTO = "auto"
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 _SAME = "<the field's name>"
-
-
-class ConfigError(UserError, ValueError):
-    """A setting has a value that cannot work; the message names the setting (wording.py renders it)."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +108,26 @@ class Setting:
         return self.about.label
 
     @property
+    def cli_name(self) -> str:
+        """How the command line names it: its flag (the one there is when it is on by default), or for a positional
+        argument its label."""
+        if self.about.positional:
+            return self.label.lower()
+        if self.kind is bool and self.default is True and not self.auto:
+            return "--no-" + self.flag[2:]  # on by default: the only flag there is turns it off
+        return self.flag
+
+    def api_name(self, method_type: str = "supervised") -> str:
+        """How an API caller names it: a top-level parameter, a hyperparameter of the method, or (when callers
+        cannot set it) the server's setting by its label."""
+        if self.about.api_param:
+            return self.about.api_param
+        key = self.about.api_mention or self.api_key
+        if key is None:
+            return f"the server's “{self.label}” setting"
+        return f"method.{method_type}.hyperparameters.{key}"
+
+    @property
     def api_key(self) -> str | None:
         """The hyperparameter key an API caller uses (None when callers cannot set it)."""
         return self.name if self.about.api == _SAME else self.about.api
@@ -147,44 +164,6 @@ class Setting:
                 return lowered in _TRUE
             raise ValueError(text)
         return self.kind(text)
-
-    def coerce(self, value: Any) -> Any:
-        """Check a value against the declaration (parsing text); raises ConfigError naming the setting."""
-        from finetune.settings.wording import ref
-
-        if value is None:
-            if self.optional:
-                return None
-            raise ConfigError(f"{ref(self.name)} needs a value: {self.describe()}")
-        bad = ConfigError(f"{ref(self.name)} must be {self.describe()}, got {value!r}")
-        if isinstance(value, str) and self.kind is not str:
-            try:
-                value = self.parse(value)
-            except ValueError:
-                raise bad from None
-            if value is None:  # "none": left unset
-                return None
-        if self.choices:
-            if value not in self.choices:
-                raise bad
-            return self.choices[self.choices.index(value)]  # a plain string, also for a StrEnum member
-        if (self.auto and value == AUTO) or value in self.about.words:
-            return value
-        if value is False and "off" in self.about.words:  # YAML reads a bare `off` as false
-            return "off"
-        if self.kind is bool and not isinstance(value, bool):
-            raise bad
-        if self.kind is int and (not isinstance(value, int) or isinstance(value, bool)):
-            raise bad
-        if self.kind is float:
-            if not isinstance(value, int | float) or isinstance(value, bool):
-                raise bad
-            value = float(value)
-            if not math.isfinite(value):  # nan and inf pass every range check: refuse them by name
-                raise ConfigError(f"{ref(self.name)} must be a finite number, got {value!r}")
-        if self.kind is str and not isinstance(value, str):
-            raise bad
-        return value
 
     def schema(self) -> dict:
         """This setting as a JSON Schema property (for the dashboard's form)."""
@@ -235,18 +214,32 @@ def _setting(f: dataclasses.Field, hint: Any, help_text: str) -> Setting:
     return Setting(f.name, kind, choices, auto, optional, f.default, help_text, f.metadata["about"])
 
 
+_DECLARED: list[type] = []  # RunConfig, once config.py has defined it
+Declaring = TypeVar("Declaring", bound=type)
+
+
+def declares_settings(cls: Declaring) -> Declaring:
+    """Class decorator: the fields of `cls` (RunConfig) are the settings of a run."""
+    _DECLARED[:] = [cls]
+    settings.cache_clear()
+    setting.cache_clear()
+    return cls
+
+
 @cache
 def settings() -> tuple[Setting, ...]:
     """Every setting of RunConfig, in declaration order."""
-    from finetune.settings.config import RunConfig
-
-    hints = get_type_hints(RunConfig)
-    docs = _field_docs(RunConfig)
-    return tuple(_setting(f, hints[f.name], docs.get(f.name, "")) for f in dataclasses.fields(RunConfig))
+    if not _DECLARED:
+        raise RuntimeError("no settings are declared yet: finetune.settings.config declares them")
+    (config,) = _DECLARED
+    hints = get_type_hints(config)
+    docs = _field_docs(config)
+    return tuple(_setting(f, hints[f.name], docs.get(f.name, "")) for f in dataclasses.fields(config))
 
 
 @cache
 def setting(name: str) -> Setting:
+    """The setting called `name`; KeyError for a name no setting has (a typo in a message's `ref`)."""
     found = next((s for s in settings() if s.name == name), None)
     if found is None:
         raise KeyError(f"no setting {name!r}")

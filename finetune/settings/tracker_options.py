@@ -1,4 +1,4 @@
-"""The settings of --report-to and --tracker-options, checked without importing any tracker's library.
+"""The settings report_to and tracker_options, checked without importing any tracker's library.
 
     parse_report_to("TensorBoard, mlflow")       -> "tensorboard,mlflow"
     parse_tracker_options('{"wandb": {"project": "p"}}', "wandb") -> {"wandb": {"project": "p"}}
@@ -13,6 +13,9 @@ from __future__ import annotations
 import importlib.util
 import json
 
+from finetune.settings.errors import ConfigError
+from finetune.settings.wording import ref
+
 TRACKERS = ("tensorboard", "mlflow", "wandb")
 # the module each tracker imports; `finetune[<tracker>]` installs it
 MODULES = {"tensorboard": "tensorboard", "mlflow": "mlflow", "wandb": "wandb"}
@@ -25,14 +28,8 @@ OPTIONS = {
 NO_TRACKER = ("", "none")
 
 
-def _error(message: str) -> Exception:
-    from finetune.settings.config import ConfigError  # config.py imports this module: import at call time
-
-    return ConfigError(message)
-
-
 def tracker_names(report_to: str | None) -> list[str]:
-    """The trackers of a checked --report-to value, in its order."""
+    """The trackers of a checked report_to value, in its order."""
     return [name for name in (report_to or "").split(",") if name]
 
 
@@ -47,42 +44,43 @@ def parse_report_to(value: str | None) -> str | None:
             names.append(name)
     unknown = [name for name in names if name not in TRACKERS]
     if unknown:
-        raise _error(
-            f"--report-to: unknown tracker(s) {', '.join(unknown)}; "
-            f"choose any of {', '.join(TRACKERS)}, separated by commas (e.g. --report-to tensorboard,mlflow)"
+        raise ConfigError(
+            f"{ref('report_to')}: unknown tracker(s) {', '.join(unknown)}; "
+            f"choose any of {', '.join(TRACKERS)}, separated by commas (e.g. {ref('report_to', 'tensorboard,mlflow')})"
         )
     return ",".join(names) or None
 
 
 def parse_tracker_options(value: str | None, report_to: str | None) -> dict[str, dict]:
-    """--tracker-options (JSON: tracker -> its options) -> a checked dict; {} when unset."""
+    """tracker_options (JSON: tracker -> its options) -> a checked dict; {} when unset."""
     if value is None or not value.strip():
         return {}
     try:
         options = json.loads(value)
     except ValueError as exc:
         example = '{"wandb": {"project": "p"}}'
-        raise _error(f"--tracker-options must be a JSON object, e.g. '{example}' ({exc})") from None
+        raise ConfigError(f"{ref('tracker_options')} must be a JSON object, e.g. '{example}' ({exc})") from None
     if not isinstance(options, dict):
-        raise _error("--tracker-options must be a JSON object of tracker -> options, e.g. '{\"wandb\": {...}}'")
+        example = '{"wandb": {...}}'
+        raise ConfigError(f"{ref('tracker_options')} must be a JSON object of tracker -> options, e.g. '{example}'")
     named = tracker_names(report_to)
     for tracker, given in options.items():
         if tracker not in named:
-            raise _error(
-                f"--tracker-options has options for {tracker!r}, which --report-to does not name "
-                f"({report_to or 'no tracker'}); add it to --report-to or drop its options"
+            raise ConfigError(
+                f"{ref('tracker_options')} has options for {tracker!r}, which {ref('report_to')} does not name "
+                f"({report_to or 'no tracker'}); add it to {ref('report_to')} or drop its options"
             )
         known = OPTIONS[tracker]
         if not isinstance(given, dict):
-            raise _error(f"--tracker-options: {tracker}'s options must be an object, got {given!r}")
+            raise ConfigError(f"{ref('tracker_options')}: {tracker}'s options must be an object, got {given!r}")
         for key, item in given.items():
             if key not in known:
                 choices = ", ".join(known) or "none"
-                raise _error(f"--tracker-options: {tracker} has no option {key!r} (its options: {choices})")
+                raise ConfigError(f"{ref('tracker_options')}: {tracker} has no option {key!r} (its options: {choices})")
             if known[key] == "text" and not isinstance(item, str | None):
-                raise _error(f"--tracker-options: {tracker}.{key} must be text, got {item!r}")
+                raise ConfigError(f"{ref('tracker_options')}: {tracker}.{key} must be text, got {item!r}")
             if known[key] == "tags" and not (isinstance(item, list) and all(isinstance(t, str) for t in item)):
-                raise _error(f"--tracker-options: {tracker}.{key} must be a list of texts, got {item!r}")
+                raise ConfigError(f"{ref('tracker_options')}: {tracker}.{key} must be a list of texts, got {item!r}")
     return options
 
 
@@ -90,4 +88,6 @@ def check_installed(report_to: str | None) -> None:
     """Refuse, before anything is written, a tracker whose library is not installed (one sentence, how to fix)."""
     for name in tracker_names(report_to):
         if importlib.util.find_spec(MODULES[name]) is None:
-            raise _error(f"--report-to {name} needs the {MODULES[name]} package: pip install 'finetune[{name}]'")
+            raise ConfigError(
+                f"{ref('report_to', name)} needs the {MODULES[name]} package: pip install 'finetune[{name}]'"
+            )

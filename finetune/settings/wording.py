@@ -12,8 +12,9 @@ file, an HTTP answer, an event) renders it for its reader:
 A process writes its files for its own reader: a trainer started by the service's worker writes plan.json and
 report.json in API terms (AUDIENCE_ENV), one started from the command line in flags.
 
-The names come from each setting's declaration (config.py, settings.py): its flag, its API key or top-level
-parameter, its label. A setting an API caller cannot set is named by its label, as the server's.
+The names come from each setting's declaration (config.py; registry.py's `Setting.cli_name` and `api_name`): its
+flag, its API key or top-level parameter, its label. A setting an API caller cannot set is named by its label, as
+the server's.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from __future__ import annotations
 import os
 import re
 from typing import Any, Literal
+
+from finetune.settings.registry import setting
 
 Audience = Literal["cli", "api"]
 AUDIENCE_ENV = "FINETUNE_AUDIENCE"  # "api:supervised" or "api:dpo": set by a service worker for the trainer it starts
@@ -31,33 +34,16 @@ MARKER = re.compile(f"{_OPEN}([a-z_]+)(?:=([^{_CLOSE}]*))?{_CLOSE}")
 def ref(name: str, value: object = None) -> str:
     """A reference to a setting inside a message (with a value: the setting given that value), rendered where
     the message is shown."""
-    from finetune.settings.registry import setting
-
     setting(name)  # a typo in a setting's name fails where the message is written, in the tests
     return f"{_OPEN}{name}{'' if value is None else f'={value}'}{_CLOSE}"
 
 
 def for_cli(name: str) -> str:
-    from finetune.settings.registry import setting
-
-    spec = setting(name)
-    if spec.about.positional:
-        return spec.label.lower()
-    if spec.kind is bool and spec.default is True and not spec.auto:
-        return "--no-" + spec.flag[2:]  # on by default: the only flag there is turns it off
-    return spec.flag
+    return setting(name).cli_name
 
 
 def for_api(name: str, method_type: str = "supervised") -> str:
-    from finetune.settings.registry import setting
-
-    spec = setting(name)
-    if spec.about.api_param:
-        return spec.about.api_param
-    key = spec.about.api_mention or spec.api_key
-    if key is None:
-        return f"the server's “{spec.label}” setting"
-    return f"method.{method_type}.hyperparameters.{key}"
+    return setting(name).api_name(method_type)
 
 
 def _render_one(name: str, value: str | None, audience: Audience, method_type: str) -> str:

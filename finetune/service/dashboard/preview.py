@@ -22,9 +22,10 @@ from finetune.data.sensitive import SENSITIVE_DATA, redacted, scan_pairs, scanne
 from finetune.data.show import shown_record
 from finetune.data.split import auto_val_fraction, split_conversations
 from finetune.data.stats import RecordTokens, estimate_record_tokens
-from finetune.data.types import Problem, Truncation
+from finetune.data.types import Problem
 from finetune.data.validate import TEMPLATE_MISMATCH, validate_parsed
 from finetune.settings.config import AUTO
+from finetune.settings.data_choices import Truncation
 from finetune.settings.errors import RecordError
 
 HISTOGRAM_BINS = 20

@@ -23,7 +23,8 @@ from finetune.data.read import parse_bytes
 from finetune.data.records import build_records
 from finetune.data.segment_encoder import SegmentEncoder
 from finetune.data.tokenize import ChatTokenizer, TokenizeOutcome
-from finetune.data.types import IGNORE_INDEX, TokenizedRecord, Truncation
+from finetune.data.types import IGNORE_INDEX, TokenizedRecord
+from finetune.settings.data_choices import Truncation
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 QWEN_SPLIT = (  # the pre-tokenizer regex of Qwen2 / Llama 3 style tokenizers
