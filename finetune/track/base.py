@@ -25,11 +25,14 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from finetune.settings.tracker_options import parse_tracker_options, tracker_names
+from finetune.track.mlflow_tracker import MlflowTracker
+from finetune.track.tensorboard_tracker import TensorBoardTracker
+from finetune.track.tracker import Outputs, RunInfo, Step, Tracker
+from finetune.track.wandb_tracker import WandbTracker
 
 log = logging.getLogger("finetune")
 
@@ -40,47 +43,6 @@ ABANDON_TIMEOUT_S = 3.0  # at exit, after a run that did not reach finish
 ON_STEP_ONLY = ("checkpoint_s", "checkpoint_cpu_s")  # on_step's rows carry them; metrics.jsonl does not
 SECRET_NAME = re.compile(r"KEY|TOKEN|PASSWORD|SECRET|CREDENTIAL|AUTH|^MLFLOW_TRACKING_USERNAME$", re.IGNORECASE)
 URL_USER = re.compile(r"(://)[^/@\s]+@")
-
-
-@dataclass
-class RunInfo:
-    """What a tracker needs to open its run."""
-
-    name: str  # the out folder's name: the run's name in every tracker unless an option names it
-    out: Path
-    params: dict[str, Any]  # the plan, flattened: "memory.total", "auto.lr" (Auto's reason), ...
-    plan: dict[str, Any]  # plan.json's content, nested
-    options: dict[str, Any] = field(default_factory=dict)  # this tracker's --tracker-options
-    resumed: bool = False
-
-
-@dataclass
-class Step:
-    """One metrics row, split the way trackers take it."""
-
-    step: int
-    time: float  # when the loop logged it (seconds since the epoch)
-    metrics: dict[str, float]  # every number of the row but `step`
-    notes: dict[str, str]  # anything else (e.g. the loss-spike warning)
-
-
-@dataclass
-class Outputs:
-    """The run's end: its files (path, folder in the tracker's artifacts) and report.json's content."""
-
-    files: list[tuple[Path, str]]
-    report: dict
-    ok: bool  # False: the run stopped before its end
-
-
-class Tracker(Protocol):
-    name: str
-
-    def start(self, run: RunInfo) -> None: ...
-
-    def log_steps(self, steps: list[Step]) -> None: ...
-
-    def finish(self, outputs: Outputs) -> None: ...
 
 
 # ----------------------------------------------------------------------------- what is sent
@@ -217,20 +179,14 @@ class Trackers:
 
     @classmethod
     def named(cls, report_to: str | None) -> Trackers:
-        """The trackers of a --report-to value; their libraries are imported on their own threads."""
+        """The trackers of a report_to value; their libraries are imported on their own threads, in their `start`."""
         made: list[Tracker] = []
         for name in tracker_names(report_to):
             if name == "tensorboard":
-                from finetune.track.tensorboard_tracker import TensorBoardTracker
-
                 made.append(TensorBoardTracker())
             elif name == "mlflow":
-                from finetune.track.mlflow_tracker import MlflowTracker
-
                 made.append(MlflowTracker())
             elif name == "wandb":
-                from finetune.track.wandb_tracker import WandbTracker
-
                 made.append(WandbTracker())
         return cls(made)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from finetune.track.base import Outputs, RunInfo, Step
+from finetune.track.tracker import Outputs, RunInfo, Step
 
 DEFAULT_EXPERIMENT = "finetune"
 # MLflow's client retries a request for minutes by default (7 retries, backoff factor 2, 120 s timeout): a

@@ -12,7 +12,7 @@ import os
 import struct
 from pathlib import Path
 
-from finetune.track.base import Outputs, RunInfo, Step
+from finetune.track.tracker import Outputs, RunInfo, Step
 
 DIR_ENV = "FINETUNE_TENSORBOARD_DIR"
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 
-from finetune.track.base import Outputs, RunInfo, Step
+from finetune.track.tracker import Outputs, RunInfo, Step
 
 DEFAULT_PROJECT = "finetune"
 ARTIFACT_TYPE = "finetune-run"

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from finetune.track import base
-from finetune.track.base import Outputs, RunInfo, Step, Trackers, flatten, redact, run_files, split_row
+from finetune.track.base import Trackers, flatten, redact, run_files, split_row
+from finetune.track.tracker import Outputs, RunInfo, Step
 
 CONFIG = {"out": "/tmp/runs/one", "resume": False, "report_to": "fake", "tracker_options": None}
 PLAN = {"total_steps": 3, "memory": {"total": 5}, "auto": {"lr": "because"}, "warnings": [{"code": "x"}]}

@@ -6,7 +6,7 @@ import importlib.util
 
 import pytest
 
-from finetune.track.base import Outputs, RunInfo, Step
+from finetune.track.tracker import Outputs, RunInfo, Step
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("tensorboard") is None, reason="finetune[tensorboard] is not installed"
