@@ -51,7 +51,8 @@ def _load_examples():
 
 def _base_folder(base: str, log) -> Path:
     """--base: a model folder, a .gguf file (converted once) or a known base's name (pulled when missing)."""
-    from finetune.models.bases import converted, find_base, pull
+    from finetune.models.bases import converted, pull
+    from finetune.models.known_bases import find_base
     from finetune.models.source import local_model
 
     known = find_base(base) if not Path(base).exists() else None

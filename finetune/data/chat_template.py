@@ -114,7 +114,8 @@ def has_own_template(model: str) -> bool | None:
 
         return read_header(path).chat_template is not None
     if not path.is_dir():
-        from finetune.models.bases import converted, find_base
+        from finetune.models.bases import converted
+        from finetune.models.known_bases import find_base
 
         base = find_base(model)
         path = converted(base) if base is not None else None

@@ -17,9 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from finetune.models.facts import ModelFacts, load_model_facts
+from finetune.models.facts import load_model_facts
 from finetune.rules.auto import Choice, auto_max_seq_len
 from finetune.rules.memory import estimate_memory, resolve_device
+from finetune.rules.model_facts import ModelFacts
 from finetune.settings.config import AUTO, RunConfig
 from finetune.settings.errors import UserError
 

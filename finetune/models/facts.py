@@ -1,4 +1,4 @@
-"""The numbers of a model that the plan needs (parameters, width, depth), read without torch.
+"""The numbers of a model that the plan needs (parameters, width, depth), read from its files without torch.
 
     facts = load_model_facts("path/to/model")        # a local folder (config.json + *.safetensors)
     facts = load_model_facts("path/to/config.json")  # a config file alone
@@ -18,130 +18,14 @@ from __future__ import annotations
 import json
 import math
 import struct
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
+from finetune.models.bases import pulled_folder
+from finetune.models.gguf import check_loadable, read_header
+from finetune.models.known_bases import find_base
+from finetune.rules.model_facts import ModelFacts, from_config, positive_whole
 from finetune.settings.errors import UserError
-
-# Families whose layout the config formula knows exactly (decoder blocks of attention + gated MLP, RMSNorm).
-KNOWN_LAYOUTS = ("llama", "mistral", "qwen2", "qwen3")
-
-
-@dataclass(frozen=True)
-class ModelFacts:
-    """Shape and size of a causal LM, as plain numbers."""
-
-    name: str
-    """What the user passed as --model."""
-    source: str
-    """Where the numbers come from: safetensors headers, config.json, or the built-in table."""
-    model_type: str | None
-    """config.json `model_type` (llama, qwen2, ...)."""
-    total_params: int
-    """Every parameter of the model (tied embeddings counted once)."""
-    exact: bool
-    """True when the count is read from the weights or computed for a known layout; False when guessed."""
-    hidden_size: int
-    """Width of the residual stream."""
-    num_layers: int
-    """Decoder blocks."""
-    num_heads: int
-    """Attention (query) heads."""
-    num_kv_heads: int
-    """Key/value heads (fewer than query heads with grouped-query attention)."""
-    head_dim: int
-    """Width of one attention head."""
-    intermediate_size: int
-    """Width of the gated MLP."""
-    vocab_size: int
-    """Rows of the embedding (and of the output layer)."""
-    tie_word_embeddings: bool
-    """True when the output layer shares the embedding's weights."""
-    attention_bias: bool = False
-    """Biases on the q/k/v projections (Qwen2 has them)."""
-    context_length: int | None = None
-    """Longest sequence the model was trained for (max_position_embeddings, a GGUF's context_length)."""
-
-    @property
-    def q_dim(self) -> int:
-        return self.num_heads * self.head_dim
-
-    @property
-    def kv_dim(self) -> int:
-        return self.num_kv_heads * self.head_dim
-
-    def linear_shapes(self) -> list[tuple[int, int]]:
-        """(in, out) of every linear layer of one decoder block: q, k, v, o, gate, up, down."""
-        h, i = self.hidden_size, self.intermediate_size
-        return [(h, self.q_dim), (h, self.kv_dim), (h, self.kv_dim), (self.q_dim, h), (h, i), (h, i), (i, h)]
-
-    @property
-    def head_params(self) -> int:
-        """Weights of the output layer (LM head): vocabulary x hidden size."""
-        return self.vocab_size * self.hidden_size
-
-    def lora_params(self, rank: int) -> int:
-        """Trainable parameters of a rank-r LoRA on every linear layer of the blocks (not the output layer)."""
-        return self.num_layers * sum(rank * (n_in + n_out) for n_in, n_out in self.linear_shapes())
-
-
-def params_from_dims(facts: ModelFacts) -> int:
-    """Parameter count of a Llama/Mistral/Qwen2/Qwen3-like model from its dimensions."""
-    h, v = facts.hidden_size, facts.vocab_size
-    block = sum(n_in * n_out for n_in, n_out in facts.linear_shapes())
-    block += 2 * h  # input and post-attention RMSNorm
-    if facts.attention_bias:
-        block += facts.q_dim + 2 * facts.kv_dim  # q, k, v biases
-        if facts.model_type != "qwen2":
-            block += h  # Llama's attention_bias also puts a bias on o_proj
-    if facts.model_type == "qwen3":
-        block += 2 * facts.head_dim  # per-head q_norm and k_norm
-    embeddings = v * h * (1 if facts.tie_word_embeddings else 2)
-    return embeddings + facts.num_layers * block + h  # + final norm
-
-
-def _dims(name: str, source: str, cfg: dict) -> ModelFacts:
-    if "hidden_size" not in cfg and isinstance(cfg.get("text_config"), dict):
-        cfg = {**cfg["text_config"], "model_type": cfg["text_config"].get("model_type", cfg.get("model_type"))}
-    try:
-        hidden, layers, heads = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"]), int(cfg["num_attention_heads"])
-        intermediate, vocab = int(cfg["intermediate_size"]), int(cfg["vocab_size"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise UserError(f"{source}: not a decoder config this planner understands (missing or bad {exc})") from None
-    model_type = cfg.get("model_type")
-    kv_heads = int(cfg.get("num_key_value_heads") or heads)
-    head_dim = int(cfg.get("head_dim") or hidden // heads)
-    facts = ModelFacts(
-        name=name,
-        source=source,
-        model_type=model_type,
-        total_params=0,
-        exact=model_type in KNOWN_LAYOUTS,
-        hidden_size=hidden,
-        num_layers=layers,
-        num_heads=heads,
-        num_kv_heads=kv_heads,
-        head_dim=head_dim,
-        intermediate_size=intermediate,
-        vocab_size=vocab,
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        attention_bias=model_type == "qwen2" or bool(cfg.get("attention_bias", False)),
-        context_length=_whole(cfg.get("max_position_embeddings")),
-    )
-    return replace(facts, total_params=params_from_dims(facts))
-
-
-def _whole(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-
-def from_config(cfg: dict, name: str, source: str) -> ModelFacts:
-    """ModelFacts from a parsed config.json (count computed from the dimensions)."""
-    facts = _dims(name, source, cfg)
-    if not facts.exact:
-        facts = replace(facts, source=f"{source} (parameters computed assuming a Llama-like layout)")
-    return facts
-
 
 # ----------------------------------------------------------------------------- safetensors headers
 
@@ -318,8 +202,6 @@ _BUILTIN_BY_LOWER = {key.lower(): key for key in BUILTIN_CONFIGS}
 
 def from_gguf(name: str, path: Path) -> ModelFacts:
     """ModelFacts from a GGUF file's header (no weight is read, nothing is converted)."""
-    from finetune.models.gguf import check_loadable, read_header
-
     header = read_header(path)
     check_loadable(header)  # the plan of a file train cannot load stops here, with the reason
     source = f"GGUF header of {path}"
@@ -350,7 +232,7 @@ def from_gguf(name: str, path: Path) -> ModelFacts:
         vocab_size=header.vocab_size or 0,
         tie_word_embeddings=not header.has_output,
         attention_bias=header.architecture == "qwen2",
-        context_length=_whole(header.get("context_length")),
+        context_length=positive_whole(header.get("context_length")),
     )
     if not facts.vocab_size:
         raise UserError(f"{source}: no vocabulary size and no token list, so this planner cannot size the model")
@@ -371,8 +253,6 @@ def load_model_facts(model: str | None) -> ModelFacts | None:
         return from_gguf(model, path)
     if path.exists():
         return _from_local(model, path)
-    from finetune.models.bases import find_base, pulled_folder
-
     if find_base(model) is not None:
         return _from_local(model, pulled_folder(model))
     key = _BUILTIN_BY_LOWER.get(model.lower())

@@ -30,6 +30,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from finetune.models.known_bases import base_for_sha256
 from finetune.settings import caches
 from finetune.settings.errors import UserError
 from finetune.settings.manifest import ManifestError, files_problem, read_manifest, write_manifest
@@ -246,8 +247,6 @@ def _stat(path: Path) -> tuple[int, int, int]:
 def converted_folder(path: str | Path, sha256: str | None = None) -> Path:
     """The safetensors folder of a GGUF file, converted now when it is not yet in the cache or no longer matches
     its manifest (the sizes; the sha256 too for a known base's file, whose conversion is small enough to hash)."""
-    from finetune.models.bases import base_for_sha256
-
     gguf = Path(path).expanduser()
     if not gguf.is_file():
         raise UserError(f"{ref('model', path)}: no such GGUF file")

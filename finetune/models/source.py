@@ -15,7 +15,9 @@ import socket
 from pathlib import Path
 from urllib.parse import urlparse
 
+from finetune.models.bases import check_converted, pulled_folder
 from finetune.models.gguf import converted_folder, is_gguf_path, read_source
+from finetune.models.known_bases import base_for_sha256, find_base
 from finetune.settings.errors import UserError
 from finetune.settings.wording import ref, render
 
@@ -42,8 +44,6 @@ def resolve_model(name: str) -> str:
         )
     if is_gguf_path(name):
         raise UserError(f"{ref('model', name)}: no such GGUF file ({folder.resolve()})")
-    from finetune.models.bases import find_base, pulled_folder
-
     if find_base(name) is not None:  # a short name: its pulled folder, never a download here
         return str(pulled_folder(name))
     if _looks_like_a_path(name):  # a hub id is "name" or "owner/name": this one can only be a folder
@@ -71,15 +71,10 @@ def local_model(name: str) -> str:
     if is_gguf_path(name) and Path(name).expanduser().is_file():
         return str(converted_folder(name))
     if Path(name).expanduser().is_dir() and read_source(Path(name).expanduser()) is not None:
-        from finetune.models.bases import check_converted
-
         check_converted(Path(name).expanduser(), name)  # what is used is checked, not only what was downloaded
         return name
-    if not Path(name).expanduser().exists():
-        from finetune.models.bases import find_base, pulled_folder
-
-        if find_base(name) is not None:
-            return str(pulled_folder(name))
+    if not Path(name).expanduser().exists() and find_base(name) is not None:
+        return str(pulled_folder(name))
     return name
 
 
@@ -92,8 +87,6 @@ def origin(model: str | None) -> dict | None:
     if source is None:
         return None
     found = {"gguf_file": source.get("gguf_file"), "sha256": source["sha256"]}
-    from finetune.models.bases import base_for_sha256
-
     base = base_for_sha256(source["sha256"])
     if base is not None:
         found |= {"base": base.name, "package": base.requirement, "licence": base.licence}

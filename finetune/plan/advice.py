@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from finetune.data.read import duplicates_summary
-from finetune.models.facts import ModelFacts
 from finetune.rules.auto import DEFAULT_WARMUP_RATIO, USUAL_MAX_EPOCHS
 from finetune.rules.memory import gib
+from finetune.rules.model_facts import ModelFacts
 from finetune.settings.config import AUTO, RunConfig
 from finetune.settings.wording import ref
 

@@ -17,7 +17,6 @@ from typing import Any
 from finetune.data.chat_template import describe_chat_template
 from finetune.data.seq_len import model_context_length
 from finetune.data.types import DataSummary
-from finetune.models.facts import ModelFacts
 from finetune.models.source import origin
 from finetune.plan.advice import AdviceContext, advise
 from finetune.plan.plan import Plan
@@ -39,6 +38,7 @@ from finetune.rules.auto import (
 from finetune.rules.cost import estimate_cost
 from finetune.rules.memory import MemoryEstimate, decide_gradient_checkpointing, decide_shard, estimate_memory
 from finetune.rules.memory import resolve_device as find_device
+from finetune.rules.model_facts import ModelFacts
 from finetune.rules.preference import auto_beta, auto_dpo_epochs, auto_dpo_lr
 from finetune.settings.config import AUTO, RunConfig
 from finetune.settings.errors import UserError

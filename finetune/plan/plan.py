@@ -17,9 +17,9 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from finetune.data.types import DataSummary
-from finetune.models.facts import ModelFacts
 from finetune.rules.cost import CostEstimate
 from finetune.rules.memory import MemoryEstimate
+from finetune.rules.model_facts import ModelFacts
 from finetune.settings.config import RunConfig
 from finetune.settings.errors import UserError
 from finetune.settings.registry import settings

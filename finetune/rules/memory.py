@@ -17,8 +17,8 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
-from finetune.models.facts import ModelFacts
 from finetune.rules.auto import Choice
+from finetune.rules.model_facts import ModelFacts
 
 GIB = 1024**3
 MIB = 1024**2

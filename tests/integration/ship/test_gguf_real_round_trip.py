@@ -11,7 +11,8 @@ import pytest
 from gguf_helpers import metadata, read_back
 
 from finetune.commands.cli import main
-from finetune.models.bases import KNOWN_BASES, gguf_path
+from finetune.models.bases import gguf_path
+from finetune.models.known_bases import KNOWN_BASES
 from finetune.ship.export.gguf import write_gguf
 
 pytestmark = pytest.mark.real_model

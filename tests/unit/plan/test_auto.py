@@ -19,7 +19,7 @@ tokens = st.integers(0, 10**9)
 @pytest.fixture
 def toy_base_facts():
     """The pretrained toy base's shape (finetune.ship.toy.BASE_SIZE), untied, without building it."""
-    from finetune.models.facts import from_config
+    from finetune.rules.model_facts import from_config
 
     return from_config(
         {"model_type": "llama", "hidden_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4,

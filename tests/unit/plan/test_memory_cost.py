@@ -74,7 +74,7 @@ def test_config_formula_matches_transformers(model_type, tied):
         num_key_value_heads=2, head_dim=16, vocab_size=300, tie_word_embeddings=tied,
     )  # fmt: skip
     model = transformers.AutoModelForCausalLM.from_config(cfg)
-    from finetune.models.facts import from_config
+    from finetune.rules.model_facts import from_config
 
     assert from_config(cfg.to_dict(), model_type, "test").total_params == sum(p.numel() for p in model.parameters())
 
@@ -83,7 +83,7 @@ def test_toy_model_count_and_lora_params(toy_model):
     """The real toy model: safetensors headers, the config formula and PEFT all agree with torch."""
     transformers = pytest.importorskip("transformers")
     peft = pytest.importorskip("peft")
-    from finetune.models.facts import from_config
+    from finetune.rules.model_facts import from_config
 
     folder = toy_model
     facts = load_model_facts(str(folder))
