@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from finetune.models.facts import load_model_facts
-from finetune.rules.auto import Choice, auto_max_seq_len
+from finetune.rules.auto import MAX_AUTO_RANK, Choice, auto_max_seq_len
 from finetune.rules.memory import estimate_memory, resolve_device
 from finetune.rules.model_facts import ModelFacts
 from finetune.settings.config import AUTO, RunConfig
@@ -58,7 +58,8 @@ def length_fits(config: RunConfig, facts: ModelFacts | None, rows_per_record: in
     if facts is None or device.memory_bytes is None:
         return None
     method = config.trained_weights
-    rank = config.lora_rank if config.lora_rank != AUTO else None
+    # Auto picks the rank after the length (from the fitted data's tokens): size for the largest rank it picks
+    rank = (MAX_AUTO_RANK if config.lora_rank == AUTO else config.lora_rank) if method == "lora" else None
     dtype = config.dtype if config.dtype != AUTO else "bf16"
     shard = "full" if config.shard != "none" and config.devices > 1 and method == "full" else "none"
     checkpointing = config.gradient_checkpointing is not False

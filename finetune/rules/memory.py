@@ -163,7 +163,8 @@ def estimate_memory(
     compute_dtype: str = "bf16",
     lora_train_head: bool = False,
 ) -> MemoryEstimate:
-    """Peak memory per device for one configuration."""
+    """Peak memory per device for one configuration; a LoRA estimate is for the adapter of `lora_rank` (the plan's
+    rank, or the rank a caller sizes for: it is never assumed here)."""
     device = device or DEVICES[DEFAULT_DEVICE]
     if model is None:
         return MemoryEstimate(
@@ -172,7 +173,9 @@ def estimate_memory(
     dtype_bytes = 2 if compute_dtype == "bf16" else FP32
     params = model.total_params
     if method == "lora":
-        rank = lora_rank or 8
+        if lora_rank is None:
+            raise ValueError("a LoRA memory estimate needs the adapter's rank")
+        rank = lora_rank
         trainable = model.lora_params(rank) + (model.head_params if lora_train_head else 0)
         weights = params * dtype_bytes + trainable * FP32  # frozen base in compute precision, adapter in fp32
     else:

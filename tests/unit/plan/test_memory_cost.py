@@ -120,8 +120,8 @@ def test_checkpointing_saves_activation_memory():
 
 
 def test_activations_grow_with_micro_batch_and_fits_is_ordered():
-    small = estimate_memory(LLAMA_8B, "lora", 1, 1024, False)
-    large = estimate_memory(LLAMA_8B, "lora", 8, 1024, False)
+    small = estimate_memory(LLAMA_8B, "lora", 1, 1024, False, lora_rank=8)
+    large = estimate_memory(LLAMA_8B, "lora", 8, 1024, False, lora_rank=8)
     assert large.activations > small.activations and set(large.fits) <= set(small.fits)
     sizes = [DEVICES[name].memory_bytes for name in small.fits]
     assert sizes == sorted(sizes)
@@ -157,11 +157,12 @@ def test_decide_shard():
 def test_decide_gradient_checkpointing():
     l4 = DEVICES["l4-24gb"]
     on = decide_gradient_checkpointing(
-        estimate_memory(LLAMA_8B, "lora", 1, 2048, False, device=l4, device_assumed=False),
-        estimate_memory(LLAMA_8B, "lora", 1, 2048, True, device=l4, device_assumed=False),
+        estimate_memory(LLAMA_8B, "lora", 1, 2048, False, lora_rank=8, device=l4, device_assumed=False),
+        estimate_memory(LLAMA_8B, "lora", 1, 2048, True, lora_rank=8, device=l4, device_assumed=False),
     )
     off = decide_gradient_checkpointing(
-        estimate_memory(LLAMA_8B, "lora", 1, 2048, False), estimate_memory(LLAMA_8B, "lora", 1, 2048, True)
+        estimate_memory(LLAMA_8B, "lora", 1, 2048, False, lora_rank=8),
+        estimate_memory(LLAMA_8B, "lora", 1, 2048, True, lora_rank=8),
     )
     assert on.value is True and off.value is False
 
