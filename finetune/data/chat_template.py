@@ -10,6 +10,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from finetune.data.template_sandbox import install
+from finetune.models.bases import converted
+from finetune.models.gguf import read_header
+from finetune.models.known_bases import find_base
+from finetune.models.source import local_model
 from finetune.settings.errors import UserError
 from finetune.settings.wording import ref
 
@@ -110,13 +115,8 @@ def has_own_template(model: str) -> bool | None:
     that cannot be told here (a hub id that is not in the local cache)."""
     path = Path(model).expanduser()
     if path.is_file() and path.name.lower().endswith(".gguf"):
-        from finetune.models.gguf import read_header
-
         return read_header(path).chat_template is not None
     if not path.is_dir():
-        from finetune.models.bases import converted
-        from finetune.models.known_bases import find_base
-
         base = find_base(model)
         path = converted(base) if base is not None else None
         if path is None:
@@ -173,8 +173,6 @@ def own_template_source(model: str | None) -> str:
         return "the model's chat template"
     if model.lower().endswith(".gguf"):
         return f"the chat template in {model}'s metadata (tokenizer.chat_template)"
-    from finetune.models.source import local_model
-
     folder = Path(model).expanduser()
     if not folder.is_dir():
         try:
@@ -192,8 +190,6 @@ def check_template(tokenizer, source: str) -> None:
     sentence naming `source`. A template that refuses the conversation on its own terms (`raise_exception`) is
     left to the paths that render data, which say so per record."""
     from jinja2.exceptions import SecurityError, TemplateSyntaxError
-
-    from finetune.data.template_sandbox import install
 
     install()
     tokenizer.finetune_template_source = source  # for a record that takes it over its budget (ChatTokenizer)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 from finetune.data.records import fit_record
+from finetune.data.tokenize import cut_to_length
 from finetune.data.types import Record
 from finetune.settings.data_choices import Truncation
 from finetune.settings.wording import ref
@@ -59,8 +60,6 @@ def fit_tokenized(record: Record, chat, max_seq_len: int, truncation: Truncation
     Every candidate part is tokenized whole once (`whole`: the record's own, when the caller has it) and cut
     from its arrays, so an over-long record costs one tokenization per part the search looks at.
     """
-    from finetune.data.tokenize import cut_to_length
-
     measured = {(record.messages, record.targets): whole or chat.tokenize_whole(record)}
 
     def whole_of(part: Record):

@@ -16,7 +16,10 @@ from finetune.data.fitting import LongRecords, dropped_lines, in_file_order
 from finetune.data.preference import PreferencePair, TokenizedPair, load_pairs
 from finetune.data.seq_len import choose_max_seq_len
 from finetune.data.split import auto_val_fraction, split_conversations
+from finetune.data.stats import estimate_record_tokens
+from finetune.data.tokenize import ChatTokenizer, as_lists, check_masking, cut_to_length
 from finetune.data.types import DataSummary
+from finetune.settings.config import AUTO
 from finetune.settings.errors import UserError
 from finetune.settings.wording import ref
 
@@ -57,8 +60,6 @@ def _whole_pairs(pairs: list[PreferencePair], chat) -> list[tuple[PreferencePair
 def _fit_pairs(wholes, limit: int, truncation, long: LongRecords, name: str) -> list[TokenizedPair]:
     """The pairs whose sides fit the limit (a side's prompt cut from the left, never its answer); the others
     are dropped. What happened is noted in `long` (a pair is one answer: it is never split)."""
-    from finetune.data.tokenize import as_lists, cut_to_length
-
     kept = []
     for pair, sides in wholes:
         fitted = [as_lists(record, cut_to_length(whole, limit, truncation)) for record, whole in sides]
@@ -76,8 +77,6 @@ def _fit_pairs(wholes, limit: int, truncation, long: LongRecords, name: str) -> 
 def _estimated(
     train: list[PreferencePair], val: list[PreferencePair], fraction: float, reason: str, config
 ) -> PreparedPairs:
-    from finetune.data.stats import estimate_record_tokens
-
     sides = [
         [estimate_record_tokens(p.record(a, i), max_seq_len=0) for a in (p.chosen, p.rejected)]
         for i, p in enumerate(train)
@@ -103,9 +102,6 @@ def _estimated(
 
 def prepare_pairs(config, tokenizer=None) -> PreparedPairs:
     """Read, validate, split by prompt and tokenize a preference file (and --val-file): the data of a dpo run."""
-    from finetune.data.tokenize import ChatTokenizer, check_masking
-    from finetune.settings.config import AUTO
-
     train, skipped = load_pairs(config.data, config.skip_invalid)
     train, found = sensitive.scan_pairs(train, config.sensitive_data == "redact")  # placeholders with redact
     found_by_source = {"data": found}

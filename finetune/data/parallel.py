@@ -28,9 +28,10 @@ from pathlib import Path
 import numpy as np
 
 from finetune.data.fitting import Fit, fit_tokenized
+from finetune.data.read import parse_bytes
 from finetune.data.records import build_records
 from finetune.data.sensitive import redacted, scan_conversations
-from finetune.data.tokenize import EncodedOutcome
+from finetune.data.tokenize import ChatTokenizer, EncodedOutcome, load_tokenizer
 from finetune.data.types import Conversation
 
 CHUNK_BYTES = 4 << 20  # ~2,000 support conversations: enough work per task, small enough to spread over cores
@@ -246,8 +247,6 @@ def _buffers(result: ChunkResult) -> tuple[np.ndarray, np.ndarray]:
 
 def _read_chunk(chunk: Chunk, format: str | None = None) -> tuple[list[Conversation] | None, str | None]:
     """The chunk's conversations with the file's line numbers, or None when it has any problem."""
-    from finetune.data.read import parse_bytes
-
     with open(chunk.path, "rb") as f:
         f.seek(chunk.start)
         data = f.read(chunk.end - chunk.start)
@@ -288,8 +287,6 @@ def _init_worker(
     if multiprocessing.parent_process() is not None:  # a pool worker: the pool uses the cores already, so
         os.environ["TOKENIZERS_PARALLELISM"] = "false"  # no Rust threads per batch on top (read per call)
     if _CHAT is None and model is not None:  # spawn: no inherited tokenizer
-        from finetune.data.tokenize import ChatTokenizer, load_tokenizer
-
         _CHAT = ChatTokenizer(load_tokenizer(model, trust_remote_code, chat_template))
 
 

@@ -24,6 +24,7 @@ from finetune.data.formats.conversation import finish_conversation
 from finetune.data.formats.lines import Line, json_type
 from finetune.data.formats.openai import check_message, check_tools
 from finetune.data.read import json_error_at, problems_text
+from finetune.data.skipped import skipped_lines
 from finetune.data.types import Conversation, Message, Problem, Record, TokenizedRecord
 from finetune.settings.errors import UserError
 from finetune.settings.wording import ref
@@ -303,8 +304,6 @@ def read_preferences(path: str | Path) -> PreferenceFile:
 
 def load_pairs(path: str, skip_invalid: bool = False) -> tuple[list[PreferencePair], list[dict]]:
     """The usable pairs and, with --skip-invalid, the lines left out (for OUT/skipped.jsonl); UserError otherwise."""
-    from finetune.data.skipped import skipped_lines
-
     parsed = read_preferences(path)
     if parsed.ok:
         return parsed.pairs, []

@@ -7,6 +7,8 @@ adds a BOS of its own would show the tuned model a prompt it never saw in traini
 
 from __future__ import annotations
 
+from finetune.data.tokenize import ChatTokenizer
+
 
 def prompt_ids(tokenizer, messages: list[dict]) -> list[int]:
     """Token ids of `messages` followed by the template's assistant header (the model answers next)."""
@@ -16,8 +18,6 @@ def prompt_ids(tokenizer, messages: list[dict]) -> list[int]:
 
 def end_of_turn_id(tokenizer) -> int:
     """The special token the chat template closes an assistant reply with: the token training taught as 'stop'."""
-    from finetune.data.tokenize import ChatTokenizer
-
     return ChatTokenizer(tokenizer).end_of_turn_id
 
 

@@ -40,6 +40,7 @@ from finetune.data.formats.lines import (
     json_type,
     quote,
 )
+from finetune.data.parquet import parquet_as_jsonl
 from finetune.data.types import Conversation, ParsedFile, Problem
 from finetune.settings.errors import UserError
 from finetune.settings.wording import ref
@@ -88,8 +89,6 @@ def _load(path: Path) -> tuple[bytes, int | None]:
     """(the JSON Lines bytes, the line a gzip file's reading stopped at because it passed the limit, or None)."""
     name = path.name.lower()
     if name.endswith(".parquet"):
-        from finetune.data.parquet import parquet_as_jsonl
-
         _read_bytes(path, 0)  # a missing file or a folder is reported the same way as for JSONL
         return parquet_as_jsonl(path), None
     if not name.endswith(".gz"):

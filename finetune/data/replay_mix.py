@@ -22,7 +22,10 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from finetune.data.combine import val_fraction
 from finetune.data.convert import conversation_to_openai
+from finetune.data.prepare import read_conversations
+from finetune.data.split import split_conversations
 from finetune.data.types import Conversation
 from finetune.settings.config import AUTO, RunConfig
 from finetune.settings.errors import UserError
@@ -120,10 +123,6 @@ def pick(rows: list[dict], count: int, seed: int) -> list[dict]:
 
 def team_split(config: RunConfig) -> tuple[list[Conversation], list[Conversation], list[dict]]:
     """The team's training and validation conversations, split as the data path would split them."""
-    from finetune.data.combine import val_fraction
-    from finetune.data.prepare import read_conversations
-    from finetune.data.split import split_conversations
-
     conversations, skipped = read_conversations(config.data, config.format, config.skip_invalid)
     if config.val_file:
         return conversations, [], skipped
@@ -134,8 +133,6 @@ def team_split(config: RunConfig) -> tuple[list[Conversation], list[Conversation
 
 def general_rows(path: str) -> list[dict]:
     """A team's own general conversations (`general_data`), as chat rows."""
-    from finetune.data.prepare import read_conversations
-
     conversations, _ = read_conversations(path)
     if not conversations:
         raise UserError(f"{path}: no conversation in {ref('general_data')}")

@@ -30,7 +30,9 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import cache
 
-from finetune.data.types import Conversation, Message
+from finetune.data.types import Conversation, Message, Problem
+from finetune.settings.errors import DataError
+from finetune.settings.wording import ref
 
 KINDS = ("email", "phone", "card", "iban", "secret")
 PLACEHOLDERS = {"email": "<EMAIL>", "phone": "<PHONE>", "card": "<CARD>", "iban": "<IBAN>", "secret": "<SECRET>"}
@@ -366,9 +368,6 @@ def named(stored: dict | None, names: dict[str, str]) -> dict | None:
 
 def refuse_if_found(summary: dict | None) -> None:
     """With sensitive_data refuse, any value found stops the run here, before planning: one message, no value."""
-    from finetune.settings.errors import DataError
-    from finetune.settings.wording import ref
-
     if summary is None or summary["setting"] != "refuse" or not summary["total"]:
         return
     raise DataError(
@@ -389,9 +388,6 @@ def scanned_file(parsed, setting: str):
     placeholders when `setting` is redact), one
     `sensitive_data` problem when anything was found (an error with refuse, else a warning), and the summary
     `finetune validate --json` prints (with the place of each value found, never the value)."""
-    from finetune.data.types import Problem
-    from finetune.settings.wording import ref
-
     if hasattr(parsed, "pairs"):
         pairs, found = scan_pairs(parsed.pairs, setting == "redact")
         parsed = dataclasses.replace(parsed, pairs=pairs)

@@ -31,10 +31,12 @@ from functools import cached_property
 
 import numpy as np
 
+from finetune.data.chat_template import use_chat_template
 from finetune.data.formats.openai import parse_arguments
 from finetune.data.segment_encoder import SegmentEncoder
-from finetune.data.template_sandbox import TemplateLimitError
+from finetune.data.template_sandbox import TemplateLimitError, install
 from finetune.data.types import IGNORE_INDEX, Message, Record, TokenizedRecord, ToolCall
+from finetune.models.source import check_remote_code, load_failure, local_model
 from finetune.settings.data_choices import Truncation
 from finetune.settings.errors import RecordError, UserError
 
@@ -99,10 +101,6 @@ def load_tokenizer(model: str, trust_remote_code: bool = False, chat_template: s
     """The model's tokenizer with the chat template `chat_template` names (see `use_chat_template`), with a
     clear error instead of a traceback. A GGUF file or a pulled base's name loads from its converted folder."""
     from transformers import AutoTokenizer
-
-    from finetune.data.chat_template import use_chat_template
-    from finetune.data.template_sandbox import install
-    from finetune.models.source import check_remote_code, load_failure, local_model
 
     check_remote_code(model, trust_remote_code)
     install()  # every chat template this process renders is compiled with a budget of work and size
@@ -217,8 +215,6 @@ class ChatTokenizer:
 
     def _find_end_of_turn(self) -> tuple[str, int]:
         """The special token the template writes right after an assistant message's content."""
-        from finetune.data.types import Message
-
         text = self.render([Message("user", "hi"), Message("assistant", _SENTINEL)])
         after = text[text.index(_SENTINEL) + len(_SENTINEL) :]
         ids = self.encode(after)
@@ -235,8 +231,6 @@ class ChatTokenizer:
 
     def _closes_every_turn(self) -> bool:
         """Whether the template ends user turns with the end-of-turn token too (ChatML, Llama 3 do)."""
-        from finetune.data.types import Message
-
         text = self.render([Message("user", _SENTINEL), Message("assistant", "ok")])
         return text.startswith(self.end_of_turn_text, text.index(_SENTINEL) + len(_SENTINEL))
 

@@ -30,6 +30,7 @@ from finetune.data.sensitive import SENSITIVE_DATA, scanned_file  # noqa: F401 (
 from finetune.data.seq_len import choose_max_seq_len
 from finetune.data.show import ShownRecord, print_records, shown_record
 from finetune.data.stats import RecordTokens, build_all_records, estimate_record_tokens, summarize
+from finetune.data.tokenize import ChatTokenizer, as_lists, describe_tool_features, load_tokenizer, tool_needs
 from finetune.data.types import IGNORE_INDEX, ParsedFile, Problem, Record
 from finetune.settings import (
     config as configuration,  # (not AUTO by name: this module's upper-case strings are its codes)
@@ -126,8 +127,6 @@ def validate_parsed(
     if tokenizer is None:
         whole = [estimate_record_tokens(r, 0).total for r in records]
     else:
-        from finetune.data.tokenize import ChatTokenizer
-
         chat = ChatTokenizer(tokenizer)  # UserError when the template never closes a reply with a special token
         records = _without_unrenderable_tools(records, chat, result)
         records, whole = _tokenize_whole(records, chat, result)
@@ -219,8 +218,6 @@ def _fit(
 
 def _exact_counts(part: Record, outcome) -> RecordTokens:
     """A kept part's numbers: its length before any cut, its scored tokens (a cut never takes one)."""
-    from finetune.data.tokenize import as_lists
-
     targets = int((outcome.weights > 0).sum())
     return RecordTokens(part, outcome.total_tokens, targets, outcome.cut_tokens, as_lists(part, outcome).record)
 
@@ -240,8 +237,6 @@ def _file_order(problem: Problem) -> tuple[bool, int]:
 
 def _without_unrenderable_tools(records: list[Record], chat, result: Validation) -> list[Record]:
     """One error for every record that uses tools the template cannot render (named by its first line)."""
-    from finetune.data.tokenize import describe_tool_features, tool_needs
-
     missing: set[str] = set()
     lines: list[int] = []
     kept = []
@@ -310,8 +305,6 @@ def run_validate(
     parsed = read_file(file, format)  # a missing file is reported before a model is loaded
     tokenizer = None
     if model is not None:
-        from finetune.data.tokenize import load_tokenizer
-
         tokenizer = load_tokenizer(model, trust_remote_code, chat_template)
     config = RunConfig(model=model, max_seq_len=max_seq_len, record_policy=record_policy, truncation=truncation,
                        strict=strict, sensitive_data=sensitive_data)  # fmt: skip

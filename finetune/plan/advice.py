@@ -10,7 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from finetune.data.fitting import LongRecords
 from finetune.data.read import duplicates_summary
+from finetune.data.sensitive import sentence
 from finetune.rules.auto import DEFAULT_WARMUP_RATIO, USUAL_MAX_EPOCHS
 from finetune.rules.memory import gib
 from finetune.rules.model_facts import ModelFacts
@@ -174,8 +176,6 @@ def val_file_emptied(ctx: AdviceContext) -> dict | None:
 def _long_record_warning(ctx: AdviceContext, code: str) -> dict | None:
     """The warning `code` of the one summary of what the limit did to the data (data/fitting.py's words, the
     same validate prints)."""
-    from finetune.data.fitting import LongRecords
-
     d = ctx.data
     summary = LongRecords(
         d.max_seq_len or 0,
@@ -229,8 +229,6 @@ def sensitive_data(ctx: AdviceContext) -> dict | None:
     found = ctx.data.sensitive_found
     if not found or not found["total"]:
         return None
-    from finetune.data.sensitive import sentence  # light: the detectors load on a scan, not here
-
     if found["replaced"]:
         return _warning(
             "sensitive_data",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from finetune.data.split import auto_val_fraction
 from finetune.data.types import DataSummary
 from finetune.settings.config import AUTO, RunConfig
 from finetune.settings.errors import UserError
@@ -22,8 +23,6 @@ def what_if_summary(config: RunConfig, examples: int, tokens: int | None) -> Dat
     if config.val_file:
         val, fraction, reason = None, 0.0, f"your validation file {config.val_file} (not read in a what-if plan)"
     elif config.val_fraction == AUTO:
-        from finetune.data.split import auto_val_fraction  # no torch on this path
-
         fraction, _ = auto_val_fraction(examples)
         whole = round(examples / (1 - fraction)) if fraction else examples
         fraction, reason = auto_val_fraction(whole)
