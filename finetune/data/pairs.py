@@ -5,7 +5,6 @@ prepared = prepare_pairs(config, tokenizer)     # PreparedPairs: train, val, sum
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from finetune.data.split import auto_val_fraction, split_conversations
 from finetune.data.stats import estimate_record_tokens
 from finetune.data.tokenize import ChatTokenizer, as_lists, check_masking, cut_to_length
 from finetune.data.types import DataSummary
+from finetune.rules.auto import Choice
 from finetune.settings.config import AUTO
 from finetune.settings.errors import UserError
 from finetune.settings.wording import ref
@@ -74,39 +74,26 @@ def _fit_pairs(wholes, limit: int, truncation, long: LongRecords, name: str) -> 
     return kept
 
 
-def _estimated(
-    train: list[PreferencePair], val: list[PreferencePair], fraction: float, reason: str, config
-) -> PreparedPairs:
-    sides = [
-        [estimate_record_tokens(p.record(a, i), max_seq_len=0) for a in (p.chosen, p.rejected)]
-        for i, p in enumerate(train)
-    ]
-    lengths = [sum(e.total for e in pair) for pair in sides]
-    summary = DataSummary(
-        examples=len(train),
-        validation_examples=len(val),
-        conversations=_prompts(train),
-        validation_conversations=_prompts(val),
-        messages=sum(len(p.prompt) + 2 for p in train),
-        tokens_in_file=sum(lengths),
-        counted_with_tokenizer=False,
-        target_tokens=sum(e.target for pair in sides for e in pair),
-        max_record_tokens=max((e.total for pair in sides for e in pair), default=0) or None,
-        val_fraction=fraction,
-        val_fraction_reason=reason,
-    )
-    limit = choose_max_seq_len(config, np.array([e.total for pair in sides for e in pair]), rows_per_record=2)
-    summary = dataclasses.replace(summary, max_seq_len=limit.value, max_seq_len_reason=limit.reason or None)
-    return PreparedPairs([], [], summary)
+@dataclass
+class _Split:
+    """The pairs read (their sensitive values scanned) and split by prompt: where tokenizing, or estimating, starts."""
+
+    train: list[PreferencePair]
+    val: list[PreferencePair]
+    skipped: list[dict]  # --skip-invalid: the lines left out
+    fraction: float  # the share of prompts held out for validation
+    reason: str  # why that share
+    shared: int  # validation pairs whose prompt is also trained on: left out, or validation would see training
+    found: dict | None  # the sensitive values found in both files (sensitive.named)
 
 
-def prepare_pairs(config, tokenizer=None) -> PreparedPairs:
-    """Read, validate, split by prompt and tokenize a preference file (and --val-file): the data of a dpo run."""
+def _read_and_split(config) -> _Split:
+    """Both files read and scanned (refused here with sensitive_data refuse); the validation pairs, held out by
+    prompt or read from the validation file without the prompts trained on."""
     train, skipped = load_pairs(config.data, config.skip_invalid)
     train, found = sensitive.scan_pairs(train, config.sensitive_data == "redact")  # placeholders with redact
     found_by_source = {"data": found}
-    prompts = _prompts(train)
-    shared = 0  # validation pairs whose prompt is also trained on: left out, or validation would see training
+    shared = 0
     if config.val_file:
         val, val_skipped = load_pairs(config.val_file, config.skip_invalid)
         val, found_by_source["val_file"] = sensitive.scan_pairs(val, config.sensitive_data == "redact")
@@ -116,29 +103,61 @@ def prepare_pairs(config, tokenizer=None) -> PreparedPairs:
         kept = [p for p in val if p.prompt_conversation().key() not in seen]
         val, shared = kept, len(val) - len(kept)
     else:
-        if config.val_fraction == AUTO:
-            fraction, reason = auto_val_fraction(prompts)
-            reason = reason.replace("conversations", "prompts")
-        else:
-            fraction = float(config.val_fraction)
-            reason = (
-                f"validation off ({ref('val_fraction', 0)})"
-                if fraction == 0
-                else f"your {ref('val_fraction')} {fraction}"
-            )
+        fraction, reason = _val_fraction(config, _prompts(train))
         train, val = split_pairs(train, fraction, config.seed)
     names = {"data": Path(config.data).name, "val_file": Path(config.val_file or config.data).name}
     found = sensitive.named(sensitive.of_sides(found_by_source, config.sensitive_data), names)
     sensitive.refuse_if_found(found)
+    return _Split(train, val, skipped, fraction, reason, shared, found)
+
+
+def _val_fraction(config, prompts: int) -> tuple[float, str]:
+    """The share of the prompts held out for validation, and why."""
+    if config.val_fraction == AUTO:
+        fraction, reason = auto_val_fraction(prompts)
+        return fraction, reason.replace("conversations", "prompts")
+    fraction = float(config.val_fraction)
+    if fraction == 0:
+        return fraction, f"validation off ({ref('val_fraction', 0)})"
+    return fraction, f"your {ref('val_fraction')} {fraction}"
+
+
+def _estimated(split: _Split, config) -> PreparedPairs:
+    """The numbers of the pairs counted from their text, without a tokenizer."""
+    sides = [
+        [estimate_record_tokens(p.record(a, i), max_seq_len=0) for a in (p.chosen, p.rejected)]
+        for i, p in enumerate(split.train)
+    ]
+    lengths = [sum(e.total for e in pair) for pair in sides]
+    limit = choose_max_seq_len(config, np.array([e.total for pair in sides for e in pair]), rows_per_record=2)
+    summary = DataSummary(
+        examples=len(split.train),
+        validation_examples=len(split.val),
+        conversations=_prompts(split.train),
+        validation_conversations=_prompts(split.val),
+        messages=sum(len(p.prompt) + 2 for p in split.train),
+        tokens_in_file=sum(lengths),
+        counted_with_tokenizer=False,
+        target_tokens=sum(e.target for pair in sides for e in pair),
+        max_record_tokens=max((e.total for pair in sides for e in pair), default=0) or None,
+        val_fraction=split.fraction,
+        val_fraction_reason=split.reason,
+        max_seq_len=limit.value,
+        max_seq_len_reason=limit.reason or None,
+        skipped_lines=len(split.skipped),
+        duplicates_removed=split.shared,
+        sensitive_found=split.found,
+    )
+    return PreparedPairs([], [], summary, skipped=split.skipped)
+
+
+def prepare_pairs(config, tokenizer=None) -> PreparedPairs:
+    """Read, validate, split by prompt and tokenize a preference file (and --val-file): the data of a dpo run."""
+    split = _read_and_split(config)
     if tokenizer is None:  # `finetune plan PREFS.jsonl` without --model: token numbers from the text
-        estimated = _estimated(train, val, fraction, reason, config)
-        estimated.summary = dataclasses.replace(
-            estimated.summary, skipped_lines=len(skipped), duplicates_removed=shared, sensitive_found=found
-        )
-        estimated.skipped = skipped
-        return estimated
+        return _estimated(split, config)
     chat = ChatTokenizer(tokenizer)
-    train_whole, val_whole = _whole_pairs(train, chat), _whole_pairs(val, chat)
+    train_whole, val_whole = _whole_pairs(split.train, chat), _whole_pairs(split.val, chat)
     lengths = [whole.total_tokens for _, sides in train_whole + val_whole for _, whole in sides]
     limit = choose_max_seq_len(config, np.array(lengths, dtype=np.int64), rows_per_record=2)
     long = LongRecords(limit.value, str(config.truncation), longest=max(lengths, default=0))
@@ -153,31 +172,40 @@ def prepare_pairs(config, tokenizer=None) -> PreparedPairs:
         raise UserError(f"{config.data}: nothing trainable remains: {long.sentence()}")
     records = [r for p in train_pairs for r in (p.chosen, p.rejected)]
     check_masking(records, chat.end_of_turn_id, config.data)
-    lengths = [len(p) for p in train_pairs]
-    summary = DataSummary(
-        examples=len(train_pairs),
-        validation_examples=len(val_pairs),
-        conversations=_prompts(train),
-        validation_conversations=_prompts(val),
-        messages=sum(len(p.prompt) + 2 for p in train),
-        tokens_in_file=sum(lengths),
-        target_tokens=sum(r.num_targets for r in records),
+    dropped_at = dropped_lines([(0, n) for n in dropped] + [(1, n) for n in val_dropped], config.val_file)
+    summary = _tokenized_summary(split, train_pairs, len(val_pairs), limit, long, dropped_at)
+    return PreparedPairs(train_pairs, val_pairs, summary, chat.end_of_turn_id, split.skipped)
+
+
+def _tokenized_summary(
+    split: _Split, train: list[TokenizedPair], val_pairs: int, limit: Choice[int], long: LongRecords, dropped_at
+) -> DataSummary:
+    """The numbers of the tokenized pairs the plan is built from (a pair's two sides are two records)."""
+    records = [r for p in train for r in (p.chosen, p.rejected)]
+    lengths = sorted(len(p) for p in train)
+    tokens, targets = sum(lengths), sum(r.num_targets for r in records)
+    return DataSummary(
+        examples=len(train),
+        validation_examples=val_pairs,
+        conversations=_prompts(split.train),
+        validation_conversations=_prompts(split.val),
+        messages=sum(len(p.prompt) + 2 for p in split.train),
+        tokens_in_file=tokens,
+        target_tokens=targets,
+        context_tokens=tokens - targets,
         max_record_tokens=max(len(r) for r in records),
-        p50_record_tokens=sorted(lengths)[len(lengths) // 2],
-        p95_record_tokens=sorted(lengths)[min(len(lengths) - 1, int(0.95 * len(lengths)))],
-        dropped_records=len(dropped) + len(val_dropped),
-        dropped_lines=dropped_lines([(0, n) for n in dropped] + [(1, n) for n in val_dropped], config.val_file),
-        duplicates_removed=shared,
-        skipped_lines=len(skipped),
-        val_fraction=fraction,
-        val_fraction_reason=reason,
+        p50_record_tokens=lengths[len(lengths) // 2],
+        p95_record_tokens=lengths[min(len(lengths) - 1, int(0.95 * len(lengths)))],
+        dropped_records=len(long.dropped_at),
+        dropped_lines=dropped_at,
+        duplicates_removed=split.shared,
+        skipped_lines=len(split.skipped),
+        val_fraction=split.fraction,
+        val_fraction_reason=split.reason,
         max_seq_len=limit.value,
         max_seq_len_reason=limit.reason or None,
         shortened_at=tuple(in_file_order(long.shortened_at)),
         dropped_at=tuple(in_file_order(long.dropped_at)),
         dropped_need_tokens=long.dropped_need,
+        sensitive_found=split.found,
     )
-    summary = dataclasses.replace(
-        summary, context_tokens=summary.tokens_in_file - summary.target_tokens, sensitive_found=found
-    )
-    return PreparedPairs(train_pairs, val_pairs, summary, chat.end_of_turn_id, skipped)
