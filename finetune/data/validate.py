@@ -315,7 +315,7 @@ def run_validate(
         print(json.dumps(rendered(document), ensure_ascii=True))  # ASCII: safe whatever the terminal's encoding
     else:
         forced = format not in (None, "auto")
-        _print_report(result, shown, show, "--format" if forced else "detected")
+        _print_report(result, shown, show, render(ref("format")) if forced else "detected")
     return 0 if result.ok else 1
 
 
@@ -323,11 +323,11 @@ def _check_flags(show: int, max_seq_len: int | str, record_policy: str, truncati
     if show < 0:
         raise UserError(f"--show must be 0 or more, got {show}")
     if max_seq_len != configuration.AUTO and (not isinstance(max_seq_len, int) or max_seq_len < 1):
-        raise UserError(f"--max-seq-len must be at least 1 or 'auto', got {max_seq_len}")
+        raise UserError(f"{ref('max_seq_len')} must be at least 1 or 'auto', got {max_seq_len}")
     if record_policy not in set(RecordPolicy):
-        raise UserError(f"--record-policy must be one of {', '.join(RecordPolicy)}, got {record_policy!r}")
+        raise UserError(f"{ref('record_policy')} must be one of {', '.join(RecordPolicy)}, got {record_policy!r}")
     if truncation not in set(Truncation):
-        raise UserError(f"--truncation must be one of {', '.join(Truncation)}, got {truncation!r}")
+        raise UserError(f"{ref('truncation')} must be one of {', '.join(Truncation)}, got {truncation!r}")
 
 
 def _shown(result: Validation, show: int, tokenizer) -> list[ShownRecord]:
@@ -356,8 +356,10 @@ def _print_report(result: Validation, shown: list[ShownRecord], show: int, how: 
         _print_shown(console, shown, show, result.stats["tokens_exact"])
     if not result.stats["tokens_exact"]:
         console.print(
-            "≈ token numbers are estimates (about 4 bytes of text per token); pass --model DIR for exact counts "
-            "and to prove the masks (scored tokens, end-of-turn, truncation).",
+            render(
+                f"≈ token numbers are estimates (about 4 bytes of text per token); pass {ref('model', 'DIR')} for "
+                "exact counts and to prove the masks (scored tokens, end-of-turn, truncation)."
+            ),
             markup=False,
         )
     _print_verdict(console, path, result)
@@ -412,7 +414,7 @@ def _print_shown(console: Console, shown: list[ShownRecord], show: int, exact: b
     if not shown:
         console.print("\nno records to show", markup=False)
         return
-    how = "tokens" if exact else "message text (pass --model to see tokens)"
+    how = "tokens" if exact else render(f"message text (pass {ref('model')} to see tokens)")
     console.print(f"\nthe first {_count(len(shown), 'record')}, as {how}; scored text in [[ ]]:", markup=False)
     print_records(console, shown)
     if len(shown) < show:

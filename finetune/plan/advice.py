@@ -260,7 +260,7 @@ def model_size_unknown(ctx: AdviceContext) -> dict | None:
         return None
     model = ctx.config.model
     what = (
-        "no --model given"
+        f"no {ref('model')} given"
         if not model
         else f"{model} is not a local folder or config.json and not in the built-in table of published models"
     )
@@ -334,8 +334,8 @@ def tokens_estimated(ctx: AdviceContext) -> dict | None:
         return None
     return _warning(
         "tokens_estimated",
-        "token counts are estimated from the text length (no --model tokenizer): give --model for exact counts "
-        "and cost.",
+        f"token counts are estimated from the text length (no {ref('model')} tokenizer): give {ref('model')} for "
+        "exact counts and cost.",
     )
 
 

@@ -107,7 +107,7 @@ def _memory_line(plan: Plan) -> str:
     if not m.known:
         return "Memory     unknown (model size unknown)"
     fit = {True: "fits", False: "does NOT fit", None: "no limit known for"}[m.fits_device]
-    where = f"{m.device}{' (assumed, no --gpu)' if m.device_assumed else ''}"
+    where = f"{m.device} (assumed, no {for_cli('gpu')})" if m.device_assumed else m.device
     on = m.gradient_checkpointing
     other = m.activations_without_checkpointing if on else m.activations_with_checkpointing
     return (
@@ -150,10 +150,8 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
     method = f"{plan.method} fine-tuning" if plan.method == "full" else "LoRA"
     if plan.objective == "dpo":
         method = f"preference tuning (DPO, beta {plan.beta:g}) with {method}"
-    out(
-        f"finetune plan{' (what-if)' if plan.data.what_if else ''}: {method} of {plan.model or '(no --model)'}",
-        style="bold",
-    )
+    model = plan.model or f"(no {for_cli('model')})"
+    out(f"finetune plan{' (what-if)' if plan.data.what_if else ''}: {method} of {model}", style="bold")
     for line in _data_lines(plan):
         out(line)
 
