@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 from fastapi import Request
 
-from finetune.service.api.openai_errors import APIError
+from finetune.service.api_error import APIError
 from finetune.service.storage.keys import key_id_of
 
 COOKIE = "finetune_key"

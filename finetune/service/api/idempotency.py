@@ -20,7 +20,7 @@ from typing import Any
 from fastapi import Request
 
 from finetune.service.api.deps import store_of
-from finetune.service.api.openai_errors import APIError
+from finetune.service.api_error import APIError
 
 HEADER = "idempotency-key"
 MAX_KEY = 255

@@ -22,7 +22,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import select, text
 
-from finetune.service.api.deps import settings_of, store_of
+from finetune.service.api.deps import options_of, store_of
 from finetune.service.storage.db import SCHEMA_VERSION, schema_version, transaction
 
 router = APIRouter()
@@ -84,7 +84,7 @@ def _waiting(store, settings) -> dict:
 
 @router.get("/readyz", include_in_schema=False)
 def readyz(request: Request) -> JSONResponse:
-    store, settings = store_of(request), settings_of(request)
+    store, settings = store_of(request), options_of(request)
     checks = {"database": _database(store), "migrations": _migrations(store), "storage": _storage(settings)}
     failing = [name for name, check in checks.items() if not check["ok"]]
     if failing:

@@ -28,10 +28,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from finetune.data.cache import cache_root
-from finetune.service.options import ServiceSettings
+from finetune.service.options import ServiceOptions
+from finetune.service.storage import run_folders
 from finetune.service.storage.store import TERMINAL, Store
 from finetune.service.storage.tombstones import delete_file_row_unless_needed, jobs_using_file, tombstone_job
-from finetune.service.workers import library as core
 
 # what a run folder keeps of its data's content (eval/test_split.py, data/skipped.py, eval/command.py, retention.py)
 DERIVED_FILES = {
@@ -103,7 +103,7 @@ def sha256_of(path: Path) -> str | None:
 # ---------------------------------------------------------------------------------------------- token cache
 
 
-def cache_roots(settings: ServiceSettings) -> list[Path]:
+def cache_roots(settings: ServiceOptions) -> list[Path]:
     """The service's token cache, and this process's default one (entries made before the service kept its own)."""
     roots: list[Path] = []
     for root in (settings.token_cache_dir, cache_root(SimpleNamespace(cache_dir=None))):
@@ -128,7 +128,7 @@ def cache_entries(roots: list[Path], digests: set[str]) -> list[Removal]:
     return found_entries
 
 
-def job_digests(settings: ServiceSettings, job_id: str) -> set[str]:
+def job_digests(settings: ServiceOptions, job_id: str) -> set[str]:
     """The sha256 of every data file a job tokenized: as its plans record them (the upload, or the training copy
     left once a test split was held out), and that copy's own, should it have been tokenized without a plan."""
     run = settings.runs_dir / job_id
@@ -145,7 +145,7 @@ def job_digests(settings: ServiceSettings, job_id: str) -> set[str]:
 # ---------------------------------------------------------------------------------------------- a file
 
 
-def file_removals(settings: ServiceSettings, file_id: str, jobs: list[dict]) -> list[Removal]:
+def file_removals(settings: ServiceOptions, file_id: str, jobs: list[dict]) -> list[Removal]:
     """What deleting a file removes: the upload, the derived copies in the run folders of `jobs` (the ended jobs
     that used it), and the token cache entries tokenized from either."""
     upload = settings.files_dir / file_id
@@ -158,7 +158,7 @@ def file_removals(settings: ServiceSettings, file_id: str, jobs: list[dict]) -> 
     return items + cache_entries(cache_roots(settings), digests)
 
 
-def delete_file(settings: ServiceSettings, store: Store, tenant: str, file_id: str) -> list[Removal]:
+def delete_file(settings: ServiceOptions, store: Store, tenant: str, file_id: str) -> list[Removal]:
     """Delete the tenant's file and every copy of its content (see the module's docstring); what was removed.
     FileInUse (nothing removed) while a job that has not ended uses it."""
     jobs = jobs_using_file(store.engine, tenant, file_id)
@@ -175,13 +175,13 @@ def delete_file(settings: ServiceSettings, store: Store, tenant: str, file_id: s
 # ---------------------------------------------------------------------------------------------- a job
 
 
-def job_removals(settings: ServiceSettings, job: dict, with_cache: bool = True) -> list[Removal]:
+def job_removals(settings: ServiceOptions, job: dict, with_cache: bool = True) -> list[Removal]:
     """Everything of an ended job on disk: checkpoints, weights, the rest of its run folder, its plan, its
     trainers' logs, its results files, and (`with_cache`) the token cache entries made for it."""
     job_id = job["id"]
     run = settings.runs_dir / job_id
     items = found("checkpoints", run / "checkpoints", job_id)
-    weights = core.final_weights(run)
+    weights = run_folders.final_weights(run)
     items += found("weights", weights, job_id) if weights else []
     if run.exists():
         rest = size_of(run) - sum(item.bytes for item in items)
@@ -196,7 +196,7 @@ def job_removals(settings: ServiceSettings, job: dict, with_cache: bool = True) 
     return items + cache_entries(cache_roots(settings), job_digests(settings, job_id))
 
 
-def delete_job(settings: ServiceSettings, store: Store, tenant: str, job_id: str) -> dict | None:
+def delete_job(settings: ServiceOptions, store: Store, tenant: str, job_id: str) -> dict | None:
     """Delete an ended job's data and artifacts; its row becomes a tombstone. The row after (None: no such job of
     the tenant's). JobNotDeletable while it has not ended, or its worker has not let go of it yet."""
     job = store.get_job(tenant, job_id)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from finetune.service.options import ServiceSettings
+from finetune.service.options import ServiceOptions
 from finetune.service.storage.store import Store
 
 
@@ -26,12 +26,12 @@ class Pool:
     problem: str | None
 
     def speed_of(self, model: str, trained_weights: str, seq_len: int) -> float | None:
-        from finetune.train.speed import speed_key
+        from finetune.train.speed import speed_key  # torch: train/speed.py imports it
 
         return self.speeds.get(speed_key(model, trained_weights, seq_len))
 
 
-def pool_for(store: Store, settings: ServiceSettings, devices: int) -> Pool:
+def pool_for(store: Store, settings: ServiceOptions, devices: int) -> Pool:
     """Where a job of `devices` devices would run: the live workers able to take it, the one with measurements
     first (its device and speeds size the plan)."""
     live = store.workers.live(settings.lease_seconds)

@@ -17,7 +17,7 @@ import sys
 import threading
 from collections.abc import Callable
 
-from finetune.service.options import ServiceSettings
+from finetune.service.options import ServiceOptions
 from finetune.service.storage.store import Store
 
 
@@ -26,7 +26,7 @@ class WorkerPresence(threading.Thread):
         self,
         store: Store,
         name: str,
-        settings: ServiceSettings,
+        settings: ServiceOptions,
         devices: int | None,
         device_kind: str,
         stopping: threading.Event,

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 
-from finetune.service.options import ServiceSettings
+from finetune.service.options import ServiceOptions
 from finetune.service.storage import deletion
 from finetune.service.storage.store import Store
 from finetune.service.storage.tombstones import expired_files, expired_jobs
@@ -22,7 +22,7 @@ SWEEP_EVERY_S = 3600.0
 RESULTS_PURPOSE = "fine-tune-results"  # a job's results file: it goes with its job
 
 
-def sweep(settings: ServiceSettings, store: Store, now: float | None = None) -> list[str]:
+def sweep(settings: ServiceOptions, store: Store, now: float | None = None) -> list[str]:
     """Delete what is older than the retention period; the ids deleted (nothing without `retain_days`)."""
     if settings.retain_days is None:
         return []
@@ -46,7 +46,7 @@ def sweep(settings: ServiceSettings, store: Store, now: float | None = None) -> 
 class RetentionSweeper(threading.Thread):
     """Sweeps at start and every SWEEP_EVERY_S until `stopping` is set (a worker's own event)."""
 
-    def __init__(self, settings: ServiceSettings, store: Store, stopping: threading.Event) -> None:
+    def __init__(self, settings: ServiceOptions, store: Store, stopping: threading.Event) -> None:
         super().__init__(name="retention", daemon=True)
         self.settings, self.store, self.stopping = settings, store, stopping
 

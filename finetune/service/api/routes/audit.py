@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Request
 from finetune.service.api.auth import current_tenant
 from finetune.service.api.deps import check_limit
 from finetune.service.api.objects import page_object
-from finetune.service.api.openai_errors import APIError
+from finetune.service.api_error import APIError
 from finetune.service.storage.audit_trail import audit_object
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(current_tenant)])

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Depends, Request
 
 from finetune.service.api.auth import current_tenant
 from finetune.service.api.deps import store_of
-from finetune.service.api.openai_errors import APIError
+from finetune.service.api_error import APIError
 from finetune.service.storage.quotas import report as quota_report
 from finetune.service.storage.usage import GROUPS, parse_time, tenant_usage
 
