@@ -1,4 +1,4 @@
-"""Shared route helpers: the store and settings from the app, list-query limits."""
+"""Shared route helpers: the store and the service's options from the app, list-query limits."""
 
 from __future__ import annotations
 

@@ -57,7 +57,7 @@ def job_object(row: dict) -> dict:
         "suffix": row["suffix"],
         "attempts": row["attempts"],
         "method": {"type": method_type(row), method_type(row): {"hyperparameters": hyper}},
-        "usage": job_usage(row),  # ours: the estimate once planned, the actual once ended (usage.py)
+        "usage": job_usage(row),  # ours: the estimate once planned, the actual once ended (storage/usage.py)
     } | _tombstone(row)
 
 

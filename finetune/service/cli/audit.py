@@ -1,5 +1,5 @@
 """`finetune serve audit [--since DATE] [--tenant T]`: the operator's export of the audit trail, one JSON line per
-record, oldest first, each exactly as stored with its hash (audit.py says how to check one by hand); `--verify`
+record, oldest first, each exactly as stored with its hash (storage/audit_trail.py says how to check one by hand); `--verify`
 checks the whole chain instead and exits 1 naming the first bad record."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""`finetune usage [--tenant T] [--since DATE] [--json]`: the operator's view of usage, read from the database
-with the same sums GET /v1/usage answers a tenant (usage.py), per tenant and model, estimate beside actual."""
+"""The command `finetune usage [--tenant T] [--since DATE] [--json]`: prints the operator's view of usage, per
+tenant and model, estimate beside actual, from the same sums GET /v1/usage answers a tenant (storage/usage.py)."""
 
 from __future__ import annotations
 

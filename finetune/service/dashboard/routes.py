@@ -311,15 +311,15 @@ def preview(
     row = find_file(request, tenant, file_id)
     if row is None:
         raise not_found("file", file_id, "file_id")
-    settings = options_of(request)
+    options = options_of(request)
     location = None
     if model:
-        location = settings.models.get(model)
+        location = options.models.get(model)
         if location is None:
             raise APIError(
                 400, f"Unknown model {model!r}: GET /v1/models lists the ones you can use.", "invalid_value", "model"
             )
-    path = settings.files_dir / file_id
+    path = options.files_dir / file_id
     fraction = _fraction(val_fraction)
     key = (file_id, row["bytes"], row["created_at"], location, max_seq_len, record_policy, fraction, seed)
 

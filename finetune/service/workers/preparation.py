@@ -60,8 +60,8 @@ class JobPreparation:
         return self._plan(job, token, config, plan_path)
 
     def _config(self, job: dict) -> RunConfig:
-        """The job's run: its settings, the service's token cache (deletion.py finds it), planned for this worker's
-        device and costed at its prices (usage.py)."""
+        """The job's run: its settings, the service's token cache (storage/deletion.py finds it), planned for this
+        worker's device and costed at its prices (storage/usage.py)."""
         data, val = job_files(self.options, job)
         settings = dict(job["run_settings"], cache_dir=str(self.options.token_cache_dir), gpu=self.device_kind)
         settings |= usage.prices_of(self.options)

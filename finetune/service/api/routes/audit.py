@@ -1,4 +1,4 @@
-"""GET /v1/audit (ours): the calling tenant's audit records (audit.py), newest first (`order=asc`: oldest first),
+"""GET /v1/audit (ours): the calling tenant's audit records (storage/audit_trail.py), newest first (`order=asc`: oldest first),
 paged like the other lists (`after` = the last id of the previous page, `limit`)."""
 
 from __future__ import annotations

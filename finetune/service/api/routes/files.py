@@ -27,9 +27,9 @@ UPLOAD_PURPOSES = ("fine-tune", "assistants", "batch", "vision", "user_data", "e
 
 @router.post("/files")
 async def create_file(request: Request, tenant: str = Depends(current_tenant)) -> dict:
-    settings = options_of(request)
+    options = options_of(request)
     refuse_when_full(store_of(request).engine, tenant)  # 403 before receiving a byte when its quota is full
-    upload = await receive_upload(request, settings.uploads_dir, settings.max_upload_bytes)
+    upload = await receive_upload(request, options.uploads_dir, options.max_upload_bytes)
     try:
         purpose = upload.fields.get("purpose", "")
         if purpose not in UPLOAD_PURPOSES:
@@ -37,7 +37,7 @@ async def create_file(request: Request, tenant: str = Depends(current_tenant)) -
 
         async def make() -> tuple[str, dict]:
             if purpose == "fine-tune":  # data: a gzip file is stored decompressed (read like the CLI reads .gz)
-                await run_in_threadpool(gunzip_upload, upload, settings.max_upload_bytes)
+                await run_in_threadpool(gunzip_upload, upload, options.max_upload_bytes)
             row = _keep(request, tenant, upload, purpose)
             return row["id"], file_object(row)
 

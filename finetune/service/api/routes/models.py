@@ -22,21 +22,21 @@ router = APIRouter(prefix="/v1", dependencies=[Depends(current_tenant)])
 BASE_OWNER = "finetune"
 
 
-def visible_models(store: Store, settings: ServiceOptions, tenant: str, started: int) -> list[dict]:
-    found = [model_object(name, started, BASE_OWNER) for name in settings.models]
+def visible_models(store: Store, options: ServiceOptions, tenant: str, started: int) -> list[dict]:
+    found = [model_object(name, started, BASE_OWNER) for name in options.models]
     found += [model_object(j["fine_tuned_model"], j["finished_at"] or j["created_at"], j["tenant"])
               for j in store.succeeded_jobs(tenant)]  # fmt: skip
     return found
 
 
-def model_location(store: Store, settings: ServiceOptions, name: str, tenant: str) -> str | None:
+def model_location(store: Store, options: ServiceOptions, name: str, tenant: str) -> str | None:
     """What a model name means for this tenant: a registered base's location, or a fine-tuned model's weights
     (adapter/ or model/ of its run). None for anything else (serving's resolver)."""
-    if name in settings.models:
-        return settings.models[name]
+    if name in options.models:
+        return options.models[name]
     for job in store.succeeded_jobs(tenant):
         if job["fine_tuned_model"] == name:
-            weights = run_folders.final_weights(Path(settings.runs_dir) / job["id"])
+            weights = run_folders.final_weights(Path(options.runs_dir) / job["id"])
             return str(weights) if weights else None
     return None
 
@@ -60,8 +60,8 @@ def delete_model(model: str, request: Request, tenant: str = Depends(current_ten
     """The model is gone for chat completions, retrieve and list; its job stays, and its final weights and its
     checkpoints (files and rows: each is a model too) are removed from the data folder. DELETE the job to remove
     the rest of it (deletion.py)."""
-    settings = options_of(request)
-    if model in settings.models:
+    options = options_of(request)
+    if model in options.models:
         raise APIError(
             403,
             f"{model!r} is a base model registered on this server; only fine-tuned models can be deleted.",
@@ -71,7 +71,7 @@ def delete_model(model: str, request: Request, tenant: str = Depends(current_ten
     job = store_of(request).delete_fine_tuned_model(tenant, model)
     if job is None:
         raise not_found("model", model, "model")
-    run = Path(settings.runs_dir) / job["id"]
+    run = Path(options.runs_dir) / job["id"]
     weights = run_folders.final_weights(run)
     if weights is not None:
         shutil.rmtree(weights, ignore_errors=True)

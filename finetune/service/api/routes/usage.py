@@ -1,5 +1,6 @@
-"""GET /v1/usage (ours): the calling tenant's trained tokens, device time and cost, per job, model or UTC day
-and in total, estimate beside actual (service/usage.py), and its quotas beside what it uses now (quotas.py)."""
+"""The route GET /v1/usage (ours): answers the calling tenant its trained tokens, device time and cost, per job,
+model or UTC day and in total, estimate beside actual (storage/usage.py sums them), and its quotas beside what it
+uses now (storage/quotas.py)."""
 
 from __future__ import annotations
 
