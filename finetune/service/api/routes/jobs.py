@@ -251,14 +251,14 @@ async def plan(request: Request, tenant: str = Depends(current_tenant)) -> dict:
     validation = None
     if body.validation_file is not None:
         validation = _training_file(request, tenant, body.validation_file, "validation_file")
+    options = options_of(request)
     run_settings = _settings(*body.method_and_hyperparameters())
-    run_settings["cache_dir"] = str(options_of(request).token_cache_dir)  # the service's own (deletion.py)
-    files_dir = options_of(request).files_dir
-    data = files_dir / training["id"]
-    val = files_dir / validation["id"] if validation else None
+    run_settings["cache_dir"] = str(options.token_cache_dir)  # the service's own (deletion.py)
+    run_settings |= prices_of(options)  # costed at this server's prices
+    data = options.files_dir / training["id"]
+    val = options.files_dir / validation["id"] if validation else None
     config = core.run_config(run_settings, str(data), location, body.seed or 0, str(val) if val else None)
-    config = dataclasses.replace(config, **prices_of(options_of(request)))  # costed at this server's prices
-    pool = pool_for(store_of(request), options_of(request), config.devices)  # sized for the workers, never assumed
+    pool = pool_for(store_of(request), options, config.devices)  # sized for the workers, never assumed
     if pool.device_kind is not None:
         config = dataclasses.replace(config, gpu=pool.device_kind)
     try:
@@ -276,7 +276,7 @@ async def plan(request: Request, tenant: str = Depends(current_tenant)) -> dict:
     answer |= {"object": "fine_tuning.plan", "training_file": training["id"]}
     if pool.problem:
         answer["warnings"].append({"code": "no_worker_can_run_it", "message": pool.problem, "settings": []})
-    return without_server_paths(answer, shown, options_of(request).data_dir)
+    return without_server_paths(answer, shown, options.data_dir)
 
 
 def without_server_paths(value: Any, shown: dict[str, str], data_dir: Path) -> Any:
