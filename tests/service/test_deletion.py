@@ -275,7 +275,7 @@ def test_retention_deletes_old_ended_jobs_and_unused_files_only(tmp_path, toy_mo
     from sqlalchemy import update
 
     from finetune.commands.cli import build_parser
-    from finetune.service.cli.serve import options_from
+    from finetune.service.cli.from_flags import options_from
     from finetune.service.storage.db import files, jobs
     from finetune.service.workers.retention import sweep
 

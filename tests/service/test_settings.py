@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from finetune.commands.cli import build_parser
-from finetune.service.cli.serve import options_from
+from finetune.service.cli.from_flags import options_from
 from finetune.service.dashboard.app import create_app
 from finetune.settings.errors import UserError
 

@@ -1,6 +1,6 @@
-"""A worker: claim a job, validate and plan it, run `finetune train` on it through its launcher (a child process,
-or ranks on a Ray cluster: train/launchers.py), and turn the run folder into events and checkpoints, renewing the
-lease all the while.
+"""A worker: claim a job, validate and plan it (preparation.py), run `finetune train` on it through its launcher (a
+child process, or ranks on a Ray cluster: train/launchers.py), and turn the run folder into events and checkpoints,
+renewing the lease all the while. It never trains in its own process: only its trainer needs torch.
 
     queued -> claim (lease + token) -> validating_files -> queued (planned) -> running -> succeeded | failed
                                                      cancel / pause: SIGTERM -> the trainer checkpoints and stops
