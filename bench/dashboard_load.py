@@ -18,8 +18,8 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from finetune.service.api.app import create_app
-from finetune.service.options import ServiceSettings
+from finetune.service.dashboard.app import create_app
+from finetune.service.options import ServiceOptions
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train.jsonl"
 
@@ -55,7 +55,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10_000)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        app = create_app(ServiceSettings(data_dir=Path(tmp), models={"toy": "unused"}))
+        app = create_app(ServiceOptions(data_dir=Path(tmp), models={"toy": "unused"}))
         key = app.state.store.create_key("bench")[1]
         client = TestClient(app, headers={"Authorization": f"Bearer {key}"})
         upload = client.post(
@@ -66,7 +66,7 @@ def main() -> None:
         for _ in range(args.jobs):
             job = client.post("/v1/fine_tuning/jobs", json={"model": "toy", "training_file": file_id}).json()
             ids.append(job["id"])
-            _write_run(app.state.settings.runs_dir / job["id"], args.steps)
+            _write_run(app.state.options.runs_dir / job["id"], args.steps)
 
         def jobs_page():
             client.get("/v1/fine_tuning/jobs", params={"limit": 100})

@@ -1,12 +1,14 @@
 """The job service: an OpenAI-compatible fine-tuning API (`finetune serve`) and its workers (`finetune worker`).
 
-settings.py  where the service keeps things (data folder, database URL, registered models)
-db.py        the tables and the versioned schema step (SQLite WAL or PostgreSQL)
-store.py     the one data-access layer: every query, tenant-scoped, and the workers' claim/lease
-keys.py      API keys: made, hashed, checked in constant time
-auth.py      the FastAPI dependency that yields the caller's tenant
-core.py      every call into the training library (validate, plan, RunConfig, the train command)
-objects.py   rows -> the OpenAI JSON objects
-app.py       create_app(settings): the FastAPI app, routers in routes/
-worker.py    claim a job, run `finetune train` as a child process, turn its run folder into events
+Its folders are its layers, bottom to top; a module imports only from its own layer or those below:
+
+    options.py, logs.py   how one service runs (ServiceOptions: data folder, database, models, prices), its log lines
+    api_error.py          APIError: a request refused, as the API answers it (any layer may raise it)
+    storage/   the database (db.py: tables, schema steps; store.py: every query, tenant-scoped, and the workers'
+               claim/lease), API keys, quotas, usage, the audit trail, run folders as read, deletion
+    workers/   a worker: claim a job, validate and plan it (library.py: every call into the training library),
+               run `finetune train` on it, turn its run folder into events; its presence, the API's pool of them
+    api/       the FastAPI app (app.py: create_api), its routes (routes/), auth, the OpenAI objects and errors
+    dashboard/ the web dashboard, and create_app: the API with the dashboard, what `finetune serve` serves
+    cli/       the command line: the parsers (parser.py) and one module per command (serve, worker, keys, ...)
 """

@@ -7,7 +7,7 @@ stderr one JSON object, for log shippers:
      "process": "worker", "job_id": "ftjob-...", "tenant": "acme", ...}
 
 Python's logging goes through one formatter: uvicorn's access log (with the request's route template, tenant and
-job id, which the HTTP middleware notes: metrics.py), the job events a worker writes, and anything else logged.
+job id, which the HTTP middleware notes: api/prometheus.py), the job events a worker writes, and anything else logged.
 Whatever is printed (a warning, a traceback, a library's message) becomes an `output` event, one per line.
 `job_id` and `tenant` are those of the job a worker is working on, or of the request.
 """

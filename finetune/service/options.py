@@ -1,16 +1,21 @@
-"""Where the service keeps things; shared by `serve`, `worker` and `keys`."""
+"""ServiceOptions: how one service runs (its data folder, database, registered models, prices, leases, quotas of
+memory and devices), from the flags of `finetune serve`, `worker`, `keys` and the admin commands. Not a run's
+settings (RunConfig, settings/): those are a job's, from its hyperparameters."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from finetune.models.source import local_model
+from finetune.settings.errors import UserError
+
 DEFAULT_DATA_DIR = "./finetune-data"
 DEFAULT_MAX_UPLOAD_BYTES = 512 * 1024 * 1024
 
 
 @dataclass
-class ServiceSettings:
+class ServiceOptions:
     data_dir: Path = Path(DEFAULT_DATA_DIR)
     database: str | None = None
     """SQLAlchemy URL; None = SQLite (WAL) at DATA_DIR/finetune.db."""
@@ -27,18 +32,16 @@ class ServiceSettings:
     """A worker that has not renewed its lease for this long is presumed dead; its job goes to another."""
     heartbeat_seconds: float = 2.0
     max_deaths_at_step: int = 3
+    """A job whose trainer dies this many times at the same step fails instead of resuming again."""
     max_models: int = 4
+    """Models (a base, or an adapter on it) that chat completions keep in memory; the least recently used goes."""
     worker_devices: int | None = None
     """A worker takes only jobs that train on at most this many devices; None = this machine's GPUs (any on a CPU)."""
-    """Models (a base, or an adapter on it) that chat completions keep in memory; the least recently used goes."""
-    """A job whose trainer dies this many times at the same step fails instead of resuming again."""
     retain_days: float | None = None
     """Ended jobs' data and unused files older than this many days are deleted (retention.py); None = kept."""
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
-        from finetune.settings.errors import UserError
-
         if self.max_models < 1:
             raise UserError(f"--max-models must be at least 1, got {self.max_models}")
         if self.worker_devices is not None and self.worker_devices < 1:
@@ -84,9 +87,6 @@ class ServiceSettings:
 def parse_models(pairs: list[str] | None) -> dict[str, str]:
     """`--model NAME=PATH_OR_HUB_ID` (repeatable) -> {NAME: location}; a GGUF file or a pulled base's name
     becomes its converted folder."""
-    from finetune.models.source import local_model
-    from finetune.settings.errors import UserError
-
     models: dict[str, str] = {}
     for pair in pairs or []:
         name, sep, location = pair.partition("=")

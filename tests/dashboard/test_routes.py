@@ -13,8 +13,8 @@ import pytest
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
-from finetune.service.api.app import create_app  # noqa: E402
-from finetune.service.options import ServiceSettings  # noqa: E402
+from finetune.service.dashboard.app import create_app  # noqa: E402
+from finetune.service.options import ServiceOptions  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 STEPS = 10_000
@@ -22,7 +22,7 @@ STEPS = 10_000
 
 @pytest.fixture
 def app(tmp_path, toy_model):
-    settings = ServiceSettings(data_dir=tmp_path / "data", models={"toy": str(toy_model)})
+    settings = ServiceOptions(data_dir=tmp_path / "data", models={"toy": str(toy_model)})
     app = create_app(settings)
     keys = {tenant: app.state.store.create_key(tenant)[1] for tenant in ("alice", "bob")}
     app.state.test_keys = keys
@@ -48,7 +48,7 @@ def _job_with_run(app, client: TestClient) -> tuple[str, Path]:
     response = client.post("/v1/fine_tuning/jobs", json={"model": "toy", "training_file": file_id})
     assert response.status_code == 200, response.text
     job_id = response.json()["id"]
-    run = app.state.settings.runs_dir / job_id
+    run = app.state.options.runs_dir / job_id
     (run / "checkpoints" / "step-010000").mkdir(parents=True)
     (run / "adapter").mkdir()
     (run / "adapter" / "adapter_model.safetensors").write_bytes(b"weights")
@@ -169,7 +169,7 @@ def test_gguf_download_is_a_file_transformers_reads_and_belongs_to_the_tenant(ap
     alice, bob = _client(app, "alice"), _client(app, "bob")
     file_id = _upload(alice, EXAMPLES / "train.jsonl")
     job_id = alice.post("/v1/fine_tuning/jobs", json={"model": "toy", "training_file": file_id}).json()["id"]
-    run = app.state.settings.runs_dir / job_id  # trained where the worker would train it
+    run = app.state.options.runs_dir / job_id  # trained where the worker would train it
     args = ["train", str(EXAMPLES / "train.jsonl"), "--model", str(toy_model), "--out", str(run), "--max-steps", "2"]
     assert main([*args, "--batch-size", "8", "--max-seq-len", "512", "--lr", "0.01", "--val-fraction", "0"]) == 0
     assert alice.get(f"/v1/dashboard/jobs/{job_id}/run").json()["gguf"] == {"supported": True, "reason": None}

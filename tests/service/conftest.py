@@ -39,7 +39,7 @@ def tiny_data(tmp_path_factory) -> Path:
 def app(tmp_path, toy_model):
     """The job API in this process (no worker running), with an API key each for tenants alice and bob
     (`app.state.test_keys`); `service_helpers.api_client(app, tenant)` calls it as one of them."""
-    from finetune.service.api.app import create_app
+    from finetune.service.dashboard.app import create_app
 
     app = create_app(settings_for(tmp_path / "data", toy_model))
     app.state.test_keys = {tenant: app.state.store.create_key(tenant)[1] for tenant in ("alice", "bob")}

@@ -24,7 +24,8 @@ def fake_launcher():
 
 def main(argv: list[str]) -> int:
     from finetune.commands.cli import build_parser
-    from finetune.service.cli.serve import run_serve, run_worker_command
+    from finetune.service.cli.serve import run_serve
+    from finetune.service.cli.worker import run_worker_command
 
     args = build_parser().parse_args(argv)
     if args.command == "worker":

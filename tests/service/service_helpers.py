@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from finetune.service.options import ServiceSettings
+from finetune.service.options import ServiceOptions
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 FAKE_TRAINER = Path(__file__).with_name("fake_trainer.py")
@@ -91,8 +91,8 @@ class Server:
         self.log.close()
 
 
-def settings_for(data_dir: Path, model: Path, database: str | None = None, **values) -> ServiceSettings:
-    return ServiceSettings(data_dir=data_dir, database=database, models={"toy": str(model)}, **values)
+def settings_for(data_dir: Path, model: Path, database: str | None = None, **values) -> ServiceOptions:
+    return ServiceOptions(data_dir=data_dir, database=database, models={"toy": str(model)}, **values)
 
 
 def read_jsonl(path: Path) -> list[dict]:

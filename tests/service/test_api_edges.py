@@ -29,7 +29,7 @@ def test_the_plan_answer_names_no_path_on_the_server(app, tiny_data, toy_model):
     plan = answer.json()
     assert plan["object"] == "fine_tuning.plan" and plan["model"] == "toy" and plan["total_steps"] >= 1
     text = json.dumps(plan)
-    for path in (str(toy_model), str(Path(toy_model).resolve()), str(app.state.settings.data_dir), "/files/"):
+    for path in (str(toy_model), str(Path(toy_model).resolve()), str(app.state.options.data_dir), "/files/"):
         assert path not in text, path
     assert "val.jsonl" in plan["val_fraction_reason"]  # the validation file, named as uploaded
 
@@ -53,7 +53,7 @@ def test_events_after_an_unknown_id_are_an_empty_page(app, tiny_data):
 
 def test_a_results_file_is_refused_as_training_or_validation_data(app, tiny_data):
     alice = api_client(app)
-    store, settings = app.state.store, app.state.settings
+    store, settings = app.state.store, app.state.options
     (settings.files_dir / "file-results").write_text("step,train_loss\n1,1.0\n")
     store.add_file("alice", "file-results", "step_metrics.csv", "fine-tune-results", 22)
     data = _upload(alice, tiny_data.read_bytes()).json()["id"]
@@ -69,7 +69,7 @@ def test_a_results_file_is_refused_as_training_or_validation_data(app, tiny_data
 
 def test_delete_a_fine_tuned_model_like_openai(app, tiny_data):
     alice, bob = api_client(app), api_client(app, "bob")
-    store, settings = app.state.store, app.state.settings
+    store, settings = app.state.store, app.state.options
     file_id = _upload(alice, tiny_data.read_bytes()).json()["id"]
     job = alice.post("/v1/fine_tuning/jobs", json={"model": "toy", "training_file": file_id, "suffix": "s"}).json()
     name = f"ft:toy:alice:s:{job['id']}"
@@ -115,7 +115,7 @@ def test_a_gzip_bomb_upload_is_refused_and_leaves_nothing(app):
     error = answer.json()["error"]
     assert answer.status_code == 400 and error["code"] == "invalid_file"
     assert "bomb.jsonl.gz" in error["message"] and "line 1" in error["message"] and "4 MB" in error["message"]
-    settings = app.state.settings
+    settings = app.state.options
     assert list(settings.files_dir.iterdir()) == [] and list(settings.uploads_dir.iterdir()) == []
     too_big = gzip.compress(b"{}\n" * 100_000)  # small lines, but more than the upload limit once decompressed
     settings.max_upload_bytes = 200_000

@@ -15,7 +15,7 @@ from openai import OpenAI
 from safetensors.torch import load_file
 from service_helpers import Server, settings_for
 
-from finetune.service.api.app import create_app
+from finetune.service.dashboard.app import create_app
 
 HYPER = {"n_epochs": 1, "batch_size": 4, "max_seq_len": 256, "val_fraction": 0, "save_every": 1}
 

@@ -24,7 +24,7 @@ ONE_STEP = {"max_steps": 1, "val_fraction": 0}
 
 def _service(tmp_path: Path, toy_model: Path, tenants=("alice", "bob")):
     """The job API in this process, fast heartbeats, a key per tenant; (app, settings)."""
-    from finetune.service.api.app import create_app
+    from finetune.service.dashboard.app import create_app
 
     settings = settings_for(tmp_path / "data", toy_model, heartbeat_seconds=0.2)
     app = create_app(settings)
@@ -275,7 +275,7 @@ def test_retention_deletes_old_ended_jobs_and_unused_files_only(tmp_path, toy_mo
     from sqlalchemy import update
 
     from finetune.commands.cli import build_parser
-    from finetune.service.cli.serve import settings_from
+    from finetune.service.cli.from_flags import options_from
     from finetune.service.storage.db import files, jobs
     from finetune.service.workers.retention import sweep
 
@@ -305,5 +305,5 @@ def test_retention_deletes_old_ended_jobs_and_unused_files_only(tmp_path, toy_mo
     store.close()
 
     args = build_parser().parse_args(["serve", "--retain-days", "7", "--data-dir", str(settings.data_dir)])
-    assert settings_from(args).retain_days == 7
+    assert options_from(args).retain_days == 7
     assert main(["worker", "--retain-days", "0", "--data-dir", str(settings.data_dir)]) == 1

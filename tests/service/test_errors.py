@@ -5,7 +5,8 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from finetune.service.api.openai_errors import APIError, install_error_handlers
+from finetune.service.api.openai_errors import install_error_handlers
+from finetune.service.api_error import APIError
 
 
 def _app() -> FastAPI:

@@ -65,9 +65,9 @@ def test_the_same_upload_twice_is_one_file(app, tiny_data):
     assert [f["id"] for f in alice.get("/v1/files").json()["data"]] == [first.json()["id"]]
     other = _upload(alice, tiny_data.read_bytes() + b"\n", key="upload-1")
     assert other.status_code == 409 and other.json()["error"]["code"] == "idempotency_key_reused"
-    files_dir = app.state.settings.files_dir
+    files_dir = app.state.options.files_dir
     assert sorted(p.name for p in files_dir.iterdir()) == [first.json()["id"]]  # nothing left by the replays
-    assert list(app.state.settings.uploads_dir.iterdir()) == []
+    assert list(app.state.options.uploads_dir.iterdir()) == []
 
 
 class _LosesTheFirstAnswer(TestClient):

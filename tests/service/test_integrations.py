@@ -18,8 +18,8 @@ import pytest
 from openai import OpenAI
 from service_helpers import Server, free_port
 
-from finetune.service.api.openai_errors import APIError
-from finetune.service.workers.integrations import integrations_of, run_settings_for
+from finetune.service.api.integrations import integrations_of, run_settings_for
+from finetune.service.api_error import APIError
 
 WANDB = {"type": "wandb", "wandb": {"project": "team-runs", "name": "nightly", "entity": "team", "tags": ["a", "b"]}}
 MLFLOW = {"type": "mlflow", "mlflow": {"experiment": "service-runs", "run_name": "job-run"}}

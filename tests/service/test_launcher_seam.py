@@ -166,7 +166,7 @@ def test_a_run_waiting_for_the_cluster_says_so_and_an_unplaced_attempt_ends_clea
 def test_readyz_says_what_a_job_waits_for_without_failing(tmp_path, toy_model):
     from fastapi.testclient import TestClient
 
-    from finetune.service.api.app import create_app
+    from finetune.service.dashboard.app import create_app
 
     settings = settings_for(tmp_path / "d", toy_model)
     app = create_app(settings)

@@ -16,7 +16,7 @@ from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 from service_helpers import Server, settings_for
 
-from finetune.service.api.app import create_app
+from finetune.service.dashboard.app import create_app
 from finetune.service.storage.db import SCHEMA_VERSION, make_engine, schema_version
 
 TOKEN = "scrape-me-9f2c"

@@ -29,8 +29,8 @@ from safetensors.torch import load_file
 from service_helpers import EXAMPLES, Server, settings_for
 
 from finetune.commands.cli import main
+from finetune.service.storage import run_folders
 from finetune.service.storage.store import Store
-from finetune.service.workers import library as core
 from finetune.service.workers.worker import Worker
 
 pytest.importorskip("ray")
@@ -241,7 +241,7 @@ def test_a_two_device_job_on_ray_learns_what_local_workers_learn(ray_service, ra
     (`--devices 2`: torchrun's 2 processes on this machine) and of 1 process with accumulation 2."""
     nodes = _nodes_of(ray_service.log(ray_job.name))
     assert len(nodes) == 2 and len(set(nodes)) == 2  # one rank on each node: the run crossed nodes
-    assert [row["step"] for row in core.read_metrics(ray_job)] == list(range(1, STEPS + 1))
+    assert [row["step"] for row in run_folders.read_metrics(ray_job)] == list(range(1, STEPS + 1))
 
     ray_service.stop_worker()  # the same job again, for a local worker (the Worker class, its default launcher)
     try:
@@ -272,12 +272,14 @@ def test_a_killed_rank_resumes_once_with_the_weights_of_an_uninterrupted_run(ray
     job_id = ray_service.create()
     run = ray_service.run(job_id)
     trainers = _wait_for(
-        lambda: core.checkpoint_steps(run) and len(t := _trainers(run)) == 2 and t, 300, "a checkpoint of the run"
+        lambda: run_folders.checkpoint_steps(run) and len(t := _trainers(run)) == 2 and t,
+        300,
+        "a checkpoint of the run",
     )
     actor = _parent(trainers[1])
     assert _processes()[actor].startswith("ray::RankProcess"), _processes()[actor]
     os.kill(actor, signal.SIGKILL)
-    done_at_kill = len(core.read_metrics(run))
+    done_at_kill = len(run_folders.read_metrics(run))
     assert done_at_kill < STEPS, "the run ended before the kill: make it longer"
 
     job = ray_service.finished(job_id)
@@ -289,7 +291,7 @@ def test_a_killed_rank_resumes_once_with_the_weights_of_an_uninterrupted_run(ray
     assert any("died at step" in m and "SIGKILL" in m for m in messages), messages
     assert any(m.startswith("Resuming from step") for m in messages), messages
     assert sum("successfully completed" in m for m in messages) == 1
-    assert [row["step"] for row in core.read_metrics(run)] == list(range(1, STEPS + 1))
+    assert [row["step"] for row in run_folders.read_metrics(run)] == list(range(1, STEPS + 1))
     _same_weights(run / ADAPTER, ray_job / ADAPTER, atol=0.0)
 
 
@@ -299,10 +301,10 @@ def test_a_killed_worker_leaves_no_rank_running_and_the_job_resumes_once(ray_ser
     that died), so no rank of attempt 1 runs on when another worker takes the job; that one resumes it."""
     job_id = ray_service.create()
     run = ray_service.run(job_id)
-    _wait_for(lambda: core.checkpoint_steps(run) and len(_trainers(run)) == 2, 300, "a checkpoint of the run")
+    _wait_for(lambda: run_folders.checkpoint_steps(run) and len(_trainers(run)) == 2, 300, "a checkpoint of the run")
     ray_service.worker.kill()
     ray_service.worker.wait()
-    assert len(core.read_metrics(run)) < STEPS, "the run ended before the kill: make it longer"
+    assert len(run_folders.read_metrics(run)) < STEPS, "the run ended before the kill: make it longer"
     _wait_for(lambda: not _trainers(run) and not _rank_actors(), 60, "the ranks to end with their worker")
     assert ray_service.client.fine_tuning.jobs.retrieve(job_id).status == "running"  # until its lease runs out
 
@@ -312,7 +314,7 @@ def test_a_killed_worker_leaves_no_rank_running_and_the_job_resumes_once(ray_ser
     assert job.attempts == 2
     messages = [e.message for e in ray_service.client.fine_tuning.jobs.list_events(job_id, limit=100)]
     assert any("its worker stopped answering" in m for m in messages), messages
-    assert [row["step"] for row in core.read_metrics(run)] == list(range(1, STEPS + 1))
+    assert [row["step"] for row in run_folders.read_metrics(run)] == list(range(1, STEPS + 1))
     _same_weights(run / ADAPTER, ray_job / ADAPTER, atol=0.0)
 
 
@@ -322,12 +324,12 @@ def test_cancel_mid_run_stops_every_rank_with_a_checkpoint(ray_service):
     # only checkpoint is the one the stop writes
     job_id = ray_service.create(n_epochs=40, max_steps=1000, save_every=2000)
     run = ray_service.run(job_id)
-    _wait_for(lambda: len(core.read_metrics(run)) >= 2, 300, "two steps of the run")
+    _wait_for(lambda: len(run_folders.read_metrics(run)) >= 2, 300, "two steps of the run")
     ray_service.client.fine_tuning.jobs.cancel(job_id)
     _wait_for(lambda: "stopped by SIGTERM" in ray_service.log(job_id), 120, "the ranks to stop")
     _wait_for(lambda: not _trainers(run) and not _rank_actors(), 120, "the ranks and their actors to be gone")
     assert ray_service.client.fine_tuning.jobs.retrieve(job_id).status == "cancelled"
-    steps = core.checkpoint_steps(run)
+    steps = run_folders.checkpoint_steps(run)
     assert len(steps) == 1 and 2 <= steps[0] < 1000
     assert f"stopped by SIGTERM after step {steps[0]}" in ray_service.log(job_id)
     time.sleep(3)  # a worker that started the job again would have started its ranks by now
@@ -381,7 +383,9 @@ def test_a_lost_node_makes_a_job_wait_said_and_bounded_and_cancel_and_sigterm_fr
         _wait_for(lambda: service.worker_log.read_text().count(" ready (") > ready, 120, "the worker to start")
         job_id = service.create(n_epochs=40, max_steps=1000, save_every=2)
         run = service.run(job_id)
-        _wait_for(lambda: core.checkpoint_steps(run) and len(_trainers(run)) == 2, 300, "a checkpoint of the run")
+        _wait_for(
+            lambda: run_folders.checkpoint_steps(run) and len(_trainers(run)) == 2, 300, "a checkpoint of the run"
+        )
         (node,) = cluster.worker_nodes
         cluster.remove_node(node)  # its raylet and Ray workers killed: rank 1 and its trainer with them
 

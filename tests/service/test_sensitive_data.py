@@ -48,7 +48,7 @@ def test_the_worker_s_validation_reports_counts_and_refuse_fails_the_job(app, tm
     )
     file_id = file_id.json()["id"]
     warned, refused = _job(client, file_id), _job(client, file_id, sensitive_data="refuse")
-    worker = Worker(app.state.settings, app.state.store, launcher=fake_launcher())
+    worker = Worker(app.state.options, app.state.store, launcher=fake_launcher())
     assert worker.run_once() and worker.run_once()
 
     events = client.get(f"/v1/fine_tuning/jobs/{warned}/events", params={"limit": 100}).json()["data"]

@@ -9,8 +9,8 @@ import concurrent.futures
 import pytest
 from starlette.requests import Request
 
-from finetune.service.api.openai_errors import APIError
 from finetune.service.api.upload import receive_upload
+from finetune.service.api_error import APIError
 
 BOUNDARY = "b0undary"
 HEAD = (

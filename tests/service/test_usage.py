@@ -17,8 +17,8 @@ from fastapi.testclient import TestClient
 from service_helpers import fresh_postgres_database, settings_for
 from sqlalchemy import update
 
-from finetune.service.api.app import create_app
 from finetune.service.api.objects import job_object
+from finetune.service.dashboard.app import create_app
 from finetune.service.storage.db import jobs
 from finetune.service.storage.store import Store, new_id
 from finetune.service.storage.usage import DAY, job_usage, parse_time, tenant_usage

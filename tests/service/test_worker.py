@@ -167,8 +167,8 @@ def test_the_lease_is_kept_while_a_slow_validation_runs(tmp_path, toy_model, tin
     store = Store(settings.database_url)
     store.migrate()
     job_id = _add_job(store, settings, tiny_data)
-    real_validate = core.validate_training_file
-    monkeypatch.setattr(core, "validate_training_file", lambda *a: time.sleep(7) or real_validate(*a))
+    real_validate = core.screen_training_file  # the validation every job's files get (the plan tokenizes them)
+    monkeypatch.setattr(core, "screen_training_file", lambda *a: time.sleep(7) or real_validate(*a))
     worker = threading.Thread(target=_worker(settings, store).run_once)
     worker.start()
     while store.get_job("a", job_id)["worker"] is None:  # the worker's claim comes first
@@ -203,3 +203,69 @@ def test_the_events_name_split_and_dropped_lines_by_the_uploaded_name(tmp_path, 
     dropped = next(m for m in messages if m.startswith("[dropped_examples]"))
     assert dropped.endswith(": tiny.jsonl:3, tiny.jsonl:9"), dropped  # _add_job uploads it as tiny.jsonl
     assert not any("file-" in m for m in messages), messages
+
+
+def test_a_usable_file_is_tokenized_once_by_the_plan(tmp_path, toy_model, tiny_data, monkeypatch):
+    """Issue 32: the worker's validation tokenized the file, then its plan tokenized it again. Validation now checks
+    what needs no tokenizer; the plan's preparation tokenizes once (into the token cache its trainer reads), and the
+    full validation runs only to explain a file the plan refused."""
+    from finetune.data.tokenize import ChatTokenizer
+    from finetune.service.workers import library as core
+
+    _fake(monkeypatch)
+    settings, store = _sqlite_service(tmp_path, toy_model)
+    job_id = _add_job(store, settings, tiny_data)
+    made, validated = [], []
+    real_init, real_validate = ChatTokenizer.__init__, core.validate_file
+    monkeypatch.setattr(ChatTokenizer, "__init__", lambda self, *a, **k: made.append(1) or real_init(self, *a, **k))
+    monkeypatch.setattr(core, "validate_file", lambda *a, **k: validated.append(1) or real_validate(*a, **k))
+    assert _worker(settings, store).run_once()
+    assert store.get_job("a", job_id)["status"] == "succeeded"
+    assert validated == [] and len(made) == 1  # one tokenizer over the records in this process: the plan's
+
+
+# validate and plan a job in a fresh process, the way a worker does, then say whether torch was imported
+VALIDATE_AND_PLAN = """
+import json, shutil, sys
+from pathlib import Path
+from finetune.service.options import ServiceOptions
+from finetune.service.storage.store import Store, new_id
+from finetune.service.workers.worker import Worker
+
+class Here:  # a launcher that knows its device without asking torch, and starts no trainer
+    name = "local"
+    def devices(self): return None
+    def device_kind(self): return "cpu"
+    def start(self, run): raise AssertionError("validate and plan only")
+
+data_dir, model, data = map(Path, sys.argv[1:4])
+options = ServiceOptions(data_dir=data_dir, models={"toy": str(model)})
+options.make_dirs()
+store = Store(options.database_url)
+store.migrate()
+file_id = new_id("file")
+shutil.copy(data, options.files_dir / file_id)
+store.add_file("a", file_id, "tiny.jsonl", "fine-tune", data.stat().st_size)
+store.create_job("a", dict(model="toy", model_location=str(model), training_file=file_id, seed=1,
+                 method={"type": "supervised"}, run_settings={"max_steps": 1, "val_fraction": 0}))
+worker = Worker(options, store, launcher=Here())
+claim = store.claim(worker.name, options.lease_seconds)
+plan_path = options.runs_dir / f"{claim.job['id']}.plan.json"
+ready = worker.preparation.prepare(claim.job, claim.token, plan_path)
+status = store.get_job("a", claim.job["id"])["status"]
+print(json.dumps({"ready": ready, "status": status, "plan": plan_path.is_file(), "torch": "torch" in sys.modules}))
+"""
+
+
+def test_a_worker_validates_and_plans_a_job_without_torch(tmp_path, toy_model, tiny_data):
+    """Issue 32: a worker never trains in its own process (its trainer does), so validating and planning a job
+    must not import torch: `plan_run(config, measure=False)` and the worker's own modules are torch-free."""
+    import json
+
+    done = subprocess.run(
+        [sys.executable, "-c", VALIDATE_AND_PLAN, str(tmp_path / "d"), str(toy_model), str(tiny_data)],
+        capture_output=True, text=True, timeout=300, env=os.environ,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout.splitlines()[-1])
+    assert answer == {"ready": True, "status": "queued", "plan": True, "torch": False}

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 from fastapi import Request
 
-from finetune.service.api.openai_errors import APIError
+from finetune.service.api_error import APIError
 from finetune.service.storage.keys import key_id_of
 
 COOKIE = "finetune_key"
@@ -97,5 +97,5 @@ def current_tenant(request: Request) -> str:
         raise APIError(401, "Missing or invalid API key. Send it as 'Authorization: Bearer <key>'.", "invalid_api_key")
     if by_cookie:
         _check_cookie_request(request)
-    request.state.tenant = tenant  # for the request's log line (metrics.py, logs.py)
+    request.state.tenant = tenant  # for the request's log line (prometheus.py, logs.py)
     return tenant

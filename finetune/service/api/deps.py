@@ -1,11 +1,11 @@
-"""Shared route helpers: the store and settings from the app, list-query limits."""
+"""Shared route helpers: the store and the service's options from the app, list-query limits."""
 
 from __future__ import annotations
 
 from fastapi import Request
 
-from finetune.service.api.openai_errors import APIError
-from finetune.service.options import ServiceSettings
+from finetune.service.api_error import APIError
+from finetune.service.options import ServiceOptions
 from finetune.service.storage.store import Store
 
 
@@ -13,8 +13,8 @@ def store_of(request: Request) -> Store:
     return request.app.state.store
 
 
-def settings_of(request: Request) -> ServiceSettings:
-    return request.app.state.settings
+def options_of(request: Request) -> ServiceOptions:
+    return request.app.state.options
 
 
 def check_limit(limit: int, maximum: int = 10_000) -> int:

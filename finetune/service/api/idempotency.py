@@ -1,5 +1,6 @@
-"""`Idempotency-Key` on the POSTs that create something (files, jobs): a retried request whose answer was lost
-gets the first answer again instead of making a second object.
+"""The header `Idempotency-Key` on the POSTs that create something (files, jobs): what a request with one gets. A
+retried request whose answer was lost gets the first answer again instead of making a second object (the answers
+are kept by storage/idempotency_keys.py).
 
     answer = await once(request, tenant, "POST /v1/fine_tuning/jobs", lambda: digest_json(body), make)
 
@@ -20,7 +21,7 @@ from typing import Any
 from fastapi import Request
 
 from finetune.service.api.deps import store_of
-from finetune.service.api.openai_errors import APIError
+from finetune.service.api_error import APIError
 
 HEADER = "idempotency-key"
 MAX_KEY = 255

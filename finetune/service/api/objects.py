@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from finetune.service.api.integrations import integrations_of
+from finetune.service.storage.job_names import fine_tuned_model_name, method_type
 from finetune.service.storage.store import Page
 from finetune.service.storage.usage import job_usage
-from finetune.service.workers.integrations import integrations_of
 
 ORGANIZATION = "org-local"
 
@@ -21,10 +22,6 @@ def file_object(row: dict) -> dict:
         "expires_at": None,
         "status_details": None,
     }
-
-
-def method_type(row: dict) -> str:
-    return (row["method"] or {}).get("type") or "supervised"
 
 
 def _hyperparameters(row: dict) -> dict:
@@ -60,7 +57,7 @@ def job_object(row: dict) -> dict:
         "suffix": row["suffix"],
         "attempts": row["attempts"],
         "method": {"type": method_type(row), method_type(row): {"hyperparameters": hyper}},
-        "usage": job_usage(row),  # ours: the estimate once planned, the actual once ended (usage.py)
+        "usage": job_usage(row),  # ours: the estimate once planned, the actual once ended (storage/usage.py)
     } | _tombstone(row)
 
 
@@ -94,10 +91,6 @@ def checkpoint_object(row: dict, job: dict) -> dict:
         "step_number": row["step"],
         "metrics": row["metrics"] or {},
     }
-
-
-def fine_tuned_model_name(job: dict) -> str:
-    return f"ft:{job['model']}:{job['tenant']}:{job['suffix'] or ''}:{job['id']}"
 
 
 def model_object(name: str, created: int, owned_by: str) -> dict:

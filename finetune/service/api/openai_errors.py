@@ -1,4 +1,5 @@
-"""Errors in OpenAI's envelope: {"error": {"message", "type", "param", "code"}}, always application/json.
+"""Errors in OpenAI's envelope: {"error": {"message", "type", "param", "code"}}, always application/json: an
+APIError (api_error.py) as it says, FastAPI's own errors and a bug's as OpenAI's SDK expects them.
 
 An illegal transition is 400, never 409: the SDK retries 409 (unless the answer says `x-should-retry: false`)."""
 
@@ -9,24 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-
-class APIError(Exception):
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        code: str | None = None,
-        param: str | None = None,
-        kind: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.code = code
-        self.param = param
-        self.kind = kind or ("invalid_request_error" if status < 500 else "server_error")
-        self.headers = headers
+from finetune.service.api_error import APIError
 
 
 def not_found(what: str, ident: str, param: str) -> APIError:

@@ -34,7 +34,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import choose_encoder
 from sqlalchemy import and_, case, func, select
 
-from finetune.service.api.openai_errors import APIError
+from finetune.service.api_error import APIError
 from finetune.service.logs import request_fields
 from finetune.service.storage.db import jobs, transaction, workers
 from finetune.service.storage.store import TERMINAL, TRANSITIONS, Store
@@ -212,7 +212,7 @@ def install_metrics(app: FastAPI, store: Store, lease_seconds: float, per_tenant
 
 @router.get("/metrics", include_in_schema=False)
 def scrape(request: Request) -> Response:
-    token = request.app.state.settings.metrics_token
+    token = request.app.state.options.metrics_token
     if token is not None:
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not secrets.compare_digest(given.strip().encode(), token.encode()):

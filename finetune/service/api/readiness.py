@@ -22,7 +22,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import select, text
 
-from finetune.service.api.deps import settings_of, store_of
+from finetune.service.api.deps import options_of, store_of
 from finetune.service.storage.db import SCHEMA_VERSION, schema_version, transaction
 
 router = APIRouter()
@@ -49,12 +49,12 @@ def _migrations(store) -> dict:
     return answer
 
 
-def _storage(settings) -> dict:
+def _storage(options) -> dict:
     folders = {
-        "data folder": settings.data_dir,
-        "files": settings.files_dir,
-        "uploads": settings.uploads_dir,
-        "runs": settings.runs_dir,
+        "data folder": options.data_dir,
+        "files": options.files_dir,
+        "uploads": options.uploads_dir,
+        "runs": options.runs_dir,
     }
     for name, folder in folders.items():
         probe = folder / f".readyz-{uuid.uuid4().hex}"
@@ -69,10 +69,10 @@ def _storage(settings) -> dict:
     return {"ok": True}
 
 
-def _waiting(store, settings) -> dict:
+def _waiting(store, options) -> dict:
     """What the live workers' jobs wait for (workers.waiting, beaten by each worker)."""
     try:
-        live = store.workers.live(settings.lease_seconds)
+        live = store.workers.live(options.lease_seconds)
     except Exception:  # the database check says so
         return {}
     t = int(time.time())
@@ -84,9 +84,9 @@ def _waiting(store, settings) -> dict:
 
 @router.get("/readyz", include_in_schema=False)
 def readyz(request: Request) -> JSONResponse:
-    store, settings = store_of(request), settings_of(request)
-    checks = {"database": _database(store), "migrations": _migrations(store), "storage": _storage(settings)}
+    store, options = store_of(request), options_of(request)
+    checks = {"database": _database(store), "migrations": _migrations(store), "storage": _storage(options)}
     failing = [name for name, check in checks.items() if not check["ok"]]
     if failing:
         return JSONResponse({"status": "not_ready", "failing": failing, "checks": checks}, status_code=503)
-    return JSONResponse({"status": "ready", "checks": checks, **_waiting(store, settings)})
+    return JSONResponse({"status": "ready", "checks": checks, **_waiting(store, options)})

@@ -15,7 +15,8 @@ from pathlib import Path
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import Request
 
-from finetune.service.api.openai_errors import APIError
+from finetune.data.read import MAX_LINE_BYTES, LineTooLong, gunzip_bounded, is_gzip
+from finetune.service.api_error import APIError
 
 MAX_FIELD_BYTES = 64 * 1024  # purpose and friends are short
 
@@ -115,8 +116,6 @@ def gunzip_upload(upload: Upload, limit: int) -> None:
     dashboard read it as JSON Lines like any other; decompressed a block at a time with the data path's bound (a
     line over MAX_LINE_BYTES stops it, whatever the ratio: a gzip bomb costs a few MB) and the upload limit on
     what comes out. Errors name the file as uploaded and leave nothing behind."""
-    from finetune.data.read import MAX_LINE_BYTES, LineTooLong, gunzip_bounded, is_gzip
-
     with open(upload.temp, "rb") as handle:
         if not is_gzip(handle.read(2)):
             return

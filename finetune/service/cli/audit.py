@@ -1,5 +1,5 @@
 """`finetune serve audit [--since DATE] [--tenant T]`: the operator's export of the audit trail, one JSON line per
-record, oldest first, each exactly as stored with its hash (audit.py says how to check one by hand); `--verify`
+record, oldest first, each exactly as stored with its hash (storage/audit_trail.py says how to check one by hand); `--verify`
 checks the whole chain instead and exits 1 naming the first bad record."""
 
 from __future__ import annotations
@@ -28,9 +28,10 @@ def add_audit_parser(sub, store_flags) -> None:
 
 
 def run_audit(args: argparse.Namespace) -> int:
-    from finetune.service.cli.serve import _open_store, settings_from
-    from finetune.service.storage.audit_trail import AuditLog  # the database's modules only when the command runs
-    from finetune.service.storage.usage import parse_time
+    # sqlalchemy: the database's modules, only when the command runs (every command line builds this parser)
+    from finetune.service.cli.from_flags import open_store, options_from  # sqlalchemy
+    from finetune.service.storage.audit_trail import AuditLog  # sqlalchemy
+    from finetune.service.storage.usage import parse_time  # sqlalchemy
 
     if args.verify and (args.since or args.tenant):
         raise UserError("--verify checks the whole chain: it takes no --since or --tenant")
@@ -44,7 +45,7 @@ def run_audit(args: argparse.Namespace) -> int:
         since = parse_time(args.since, "--since")
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    store = _open_store(settings_from(args))
+    store = open_store(options_from(args))
     try:
         log = AuditLog(store.engine)
         if not args.verify:

@@ -56,6 +56,6 @@ def usage_parser(sub, store_flags) -> None:
 
 
 def _cmd_usage(args: argparse.Namespace) -> int:
-    from finetune.service.cli.usage import run_usage
+    from finetune.service.cli.usage import run_usage  # sqlalchemy: the database, only when the command runs
 
     return run_usage(args)

@@ -1,5 +1,7 @@
-"""The command line of the job service: `finetune serve`, `finetune worker`, `finetune keys` (and the launcher flags
-`train` shares with `worker`). What they run is in service/commands.py."""
+"""The parsers of the job service's commands: `finetune serve` (and its admin commands), `finetune worker`,
+`finetune keys`, `finetune usage`, and the launcher flags `train` shares with `worker`. What each runs is in its
+own module here (serve.py, worker.py, keys.py, usage.py, ...), imported only when it runs: every `finetune` command
+line builds these parsers, and only a service command needs the database, the web server or the worker."""
 
 from __future__ import annotations
 
@@ -7,26 +9,27 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
+from finetune.service.cli import flags as service_flags
 from finetune.service.cli.audit import add_audit_parser
-from finetune.service.cli.purge import add_purge_parser
+from finetune.service.cli.purge_parser import add_purge_parser
 from finetune.service.cli.tenants_parser import add_tenants_parser
 from finetune.train.launchers import LAUNCHERS
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from finetune.service.cli.serve import run_serve
+    from finetune.service.cli.serve import run_serve  # fastapi, uvicorn, sqlalchemy: only when serving
 
     return run_serve(args)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from finetune.service.cli.serve import run_worker_command
+    from finetune.service.cli.worker import run_worker_command  # sqlalchemy, torch (its devices): only a worker
 
     return run_worker_command(args)
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
-    from finetune.service.cli.serve import run_keys
+    from finetune.service.cli.keys import run_keys  # sqlalchemy: only when the command runs
 
     return run_keys(args)
 
@@ -62,7 +65,6 @@ def _seconds(text: str) -> float:
 
 def add_service_parsers(sub) -> None:
     """serve / worker / keys / usage: the job service (finetune/service, docs/service.md)."""
-    from finetune.service.cli import flags as service_flags  # prices, --metrics-token, --log-format; `usage`
 
     def store_flags(p: argparse.ArgumentParser) -> None:
         p.add_argument(

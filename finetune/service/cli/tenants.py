@@ -1,13 +1,13 @@
-"""`finetune serve tenants set|unset|list`: the operator's quotas per tenant, in the database every API process and
-worker reads (quotas.py); `list` shows each beside what the tenant uses now, as GET /v1/usage shows a tenant."""
+"""What `finetune serve tenants set|unset|list` runs (tenants_parser.py holds its parser): the operator's quotas
+per tenant, in the database every API process and worker reads (quotas.py); `list` shows each beside what the
+tenant uses now, as GET /v1/usage shows a tenant."""
 
 from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
 
-from finetune.service.cli.serve import _open_store, settings_from
-from finetune.service.cli.tenants_parser import FLAGS
+from finetune.service.cli.from_flags import open_store, options_from
 from finetune.service.storage.audit_trail import AuditLog
 from finetune.service.storage.quotas import DEFAULT_TENANT, QUOTAS, all_quotas, known_tenants, report, set_quotas
 from finetune.settings.errors import UserError
@@ -27,13 +27,13 @@ def run_tenants(args) -> int:
     if args.tenants_command == "set":
         values = {name: getattr(args, name) for name in QUOTAS if hasattr(args, name)}
         if not values:
-            flags = ", ".join("--" + name.replace("_", "-") for name in FLAGS)
+            flags = ", ".join("--" + name.replace("_", "-") for name in QUOTAS)
             raise UserError(f"`tenants set {tenant}` sets nothing: give at least one of {flags}")
         if values.get("max_running_jobs") == 0:
             raise UserError("--max-running-jobs must be at least 1 (0 would keep the tenant's jobs queued forever)")
     elif args.tenants_command == "unset":
         values = {name: None for name in QUOTAS if getattr(args, name, False)} or dict.fromkeys(QUOTAS)
-    store = _open_store(settings_from(args))
+    store = open_store(options_from(args))
     try:
         if args.tenants_command == "list":
             return _list(store, args.json)

@@ -1,5 +1,5 @@
 """The parser of `finetune serve tenants set|unset|list` (the operator's quotas per tenant, quotas.py); registered in
-parser.ADMIN_COMMANDS. What the commands run is in quota_command.py."""
+parser.ADMIN_COMMANDS. What the commands run is in tenants.py."""
 
 from __future__ import annotations
 
@@ -46,6 +46,6 @@ def add_tenants_parser(admin, store_flags: Callable[[argparse.ArgumentParser], N
 
 
 def _cmd_tenants(args: argparse.Namespace) -> int:
-    from finetune.service.cli.tenants import run_tenants  # the database, only when a command runs
+    from finetune.service.cli.tenants import run_tenants  # sqlalchemy: the database, only when a command runs
 
     return run_tenants(args)

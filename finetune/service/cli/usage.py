@@ -1,11 +1,11 @@
-"""`finetune usage [--tenant T] [--since DATE] [--json]`: the operator's view of usage, read from the database
-with the same sums GET /v1/usage answers a tenant (usage.py), per tenant and model, estimate beside actual."""
+"""The command `finetune usage [--tenant T] [--since DATE] [--json]`: prints the operator's view of usage, per
+tenant and model, estimate beside actual, from the same sums GET /v1/usage answers a tenant (storage/usage.py)."""
 
 from __future__ import annotations
 
 import json
 
-from finetune.service.cli.serve import _open_store, settings_from
+from finetune.service.cli.from_flags import open_store, options_from
 from finetune.service.storage.usage import CURRENCY, parse_time, tenant_usage, usage_tenants
 from finetune.settings.errors import UserError
 
@@ -15,7 +15,7 @@ def run_usage(args) -> int:
         since = parse_time(args.since, "--since")
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    store = _open_store(settings_from(args))
+    store = open_store(options_from(args))
     try:
         tenants = [args.tenant] if args.tenant else usage_tenants(store, since)
         reports = [tenant_usage(store, tenant, start=since, group_by="model") for tenant in tenants]

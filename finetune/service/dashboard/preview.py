@@ -22,6 +22,7 @@ from finetune.data.sensitive import SENSITIVE_DATA, redacted, scan_pairs, scanne
 from finetune.data.show import shown_record
 from finetune.data.split import auto_val_fraction, split_conversations
 from finetune.data.stats import RecordTokens, estimate_record_tokens
+from finetune.data.tokenize import ChatTokenizer
 from finetune.data.types import Problem
 from finetune.data.validate import TEMPLATE_MISMATCH, validate_parsed
 from finetune.settings.config import AUTO
@@ -166,8 +167,6 @@ class PreferencePreview:
         self.tokenizer, self.max_seq_len = tokenizer, max_seq_len
         chat = None
         if tokenizer is not None:
-            from finetune.data.tokenize import ChatTokenizer
-
             chat = ChatTokenizer(tokenizer)
         # per pair: (chosen counts, rejected counts); a pair the template refuses is an error, as in training
         self.pairs: list[tuple[RecordTokens, RecordTokens]] = []

@@ -31,16 +31,19 @@ from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Resp
 from fastapi.staticfiles import StaticFiles
 from starlette.background import BackgroundTask
 
+from finetune.data.tokenize import load_tokenizer
 from finetune.service.api.auth import COOKIE, check_cookie_origin, current_tenant, from_own_origin, tenant_of_key
-from finetune.service.api.deps import settings_of
-from finetune.service.api.openai_errors import APIError, not_found
+from finetune.service.api.deps import options_of
+from finetune.service.api.openai_errors import not_found
 from finetune.service.api.routes.files import find_file
 from finetune.service.api.routes.jobs import checkpoints_page, job_or_404
+from finetune.service.api_error import APIError
 from finetune.service.dashboard.curve import RunViews
 from finetune.service.dashboard.preview import FilePreview, PreferencePreview, make_preview
 from finetune.service.storage.deletion import FILE_FORGETTERS
 from finetune.settings.config import AUTO
 from finetune.settings.errors import UserError
+from finetune.ship.export.gguf import gguf_of_run, gguf_problem
 
 STATIC = Path(__file__).parent / "static"
 # What in a checkpoint only resumes training (train/checkpoint.py STATE_FILES); a download carries the weights.
@@ -56,7 +59,7 @@ _views = RunViews()
 
 
 def run_folder(request: Request, job_id: str) -> Path:
-    return settings_of(request).runs_dir / job_id
+    return options_of(request).runs_dir / job_id
 
 
 # ------------------------------------------------------------------------------------------------- session
@@ -167,8 +170,6 @@ def _gguf_offer(run: Path) -> dict:
 def _gguf_offer_cached(run: str, plan_stamp: int) -> dict:
     """Whether the run's model can be downloaded as GGUF: read once per plan, not on every poll of the page
     (a real model's tokenizer.json is megabytes)."""
-    from finetune.ship.export.gguf import gguf_problem
-
     problem = gguf_problem(Path(run))
     return {"supported": problem is None, "reason": problem}
 
@@ -208,8 +209,6 @@ _gguf_lock = threading.Lock()
 
 def _gguf(run: Path, step: int | None, gguf_type: str) -> Path:
     """The run's weights as GGUF, converted on the first request and kept in the run folder for the next ones."""
-    from finetune.ship.export.gguf import gguf_of_run
-
     target = run / "gguf" / f"{'final' if step is None else f'step-{step:06d}'}-{gguf_type}.gguf"
     with _gguf_lock:
         if not target.is_file():
@@ -250,8 +249,6 @@ def download(
 
 @functools.lru_cache(maxsize=4)
 def _tokenizer(location: str):
-    from finetune.data.tokenize import load_tokenizer
-
     return load_tokenizer(location)
 
 
@@ -314,15 +311,15 @@ def preview(
     row = find_file(request, tenant, file_id)
     if row is None:
         raise not_found("file", file_id, "file_id")
-    settings = settings_of(request)
+    options = options_of(request)
     location = None
     if model:
-        location = settings.models.get(model)
+        location = options.models.get(model)
         if location is None:
             raise APIError(
                 400, f"Unknown model {model!r}: GET /v1/models lists the ones you can use.", "invalid_value", "model"
             )
-    path = settings.files_dir / file_id
+    path = options.files_dir / file_id
     fraction = _fraction(val_fraction)
     key = (file_id, row["bytes"], row["created_at"], location, max_seq_len, record_policy, fraction, seed)
 

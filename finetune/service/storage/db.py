@@ -98,7 +98,7 @@ jobs = Table(
     Column("deaths_at_step", Integer, nullable=False, default=0),
     Column("devices", Integer, nullable=False, default=1, server_default="1"),  # what the job trains on (v2)
     Column("model_deleted_at", BigInteger),  # DELETE /v1/models/{fine_tuned_model} (v3)
-    # ---- usage (v4): the estimate when planned, the actual as it runs (service/usage.py), the prices planned at
+    # ---- usage (v4): the estimate when planned, the actual as it runs (usage.py), the prices planned at
     Column("started_at", BigInteger),  # its trainer first started (the queue wait ends)
     Column("estimate_billed_tokens", BigInteger),
     Column("estimate_device_seconds", Float),
@@ -167,7 +167,7 @@ idempotency_keys = Table(
     UniqueConstraint("tenant", "key", "route"),
 )
 
-# The audit trail (v5; audit.py): one row per write or download, append-only, each row's hash chained to the one
+# The audit trail (v5; audit_trail.py): one row per write or download, append-only, each row's hash chained to the one
 # before it. `seq` is given under the write lock (never a sequence's number), so a gap is a deleted record.
 audit_records = Table(
     "audit_records",
@@ -267,7 +267,7 @@ AUDIT_APPEND_ONLY = {
 
 def _v5(conn: Connection) -> None:
     """The audit trail, and triggers that refuse an UPDATE or DELETE of its rows (a hand edit must drop them first,
-    and the hash chain still tells: audit.py)."""
+    and the hash chain still tells: audit_trail.py)."""
     audit_records.create(conn, checkfirst=True)
     for statement in AUDIT_APPEND_ONLY.get(conn.dialect.name, []):
         conn.exec_driver_sql(statement)

@@ -1,16 +1,16 @@
 """Delete means delete: every copy of a file's content the service keeps, and all of a job's data and artifacts.
 
-    delete_file(settings, store, tenant, file_id)   the upload, its token cache entries, and in the run folders of
+    delete_file(options, store, tenant, file_id)   the upload, its token cache entries, and in the run folders of
                                                     the ended jobs that used it: the held-out test split, the
                                                     training copy, skipped lines, evaluation answers (eval.json,
                                                     eval.html, retention.json); FileInUse while a job still needs it
-    delete_job(settings, store, tenant, job_id)     an ended job's run folder (checkpoints, weights), plan, logs,
+    delete_job(options, store, tenant, job_id)     an ended job's run folder (checkpoints, weights), plan, logs,
                                                     results files, token cache entries, events, checkpoint rows,
                                                     fine-tuned model; its row stays as a tombstone (tombstones.py)
 
 A token cache entry is found by what its key holds (data/cache.py): the sha256 of the bytes it was tokenized from.
 Those are the upload's bytes, or the training copy of a job that held out a test split (its plan records the
-digest). The service's jobs keep their cache in DATA_DIR/cache/tokens (settings.token_cache_dir); entries made in
+digest). The service's jobs keep their cache in DATA_DIR/cache/tokens (options.token_cache_dir); entries made in
 the process's default cache folder (before that, or by the API's planning) are looked for there too.
 
 What stays: weights trained on a file are not "unlearned" by deleting the file (delete the job, or the model); and
@@ -28,10 +28,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from finetune.data.cache import cache_root
-from finetune.service.options import ServiceSettings
+from finetune.service.options import ServiceOptions
+from finetune.service.storage import run_folders
 from finetune.service.storage.store import TERMINAL, Store
 from finetune.service.storage.tombstones import delete_file_row_unless_needed, jobs_using_file, tombstone_job
-from finetune.service.workers import library as core
 
 # what a run folder keeps of its data's content (eval/test_split.py, data/skipped.py, eval/command.py, retention.py)
 DERIVED_FILES = {
@@ -103,10 +103,10 @@ def sha256_of(path: Path) -> str | None:
 # ---------------------------------------------------------------------------------------------- token cache
 
 
-def cache_roots(settings: ServiceSettings) -> list[Path]:
+def cache_roots(options: ServiceOptions) -> list[Path]:
     """The service's token cache, and this process's default one (entries made before the service kept its own)."""
     roots: list[Path] = []
-    for root in (settings.token_cache_dir, cache_root(SimpleNamespace(cache_dir=None))):
+    for root in (options.token_cache_dir, cache_root(SimpleNamespace(cache_dir=None))):
         if root.is_dir() and root.resolve() not in roots:
             roots.append(root.resolve())
     return roots
@@ -128,12 +128,12 @@ def cache_entries(roots: list[Path], digests: set[str]) -> list[Removal]:
     return found_entries
 
 
-def job_digests(settings: ServiceSettings, job_id: str) -> set[str]:
+def job_digests(options: ServiceOptions, job_id: str) -> set[str]:
     """The sha256 of every data file a job tokenized: as its plans record them (the upload, or the training copy
     left once a test split was held out), and that copy's own, should it have been tokenized without a plan."""
-    run = settings.runs_dir / job_id
+    run = options.runs_dir / job_id
     digests = {sha256_of(run / "train.jsonl")}
-    for plan_path in (settings.runs_dir / f"{job_id}.plan.json", run / "plan.json"):
+    for plan_path in (options.runs_dir / f"{job_id}.plan.json", run / "plan.json"):
         try:
             plan = json.loads(plan_path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -145,24 +145,24 @@ def job_digests(settings: ServiceSettings, job_id: str) -> set[str]:
 # ---------------------------------------------------------------------------------------------- a file
 
 
-def file_removals(settings: ServiceSettings, file_id: str, jobs: list[dict]) -> list[Removal]:
+def file_removals(options: ServiceOptions, file_id: str, jobs: list[dict]) -> list[Removal]:
     """What deleting a file removes: the upload, the derived copies in the run folders of `jobs` (the ended jobs
     that used it), and the token cache entries tokenized from either."""
-    upload = settings.files_dir / file_id
+    upload = options.files_dir / file_id
     digests = {d for d in [sha256_of(upload)] if d}
     items = found("upload", upload)
     for job in jobs:
-        digests |= job_digests(settings, job["id"])
+        digests |= job_digests(options, job["id"])
         for name, what in DERIVED_FILES.items():
-            items += found(what, settings.runs_dir / job["id"] / name, job["id"])
-    return items + cache_entries(cache_roots(settings), digests)
+            items += found(what, options.runs_dir / job["id"] / name, job["id"])
+    return items + cache_entries(cache_roots(options), digests)
 
 
-def delete_file(settings: ServiceSettings, store: Store, tenant: str, file_id: str) -> list[Removal]:
+def delete_file(options: ServiceOptions, store: Store, tenant: str, file_id: str) -> list[Removal]:
     """Delete the tenant's file and every copy of its content (see the module's docstring); what was removed.
     FileInUse (nothing removed) while a job that has not ended uses it."""
     jobs = jobs_using_file(store.engine, tenant, file_id)
-    items = file_removals(settings, file_id, jobs)  # digests read before anything goes
+    items = file_removals(options, file_id, jobs)  # digests read before anything goes
     needing = delete_file_row_unless_needed(store.engine, tenant, file_id)
     if needing:
         raise FileInUse(needing)
@@ -175,28 +175,28 @@ def delete_file(settings: ServiceSettings, store: Store, tenant: str, file_id: s
 # ---------------------------------------------------------------------------------------------- a job
 
 
-def job_removals(settings: ServiceSettings, job: dict, with_cache: bool = True) -> list[Removal]:
+def job_removals(options: ServiceOptions, job: dict, with_cache: bool = True) -> list[Removal]:
     """Everything of an ended job on disk: checkpoints, weights, the rest of its run folder, its plan, its
     trainers' logs, its results files, and (`with_cache`) the token cache entries made for it."""
     job_id = job["id"]
-    run = settings.runs_dir / job_id
+    run = options.runs_dir / job_id
     items = found("checkpoints", run / "checkpoints", job_id)
-    weights = core.final_weights(run)
+    weights = run_folders.final_weights(run)
     items += found("weights", weights, job_id) if weights else []
     if run.exists():
         rest = size_of(run) - sum(item.bytes for item in items)
         items.append(Removal("run folder", run, rest, job_id))  # last: after what it holds was counted
-    items += found("plan", settings.runs_dir / f"{job_id}.plan.json", job_id)
-    for log in sorted(settings.logs_dir.glob(f"{job_id}-attempt-*")):
+    items += found("plan", options.runs_dir / f"{job_id}.plan.json", job_id)
+    for log in sorted(options.logs_dir.glob(f"{job_id}-attempt-*")):
         items += found("trainer log", log, job_id)
     for file_id in job["result_files"] or []:
-        items += found("results file", settings.files_dir / file_id, job_id)
+        items += found("results file", options.files_dir / file_id, job_id)
     if not with_cache:
         return items
-    return items + cache_entries(cache_roots(settings), job_digests(settings, job_id))
+    return items + cache_entries(cache_roots(options), job_digests(options, job_id))
 
 
-def delete_job(settings: ServiceSettings, store: Store, tenant: str, job_id: str) -> dict | None:
+def delete_job(options: ServiceOptions, store: Store, tenant: str, job_id: str) -> dict | None:
     """Delete an ended job's data and artifacts; its row becomes a tombstone. The row after (None: no such job of
     the tenant's). JobNotDeletable while it has not ended, or its worker has not let go of it yet."""
     job = store.get_job(tenant, job_id)
@@ -211,7 +211,7 @@ def delete_job(settings: ServiceSettings, store: Store, tenant: str, job_id: str
         raise JobNotDeletable(
             f"Job {job_id} is {job['status']} but its worker is still stopping it; try again shortly."
         )
-    items = job_removals(settings, job)
+    items = job_removals(options, job)
     remove(items)
     if job["deleted_at"] is not None:  # deleted before: what was left (nothing, unless a removal failed) is gone now
         return job

@@ -1,4 +1,5 @@
-"""Idempotency-Key answers (db.idempotency_keys): the same key and body within a day answer the first answer again.
+"""The table of Idempotency-Key answers (db.idempotency_keys): a key held for a request, the answer stored for it,
+given back when the request failed. What a request with a key gets is decided in api/idempotency.py.
 
 first = store.idempotency.begin(tenant, key, route, body_sha256)   # None: a new key, held for this request
 store.idempotency.finish(tenant, key, route, object_id, answer)    # or drop(...) when the request failed

@@ -29,7 +29,7 @@ from sqlalchemy import Connection, Engine, and_, case, delete, func, insert, or_
 
 from finetune.data.read import read_file
 from finetune.data.stats import BYTES_PER_TOKEN_ESTIMATE, build_all_records, estimate_record_tokens
-from finetune.service.api.openai_errors import APIError
+from finetune.service.api_error import APIError
 from finetune.service.storage.db import api_keys, files, job_token_holds, jobs, tenant_quotas, transaction
 from finetune.settings.errors import UserError
 

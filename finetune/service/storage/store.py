@@ -26,7 +26,7 @@ from finetune.service.storage.db import (
 )
 from finetune.service.storage.idempotency_keys import IdempotencyKeys
 from finetune.service.storage.quotas import tenants_at_running_quota
-from finetune.service.workers.registry import WorkerRegistry
+from finetune.service.storage.worker_registry import WorkerRegistry
 
 TERMINAL = ("succeeded", "failed", "cancelled")
 CLAIMABLE = ("validating_files", "queued")
@@ -98,7 +98,7 @@ def _one(result) -> dict | None:
 class Store:
     def __init__(self, url: str, engine: Engine | None = None) -> None:
         self.engine = engine or make_engine(url)
-        self.workers = WorkerRegistry(self.engine)  # who is alive, on what device (registry.py)
+        self.workers = WorkerRegistry(self.engine)  # who is alive, on what device (worker_registry.py)
         self.idempotency = IdempotencyKeys(self.engine)  # Idempotency-Key answers (idempotency_keys.py)
 
     def migrate(self) -> int:

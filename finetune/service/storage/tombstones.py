@@ -1,4 +1,4 @@
-"""The database side of deleting (deletion.py, purge.py): which jobs still need a file, a deleted job's tombstone,
+"""The database side of deleting (deletion.py, tenant_purge.py): which jobs still need a file, a deleted job's tombstone,
 and a tenant's rows. Kept out of store.py, which holds the everyday queries."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Usage: what a job used and what it costs, and the sums a tenant (GET /v1/usage) or the operator (`finetune
-usage`) reads.
+"""Usage's arithmetic and queries: what a job used and what it costs, and the sums over jobs that the API answers
+a tenant (GET /v1/usage: api/routes/usage.py) and the operator reads (`finetune usage`: cli/usage.py).
 
     billed tokens   tokens processed: every training token once per epoch (OpenAI's `trained_tokens`)
     device seconds  how long the job's trainer ran (every attempt, start to exit) x the devices it trains on
@@ -59,9 +59,9 @@ def job_usage(row: dict) -> dict[str, dict | None]:
     return {"estimate": estimate, "actual": actual}
 
 
-def prices_of(settings) -> dict[str, float | None]:
+def prices_of(options) -> dict[str, float | None]:
     """The RunConfig prices a plan made by this process (a worker's, or POST /v1/fine_tuning/plan) is costed at."""
-    return {"price_per_million_tokens": settings.price_per_million_tokens, "gpu_hour_price": settings.gpu_hour_price}
+    return {"price_per_million_tokens": options.price_per_million_tokens, "gpu_hour_price": options.gpu_hour_price}
 
 
 def planned_values(plan) -> dict[str, Any]:

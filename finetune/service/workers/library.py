@@ -1,6 +1,6 @@
 """Every call from the service into the training library, in one place: map OpenAI hyperparameters to a
-RunConfig (generated from the settings' declarations), validate a file, plan a job, the `finetune train` command
-line that executes the plan, and reading a run folder.
+RunConfig (generated from the settings' declarations), validate a file, plan a job, write the plan its trainer
+executes, and say the library's errors and warnings in an API caller's terms.
 
 Training itself never runs in the service's process: the worker plans the job once (`plan_job`), writes the plan,
 and starts `python -m finetune train --plan JOB.plan.json --out RUN` (plus `--resume`), which checks the data and
@@ -14,6 +14,12 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from finetune.data.preference import read_preferences
+from finetune.data.read import read_file
+from finetune.data.sensitive import scanned_file
+from finetune.data.tokenize import load_tokenizer
+from finetune.data.types import Problem
+from finetune.data.validate import validate_file
 from finetune.settings.config import AUTO, RunConfig
 from finetune.settings.errors import DataError, UserError
 from finetune.settings.registry import Setting, settings
@@ -94,17 +100,31 @@ def run_config(
 # ---------------------------------------------------------------------------------------------- validation
 
 
+def screen_training_file(
+    path: Path, shown_name: str, config: RunConfig, param: str, notes: list[dict] | None = None
+) -> dict | None:
+    """A job's file checked before its plan, with what needs no tokenizer: it reads (conversations or pairs), and
+    its sensitive values go to `notes` (sensitive_data warn or redact). What needs the tokenizer (the template,
+    the masks, the lengths) is the plan's own preparation, which tokenizes the file once, into the token cache its
+    trainer reads. A file with a problem here, or one whose test split is held out before the plan reads it, is
+    validated in full (validate_training_file): its error names every problem, as before a plan."""
+    if config.method != "dpo" and not config.test_fraction:
+        try:
+            parsed, found = scanned_file(read_file(path, config.format), config.sensitive_data)
+        except UserError:
+            parsed = None
+        if parsed is not None and parsed.ok:
+            _note_sensitive(parsed.warnings, found, path, shown_name, config, notes)
+            return None
+    return validate_training_file(path, shown_name, config, param, notes)
+
+
 def validate_training_file(
     path: Path, shown_name: str, config: RunConfig, param: str, notes: list[dict] | None = None
 ) -> dict | None:
     """OpenAI's `error` object for a file that cannot train (naming its first bad lines), or None when usable.
     `notes` receives what a usable file should still be told about, as events: the sensitive values found in it
     (counts by kind and role, lines; never a value), with sensitive_data warn or redact."""
-    from finetune.data.preference import read_preferences
-    from finetune.data.sensitive import scanned_file
-    from finetune.data.tokenize import load_tokenizer
-    from finetune.data.validate import validate_file
-
     try:
         if config.method == "dpo":  # pairs: the same checks as `finetune validate PREFS.jsonl`
             result, found = scanned_file(read_preferences(path), config.sensitive_data)
@@ -118,13 +138,7 @@ def validate_training_file(
             "message": scrub(in_api_terms(exc, config), path, shown_name),
             "param": param,
         }
-    for problem in result.warnings if notes is not None else []:
-        if problem.code == "sensitive_data":
-            message = scrub(render(problem.message, "api", method_type(config)), path, shown_name)
-            counts = {k: v for k, v in found.items() if k not in ("findings", "files")}
-            counts["files"] = {shown_name: where} if (where := next(iter(found["files"].values()), None)) else {}
-            data = {"sensitive_data": counts}
-            notes.append({"message": f"{shown_name}: [sensitive_data] {message}", "level": "warn", "data": data})
+    _note_sensitive(result.warnings, found, path, shown_name, config, notes)
     if result.ok:
         return None
     first = result.errors[:3]
@@ -139,6 +153,19 @@ def validate_training_file(
         "message": f"{shown_name}: {len(result.errors)} problem(s) make it unusable: {lines}{more}",
         "param": param,
     }
+
+
+def _note_sensitive(
+    warnings: list[Problem], found: dict, path: Path, shown_name: str, config: RunConfig, notes: list[dict] | None
+) -> None:
+    """The event of the sensitive values found in a usable file: counts by kind and role, lines; never a value."""
+    for problem in warnings if notes is not None else []:
+        if problem.code == "sensitive_data":
+            message = scrub(render(problem.message, "api", method_type(config)), path, shown_name)
+            counts = {k: v for k, v in found.items() if k not in ("findings", "files")}
+            counts["files"] = {shown_name: where} if (where := next(iter(found["files"].values()), None)) else {}
+            data = {"sensitive_data": counts}
+            notes.append({"message": f"{shown_name}: [sensitive_data] {message}", "level": "warn", "data": data})
 
 
 def planning_error(
@@ -191,11 +218,11 @@ def as_uploaded(value: Any, files: dict[Path, str]) -> Any:
 
 def plan_job(config: RunConfig, out: Path | None = None, speed_of=None):
     """The job's first half of a run (test set held out into `out`, data prepared, plan): the one planning of it.
-    In a worker the model's speed is measured on its machine (cached); the API passes the pool's (`speed_of`)
-    and never loads the model."""
-    from finetune.run import plan_run
+    Nothing is timed and no model loaded: the speed is the one this machine's runs left in its cache (a worker),
+    or the pool's (`speed_of`, the API), else the plan's FLOP-based guess, which says so."""
+    from finetune.run import plan_run  # torch, transformers: run.py is the whole run; loaded when a job is planned
 
-    return plan_run(config, out, measure=speed_of is None, speed_of=speed_of)
+    return plan_run(config, out, measure=False, speed_of=speed_of)
 
 
 def resolved_hyperparameters(plan: Plan, method_type: str) -> dict:
@@ -231,54 +258,3 @@ def _plain(value: Any) -> Any:
 def write_plan(plan: Plan, path: Path, method_type: str) -> None:
     """The job's plan for its trainer, its messages in an API caller's terms."""
     path.write_text(json.dumps(plan.to_dict("api", method_type), indent=2))
-
-
-# ---------------------------------------------------------------------------------------------- run folder
-
-
-def read_plan(run: Path) -> dict | None:
-    try:
-        return json.loads((run / "plan.json").read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def read_report(run: Path) -> dict | None:
-    try:
-        return json.loads((run / "report.json").read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def read_metrics(run: Path) -> list[dict]:
-    """metrics.jsonl's complete lines (a line being written is skipped until it is whole)."""
-    try:
-        text = (run / "metrics.jsonl").read_text()
-    except OSError:
-        return []
-    rows = []
-    for line in text.splitlines(keepends=True):
-        if not line.endswith("\n"):
-            break
-        try:
-            rows.append(json.loads(line))
-        except ValueError:
-            break
-    return rows
-
-
-def checkpoint_steps(run: Path) -> list[int]:
-    """Steps of the checkpoints in RUN/checkpoints/step-NNNNNN (train/checkpoint.py's layout; read here without
-    importing that module, which loads torch: a worker never needs torch itself)."""
-    root = run / "checkpoints"
-    if not root.is_dir():
-        return []
-    found = [p.name[len("step-") :] for p in root.iterdir() if p.is_dir() and p.name.startswith("step-")]
-    return sorted(int(step) for step in found if step.isdigit())
-
-
-def final_weights(run: Path) -> Path | None:
-    for name in ("adapter", "model"):
-        if (run / name).is_dir():
-            return run / name
-    return None

@@ -1,6 +1,6 @@
 """The devices the service's jobs run on: its live workers (db.workers), for plans made in the API process.
 
-    where = pool_for(store, settings, devices=1)
+    where = pool_for(store, options, devices=1)
     where.device_kind     # "cpu", "h100-80gb", ... of a live worker that can run the job (None: none can)
     where.speed_of        # its measured training speeds (train/speed.py), for the plan's time estimate
     where.problem         # why no worker can run it, in one sentence (None when one can)
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from finetune.service.options import ServiceSettings
+from finetune.service.options import ServiceOptions
 from finetune.service.storage.store import Store
 
 
@@ -26,15 +26,15 @@ class Pool:
     problem: str | None
 
     def speed_of(self, model: str, trained_weights: str, seq_len: int) -> float | None:
-        from finetune.train.speed import speed_key
+        from finetune.train.speed import speed_key  # torch: train/speed.py imports it
 
         return self.speeds.get(speed_key(model, trained_weights, seq_len))
 
 
-def pool_for(store: Store, settings: ServiceSettings, devices: int) -> Pool:
+def pool_for(store: Store, options: ServiceOptions, devices: int) -> Pool:
     """Where a job of `devices` devices would run: the live workers able to take it, the one with measurements
     first (its device and speeds size the plan)."""
-    live = store.workers.live(settings.lease_seconds)
+    live = store.workers.live(options.lease_seconds)
     able = [w for w in live if not w["draining"] and (w["devices"] is None or w["devices"] >= devices)]
     if not able:
         problem = (

@@ -1,7 +1,7 @@
 """A worker's presence in the workers registry (db.workers): registered when it starts, a heartbeat every few
 seconds on a thread of its own (whatever its job is doing), `draining` once it is stopping, goodbye at the end.
 
-    presence = WorkerPresence(store, name, settings, devices=1, device_kind="cpu", stopping=worker.stopping)
+    presence = WorkerPresence(store, name, options, devices=1, device_kind="cpu", stopping=worker.stopping)
     presence.start()
     ...
     presence.stop()          # says goodbye; a killed worker simply stops beating and is no longer live
@@ -17,7 +17,7 @@ import sys
 import threading
 from collections.abc import Callable
 
-from finetune.service.options import ServiceSettings
+from finetune.service.options import ServiceOptions
 from finetune.service.storage.store import Store
 
 
@@ -26,7 +26,7 @@ class WorkerPresence(threading.Thread):
         self,
         store: Store,
         name: str,
-        settings: ServiceSettings,
+        options: ServiceOptions,
         devices: int | None,
         device_kind: str,
         stopping: threading.Event,
@@ -34,7 +34,7 @@ class WorkerPresence(threading.Thread):
         waiting: Callable[[], dict | None] = lambda: None,
     ) -> None:
         super().__init__(name=f"presence-{name}", daemon=True)
-        self.store, self.worker, self.settings = store, name, settings
+        self.store, self.worker, self.options = store, name, options
         self.devices, self.device_kind = devices, device_kind
         self.speeds = speeds or {}  # what this machine measured before (train/speed.py), reported at registration
         self.stopping = stopping  # the worker's own: set, it finishes its job and takes no other (draining)
@@ -47,7 +47,7 @@ class WorkerPresence(threading.Thread):
         super().start()
 
     def run(self) -> None:
-        while not self._done.wait(self.settings.heartbeat_seconds):
+        while not self._done.wait(self.options.heartbeat_seconds):
             self._beat()
 
     def _beat(self) -> None:

@@ -32,11 +32,11 @@ def _greedy_text(model, tokenizer, max_new_tokens: int) -> str:
 
 @pytest.fixture(scope="module")
 def service(toy_model, tmp_path_factory):
-    from finetune.service.api.app import create_app
-    from finetune.service.options import ServiceSettings
+    from finetune.service.dashboard.app import create_app
+    from finetune.service.options import ServiceOptions
     from finetune.service.storage.store import Store
 
-    settings = ServiceSettings(data_dir=tmp_path_factory.mktemp("service"), models={"toy": str(toy_model)})
+    settings = ServiceOptions(data_dir=tmp_path_factory.mktemp("service"), models={"toy": str(toy_model)})
     store = Store(settings.database_url)
     app = create_app(settings, store)
     keys = {tenant: store.create_key(tenant)[1] for tenant in ("acme", "other")}

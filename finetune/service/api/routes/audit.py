@@ -1,4 +1,4 @@
-"""GET /v1/audit (ours): the calling tenant's audit records (audit.py), newest first (`order=asc`: oldest first),
+"""GET /v1/audit (ours): the calling tenant's audit records (storage/audit_trail.py), newest first (`order=asc`: oldest first),
 paged like the other lists (`after` = the last id of the previous page, `limit`)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Request
 from finetune.service.api.auth import current_tenant
 from finetune.service.api.deps import check_limit
 from finetune.service.api.objects import page_object
-from finetune.service.api.openai_errors import APIError
+from finetune.service.api_error import APIError
 from finetune.service.storage.audit_trail import audit_object
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(current_tenant)])

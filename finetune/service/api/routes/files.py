@@ -10,12 +10,13 @@ from fastapi.responses import FileResponse
 from starlette.concurrency import run_in_threadpool
 
 from finetune.service.api.auth import current_tenant
-from finetune.service.api.deps import check_limit, settings_of, store_of
+from finetune.service.api.deps import check_limit, options_of, store_of
 from finetune.service.api.idempotency import digest_file, once
 from finetune.service.api.objects import file_object, page_object
-from finetune.service.api.openai_errors import APIError, not_found
+from finetune.service.api.openai_errors import not_found
 from finetune.service.api.prometheus import metrics_of
 from finetune.service.api.upload import Upload, gunzip_upload, receive_upload
+from finetune.service.api_error import APIError
 from finetune.service.storage import deletion
 from finetune.service.storage.quotas import admit_file, refuse_when_full
 from finetune.service.storage.store import new_id
@@ -26,9 +27,9 @@ UPLOAD_PURPOSES = ("fine-tune", "assistants", "batch", "vision", "user_data", "e
 
 @router.post("/files")
 async def create_file(request: Request, tenant: str = Depends(current_tenant)) -> dict:
-    settings = settings_of(request)
+    options = options_of(request)
     refuse_when_full(store_of(request).engine, tenant)  # 403 before receiving a byte when its quota is full
-    upload = await receive_upload(request, settings.uploads_dir, settings.max_upload_bytes)
+    upload = await receive_upload(request, options.uploads_dir, options.max_upload_bytes)
     try:
         purpose = upload.fields.get("purpose", "")
         if purpose not in UPLOAD_PURPOSES:
@@ -36,7 +37,7 @@ async def create_file(request: Request, tenant: str = Depends(current_tenant)) -
 
         async def make() -> tuple[str, dict]:
             if purpose == "fine-tune":  # data: a gzip file is stored decompressed (read like the CLI reads .gz)
-                await run_in_threadpool(gunzip_upload, upload, settings.max_upload_bytes)
+                await run_in_threadpool(gunzip_upload, upload, options.max_upload_bytes)
             row = _keep(request, tenant, upload, purpose)
             return row["id"], file_object(row)
 
@@ -49,7 +50,7 @@ async def create_file(request: Request, tenant: str = Depends(current_tenant)) -
 def _keep(request: Request, tenant: str, upload: Upload, purpose: str) -> dict:
     """Move the upload to files/<id>, then commit its row (a crash in between leaves no row without bytes)."""
     file_id = new_id("file")
-    final = settings_of(request).files_dir / file_id
+    final = options_of(request).files_dir / file_id
     os.replace(upload.temp, final)
     try:
         row = store_of(request).add_file(
@@ -100,7 +101,7 @@ def delete_file(file_id: str, request: Request, tenant: str = Depends(current_te
     """The file and every copy of its content the service keeps (deletion.py); refused while a job needs it."""
     _file(request, tenant, file_id)
     try:
-        removed = deletion.delete_file(settings_of(request), store_of(request), tenant, file_id)
+        removed = deletion.delete_file(options_of(request), store_of(request), tenant, file_id)
     except deletion.FileInUse as exc:
         named = ", ".join(f"{job['id']} ({job['status']})" for job in exc.jobs)
         raise APIError(
@@ -116,7 +117,7 @@ def delete_file(file_id: str, request: Request, tenant: str = Depends(current_te
 @router.get("/files/{file_id}/content")
 def file_content(file_id: str, request: Request, tenant: str = Depends(current_tenant)):
     row = _file(request, tenant, file_id)
-    path = settings_of(request).files_dir / row["id"]
+    path = options_of(request).files_dir / row["id"]
     if not path.is_file():
         raise not_found("file content", file_id, "file_id")
     media = "text/csv" if row["filename"].endswith(".csv") else "application/octet-stream"

@@ -7,8 +7,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 
 from finetune.service.api.auth import current_tenant
-from finetune.service.api.deps import settings_of, store_of
-from finetune.service.api.openai_errors import APIError, not_found
+from finetune.service.api.deps import options_of, store_of
+from finetune.service.api.openai_errors import not_found
+from finetune.service.api_error import APIError
 from finetune.service.storage import deletion
 
 router = APIRouter(prefix="/v1/fine_tuning", dependencies=[Depends(current_tenant)])
@@ -17,7 +18,7 @@ router = APIRouter(prefix="/v1/fine_tuning", dependencies=[Depends(current_tenan
 @router.delete("/jobs/{job_id}")
 def delete_job(job_id: str, request: Request, tenant: str = Depends(current_tenant)) -> dict:
     try:
-        job = deletion.delete_job(settings_of(request), store_of(request), tenant, job_id)
+        job = deletion.delete_job(options_of(request), store_of(request), tenant, job_id)
     except deletion.JobNotDeletable as exc:
         # 400, not 409: the SDK retries a 409 (errors.py); the message says what to do instead
         raise APIError(400, str(exc), "job_not_ended", "fine_tuning_job_id") from None

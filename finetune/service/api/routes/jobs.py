@@ -14,17 +14,18 @@ from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
 from finetune.service.api.auth import current_tenant
-from finetune.service.api.deps import check_limit, settings_of, store_of
+from finetune.service.api.deps import check_limit, options_of, store_of
 from finetune.service.api.idempotency import digest_json, once
+from finetune.service.api.integrations import run_settings_for
 from finetune.service.api.objects import checkpoint_object, event_object, job_object, page_object
-from finetune.service.api.openai_errors import APIError, not_found
+from finetune.service.api.openai_errors import not_found
 from finetune.service.api.protocol import MAX_SEED, BodyError, JobCreate, parse_body
 from finetune.service.api.routes.files import find_file
-from finetune.service.storage import quotas
+from finetune.service.api_error import APIError
+from finetune.service.storage import quotas, run_folders
 from finetune.service.storage.store import IllegalTransition, Page
 from finetune.service.storage.usage import prices_of
 from finetune.service.workers import library as core
-from finetune.service.workers.integrations import run_settings_for
 from finetune.service.workers.pool import pool_for
 from finetune.settings.errors import UserError
 
@@ -76,7 +77,7 @@ def _settings(kind: str, hyper: dict) -> dict:
 
 
 def _model_location(request: Request, model: Any) -> str:
-    models = settings_of(request).models
+    models = options_of(request).models
     if not isinstance(model, str) or model not in models:
         names = ", ".join(sorted(models)) or "none registered"
         raise APIError(400, f"Model {model!r} is not available on this server (available: {names}).",
@@ -145,7 +146,7 @@ def _quotas(request: Request, tenant: str, training: dict, run_settings: dict):
     tokens are estimated from its file only when a monthly quota holds."""
     tokens = None
     if quotas.monthly_limit(store_of(request).engine, tenant) is not None:
-        tokens = quotas.file_token_estimate(settings_of(request).files_dir / training["id"], run_settings)
+        tokens = quotas.file_token_estimate(options_of(request).files_dir / training["id"], run_settings)
     return quotas.admit_job(tenant, tokens, training["filename"])
 
 
@@ -236,7 +237,7 @@ def list_checkpoints(
 def job_metrics(job_id: str, request: Request, tenant: str = Depends(current_tenant)) -> dict:
     """Our addition: the run's metrics.jsonl lines (one per optimizer step), oldest first."""
     job = job_or_404(request, tenant, job_id)
-    rows = core.read_metrics(settings_of(request).runs_dir / job["id"])
+    rows = run_folders.read_metrics(options_of(request).runs_dir / job["id"])
     return {"object": "list", "data": rows, "has_more": False}
 
 
@@ -250,14 +251,14 @@ async def plan(request: Request, tenant: str = Depends(current_tenant)) -> dict:
     validation = None
     if body.validation_file is not None:
         validation = _training_file(request, tenant, body.validation_file, "validation_file")
+    options = options_of(request)
     run_settings = _settings(*body.method_and_hyperparameters())
-    run_settings["cache_dir"] = str(settings_of(request).token_cache_dir)  # the service's own (deletion.py)
-    files_dir = settings_of(request).files_dir
-    data = files_dir / training["id"]
-    val = files_dir / validation["id"] if validation else None
+    run_settings["cache_dir"] = str(options.token_cache_dir)  # the service's own (deletion.py)
+    run_settings |= prices_of(options)  # costed at this server's prices
+    data = options.files_dir / training["id"]
+    val = options.files_dir / validation["id"] if validation else None
     config = core.run_config(run_settings, str(data), location, body.seed or 0, str(val) if val else None)
-    config = dataclasses.replace(config, **prices_of(settings_of(request)))  # costed at this server's prices
-    pool = pool_for(store_of(request), settings_of(request), config.devices)  # sized for the workers, never assumed
+    pool = pool_for(store_of(request), options, config.devices)  # sized for the workers, never assumed
     if pool.device_kind is not None:
         config = dataclasses.replace(config, gpu=pool.device_kind)
     try:
@@ -275,7 +276,7 @@ async def plan(request: Request, tenant: str = Depends(current_tenant)) -> dict:
     answer |= {"object": "fine_tuning.plan", "training_file": training["id"]}
     if pool.problem:
         answer["warnings"].append({"code": "no_worker_can_run_it", "message": pool.problem, "settings": []})
-    return without_server_paths(answer, shown, settings_of(request).data_dir)
+    return without_server_paths(answer, shown, options.data_dir)
 
 
 def without_server_paths(value: Any, shown: dict[str, str], data_dir: Path) -> Any:

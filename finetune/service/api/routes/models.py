@@ -9,46 +9,47 @@ from pathlib import Path
 from fastapi import APIRouter, Depends, Request
 
 from finetune.service.api.auth import current_tenant
-from finetune.service.api.deps import settings_of, store_of
+from finetune.service.api.deps import options_of, store_of
 from finetune.service.api.objects import list_object, model_object
-from finetune.service.api.openai_errors import APIError, not_found
-from finetune.service.options import ServiceSettings
+from finetune.service.api.openai_errors import not_found
+from finetune.service.api_error import APIError
+from finetune.service.options import ServiceOptions
+from finetune.service.storage import run_folders
 from finetune.service.storage.store import Store
 from finetune.service.storage.tombstones import delete_checkpoint_rows
-from finetune.service.workers import library as core
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(current_tenant)])
 BASE_OWNER = "finetune"
 
 
-def visible_models(store: Store, settings: ServiceSettings, tenant: str, started: int) -> list[dict]:
-    found = [model_object(name, started, BASE_OWNER) for name in settings.models]
+def visible_models(store: Store, options: ServiceOptions, tenant: str, started: int) -> list[dict]:
+    found = [model_object(name, started, BASE_OWNER) for name in options.models]
     found += [model_object(j["fine_tuned_model"], j["finished_at"] or j["created_at"], j["tenant"])
               for j in store.succeeded_jobs(tenant)]  # fmt: skip
     return found
 
 
-def model_location(store: Store, settings: ServiceSettings, name: str, tenant: str) -> str | None:
+def model_location(store: Store, options: ServiceOptions, name: str, tenant: str) -> str | None:
     """What a model name means for this tenant: a registered base's location, or a fine-tuned model's weights
     (adapter/ or model/ of its run). None for anything else (serving's resolver)."""
-    if name in settings.models:
-        return settings.models[name]
+    if name in options.models:
+        return options.models[name]
     for job in store.succeeded_jobs(tenant):
         if job["fine_tuned_model"] == name:
-            weights = core.final_weights(Path(settings.runs_dir) / job["id"])
+            weights = run_folders.final_weights(Path(options.runs_dir) / job["id"])
             return str(weights) if weights else None
     return None
 
 
 @router.get("/models")
 def list_models(request: Request, tenant: str = Depends(current_tenant)) -> dict:
-    items = visible_models(store_of(request), settings_of(request), tenant, request.app.state.started)
+    items = visible_models(store_of(request), options_of(request), tenant, request.app.state.started)
     return list_object(items, False)
 
 
 @router.get("/models/{model:path}")
 def retrieve_model(model: str, request: Request, tenant: str = Depends(current_tenant)) -> dict:
-    for item in visible_models(store_of(request), settings_of(request), tenant, request.app.state.started):
+    for item in visible_models(store_of(request), options_of(request), tenant, request.app.state.started):
         if item["id"] == model:
             return item
     raise not_found("model", model, "model")
@@ -59,8 +60,8 @@ def delete_model(model: str, request: Request, tenant: str = Depends(current_ten
     """The model is gone for chat completions, retrieve and list; its job stays, and its final weights and its
     checkpoints (files and rows: each is a model too) are removed from the data folder. DELETE the job to remove
     the rest of it (deletion.py)."""
-    settings = settings_of(request)
-    if model in settings.models:
+    options = options_of(request)
+    if model in options.models:
         raise APIError(
             403,
             f"{model!r} is a base model registered on this server; only fine-tuned models can be deleted.",
@@ -70,8 +71,8 @@ def delete_model(model: str, request: Request, tenant: str = Depends(current_ten
     job = store_of(request).delete_fine_tuned_model(tenant, model)
     if job is None:
         raise not_found("model", model, "model")
-    run = Path(settings.runs_dir) / job["id"]
-    weights = core.final_weights(run)
+    run = Path(options.runs_dir) / job["id"]
+    weights = run_folders.final_weights(run)
     if weights is not None:
         shutil.rmtree(weights, ignore_errors=True)
     shutil.rmtree(run / "checkpoints", ignore_errors=True)

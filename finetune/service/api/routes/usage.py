@@ -1,5 +1,6 @@
-"""GET /v1/usage (ours): the calling tenant's trained tokens, device time and cost, per job, model or UTC day
-and in total, estimate beside actual (service/usage.py), and its quotas beside what it uses now (quotas.py)."""
+"""The route GET /v1/usage (ours): answers the calling tenant its trained tokens, device time and cost, per job,
+model or UTC day and in total, estimate beside actual (storage/usage.py sums them), and its quotas beside what it
+uses now (storage/quotas.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from fastapi import APIRouter, Depends, Request
 
 from finetune.service.api.auth import current_tenant
 from finetune.service.api.deps import store_of
-from finetune.service.api.openai_errors import APIError
+from finetune.service.api_error import APIError
 from finetune.service.storage.quotas import report as quota_report
 from finetune.service.storage.usage import GROUPS, parse_time, tenant_usage
 

@@ -1,8 +1,8 @@
 """The workers registry (db.workers): who is alive, on what device, how fast it measured each model.
 
 store.workers.register(name, host, pid, devices, device_kind, speeds)   # a worker starting
-store.workers.heartbeat(name)      # every few seconds (service/presence.py)
-store.workers.live(lease_seconds)  # /healthz, the API's plans (service/pool.py)
+store.workers.heartbeat(name)      # every few seconds (workers/presence.py)
+store.workers.live(lease_seconds)  # /healthz, the API's plans (workers/pool.py)
 """
 
 from __future__ import annotations

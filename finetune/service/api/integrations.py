@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from finetune.service.api.openai_errors import APIError
+from finetune.service.api_error import APIError
 from finetune.settings.tracker_options import OPTIONS, TRACKERS
 
 MAX_INTEGRATIONS = 5  # OpenAI's limit
