@@ -33,7 +33,7 @@ def test_measured_once_then_read_from_the_cache(toy_model, speed_cache, monkeypa
 
     monkeypatch.setattr(speed, "_measure", no_measuring)
     assert speed.training_speed(str(toy_model), "lora", 120, CPU) == measured  # 100 and 120: both measure 128
-    assert speed.cached_speed(str(toy_model), "full", 100, CPU) is None  # another method: not known
+    assert speed.cached_speed(str(toy_model), "full", 100, "cpu") is None  # another method: not known
 
 
 def test_a_finished_run_replaces_the_measurement_with_its_own_speed(toy_model, speed_cache, tmp_path):
@@ -41,10 +41,10 @@ def test_a_finished_run_replaces_the_measurement_with_its_own_speed(toy_model, s
     config = RunConfig(data=str(EXAMPLES / "train.jsonl"), model=str(toy_model), out=str(out), max_steps=4)
     run = train(config)
     seq_len = run.plan.data.max_record_tokens
-    speed.remember_run_speed(str(toy_model), "lora", seq_len, CPU, 1.0)  # what a busy machine might have cached
+    speed.remember_run_speed(str(toy_model), "lora", seq_len, "cpu", 1.0)  # what a busy machine might have cached
     run = train(RunConfig(**{**config.__dict__, "out": str(tmp_path / "again")}))
 
     steps = [row["tokens_per_s"] for row in read_metrics(tmp_path / "again" / "metrics.jsonl")]
-    assert speed.cached_speed(str(toy_model), "lora", seq_len, CPU) == statistics.median(steps)
+    assert speed.cached_speed(str(toy_model), "lora", seq_len, "cpu") == statistics.median(steps)
     entry = next(iter(json.loads(speed_cache.read_text()).values()))
     assert set(entry) == {"tokens_per_s", "measured_at"}
