@@ -14,13 +14,17 @@ from finetune.data.pairs import PreparedPairs, prepare_pairs
 from finetune.data.parallel import file_digest
 from finetune.data.preference import is_preference_file
 from finetune.data.prepare import PreparedData, prepare_data
+from finetune.models.facts import ModelFacts
 from finetune.settings.config import RunConfig
 from finetune.settings.errors import DataError, UserError
 from finetune.settings.wording import ref
 
 
-def prepare(config: RunConfig, tokenizer=None, workers: int | None = None) -> PreparedData | PreparedPairs:
-    """Read, validate, split and tokenize the run's data (from the token cache when it holds it).
+def prepare(
+    config: RunConfig, tokenizer=None, workers: int | None = None, facts: ModelFacts | None = None
+) -> PreparedData | PreparedPairs:
+    """Read, validate, split and tokenize the run's data (from the token cache when it holds it). `facts`: the
+    model's, when the caller read them (Auto's record length looks at them; read there otherwise).
 
     Raises DataError for data that cannot train (the message names the file); a setting that cannot work
     stays a plain UserError.
@@ -33,7 +37,7 @@ def prepare(config: RunConfig, tokenizer=None, workers: int | None = None) -> Pr
                 f"{config.data} holds preference pairs (chosen/rejected): use it with {ref('method', 'dpo')}"
             )
         else:
-            prepared = prepare_data(config, tokenizer, workers=workers)
+            prepared = prepare_data(config, tokenizer, workers=workers, facts=facts)
     except DataError:
         raise
     except UserError as exc:
