@@ -57,7 +57,7 @@ from finetune.train.speed import (
     training_speed,
 )
 
-if TYPE_CHECKING:  # the training half's types: its modules load torch, which planning alone never needs
+if TYPE_CHECKING:  # types only: the training half's modules load torch, which planning alone never needs
     from finetune.models.facts import ModelFacts
     from finetune.train.distributed import DistContext
     from finetune.train.loop import LoopResult

@@ -9,15 +9,18 @@ The objective decides (config.objective); a file of pairs given to a supervised 
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 from finetune.data.pairs import PreparedPairs, prepare_pairs
 from finetune.data.parallel import file_digest
 from finetune.data.preference import is_preference_file
 from finetune.data.prepare import PreparedData, prepare_data
-from finetune.models.facts import ModelFacts
 from finetune.settings.config import RunConfig
 from finetune.settings.errors import DataError, UserError
 from finetune.settings.wording import ref
+
+if TYPE_CHECKING:
+    from finetune.models.facts import ModelFacts
 
 
 def prepare(
