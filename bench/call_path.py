@@ -2,10 +2,11 @@
 
 Runs `finetune train` in-process on the toy model and the bundled examples, with a fresh cache (a first run:
 nothing tokenized, no speed measured yet), and counts every call of a function defined in the finetune package
-until torch's AdamW takes its first step (its `step` is Adam's). Prints calls, distinct functions, distinct modules, and how many times
-the model was loaded (`from_pretrained` of a causal LM).
+until torch's AdamW takes its first step (its `step` is Adam's) in the training loop. Prints calls, distinct
+functions, distinct modules, and how many times the model was loaded (`from_pretrained` of a causal LM);
+`--by-module` adds where the calls go (calls per module, and the busiest functions).
 
-    python bench/call_path.py [--json]
+    python bench/call_path.py [--json] [--by-module] [--top N]
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ def _from_the_loop(frame) -> bool:
     return False
 
 
-def count(model: str, data: str) -> dict:
+def count(model: str, data: str) -> tuple[dict, Counter[str]]:
+    """The totals, and the calls of each function (`path/in/finetune.py:qualified.name`)."""
     calls: Counter[str] = Counter()
     modules: set[str] = set()
     loads = 0
@@ -62,18 +64,40 @@ def count(model: str, data: str) -> dict:
         finally:
             sys.setprofile(None)
     loader = [name for name in calls if name.endswith(":load_model")]
-    return {
+    totals = {
         "calls": sum(calls.values()),
         "functions": len(calls),
         "modules": len(modules),
         "from_pretrained": loads,
         "load_model": sum(calls[name] for name in loader),
     }
+    return totals, calls
+
+
+def by_module(calls: Counter[str]) -> Counter[str]:
+    """Calls per module (`data/prepare.py`)."""
+    modules: Counter[str] = Counter()
+    for name, n in calls.items():
+        modules[name.partition(":")[0]] += n
+    return modules
+
+
+def breakdown(calls: Counter[str], top: int) -> str:
+    """Calls per module, busiest first, each with its busiest functions."""
+    total = sum(calls.values()) or 1
+    lines = []
+    for module, n in by_module(calls).most_common():
+        lines.append(f"{n:>8} {100 * n / total:5.1f}%  {module}")
+        functions = Counter({k.partition(":")[2]: v for k, v in calls.items() if k.partition(":")[0] == module})
+        lines += [f"{v:>17}  {name}" for name, v in functions.most_common(top)]
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--by-module", action="store_true", help="where the calls go: per module and function")
+    parser.add_argument("--top", type=int, default=3, help="functions shown per module with --by-module")
     parser.add_argument("--data", default=str(REPO / "examples" / "train.jsonl"))
     args = parser.parse_args()
     from finetune.ship.toy import build_toy_model
@@ -81,8 +105,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model = str(Path(tmp) / "toy")
         build_toy_model(model)
-        result = count(model, args.data)
-    print(json.dumps(result) if args.json else "\n".join(f"{k}: {v}" for k, v in result.items()))
+        result, calls = count(model, args.data)
+    if args.json:
+        modules = dict(by_module(calls).most_common()) if args.by_module else None
+        print(json.dumps(result | ({"by_module": modules} if modules else {})))
+        return
+    print("\n".join(f"{k}: {v}" for k, v in result.items()))
+    if args.by_module:
+        print("\ncalls by module (and its busiest functions):\n" + breakdown(calls, args.top))
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from finetune.data.arrays import record_lengths
 from finetune.data.dispatch import prepare
@@ -37,32 +38,30 @@ from finetune.plan.plan import Plan
 from finetune.report.metrics import read_metrics
 from finetune.report.plot import plot_loss_curve
 from finetune.report.summary import build_report, write_report
-from finetune.rules.memory import resolve_device
 from finetune.settings.config import RunConfig
 from finetune.settings.errors import UserError
 from finetune.settings.fingerprint import run_fingerprint
 from finetune.settings.version import code_version
 from finetune.settings.wording import ref, render
-from finetune.ship.eval.replay import mix_replay, replay_tokens
 from finetune.ship.eval.test_split import hold_out_test
 from finetune.ship.export.card import model_card
 from finetune.ship.run_folder import locate_weights
 from finetune.track import Trackers, start_trackers
-from finetune.train import guards
-from finetune.train.checkpoint import (
-    find_resume_point,
-    list_checkpoints,
-    read_state,
-    remove_stale_tmp,
-    set_aside_damaged,
-)
-from finetune.train.distributed import DistContext, barrier, init_distributed, rank_failures, shutdown
-from finetune.train.final import write_final_weights
-from finetune.train.loop import LoopResult, TrainingInterrupted, train_loop, use_bf16
-from finetune.train.model import model_for
-from finetune.train.objective import Objective, objective_for
 from finetune.train.order import schedule_tokens
-from finetune.train.speed import cached_speed, local_device_kind, remember_run_speed, training_speed
+from finetune.train.speed import (
+    cached_speed,
+    device_kind_of,
+    local_device_kind,
+    remember_run_speed,
+    torch_device,
+    training_speed,
+)
+
+if TYPE_CHECKING:  # types only: the training half's modules load torch, which planning alone never needs
+    from finetune.models.facts import ModelFacts
+    from finetune.train.distributed import DistContext
+    from finetune.train.loop import LoopResult
+    from finetune.train.objective import Objective
 
 log = logging.getLogger("finetune")
 RUN_FILES = ("plan.json", "metrics.jsonl", "report.json", "checkpoints", "adapter", "model")
@@ -93,9 +92,16 @@ class PlannedRun:
 
 
 def _run(config: RunConfig, plan: Plan | None, on_plan, on_step, objective: Objective | None, ctx) -> TrainResult:
+    from finetune.train import guards  # torch: only a run that trains needs it
+    from finetune.train.final import write_final_weights  # torch: as above
+    from finetune.train.loop import train_loop, use_bf16  # torch: as above
+    from finetune.train.model import model_for  # torch: as above
+    from finetune.train.objective import objective_for  # torch: as above
+
     out = Path(config.out)
     _open_out_folder(out, config.resume, ctx)  # never overwrite a run; a resume sets damaged checkpoints aside
-    planned = plan_run(config, out, ctx) if plan is None else _executing(plan, config, ctx)  # test set, data, plan
+    # no speed is measured here: that would load the model a second time; this run's own steps are remembered
+    planned = plan_run(config, out, ctx, measure=False) if plan is None else _executing(plan, config, ctx)
     plan = planned.plan
     if plan.devices != ctx.world_size:
         raise UserError(f"the plan is for {plan.devices} device(s) but {ctx.world_size} process(es) are running")
@@ -146,44 +152,50 @@ def plan_run(
     speed_of: Callable[[str, str, int], float | None] | None = None,
 ) -> PlannedRun:
     """Hold out the test set (into `out`), prepare the data, plan: what `finetune plan` and the worker do.
-    `measure`: time a few training steps of the model on this machine for the time estimate (cached);
+    `ctx`: this process's place in a run of several (None: one process that plans). `measure`: when this machine
+    knows no speed for the model, time a few training steps of it (loads the model; cached); False: the known
+    speed or the FLOP-based guess, and no torch import unless the plan's device must be found or replay generates.
     `speed_of(model, trained_weights, seq_len)`: the speed of the machine the run will train on, when it is
     another one (the service's API planning for its workers)."""
-    ctx = ctx or DistContext()
     if config.gpu is None:  # size memory and time for the machine the run is planned on
-        config = dataclasses.replace(config, gpu=local_device_kind(ctx.device))
+        config = dataclasses.replace(config, gpu=local_device_kind(ctx.device if ctx else None))
     if config.test_fraction and out is not None:
         config = hold_out_test(config, out)  # before the split and the plan: the test set is never trained on
     config = dataclasses.replace(config, model=resolve_model(config.model)) if config.model else config
     tokenizer = load_tokenizer(config.model, config.trust_remote_code, config.chat_template) if config.model else None
+    facts = load_model_facts(config.model)  # once: the data's Auto limit and the plan read the same facts
     config, mixed = _replayed(config, out, tokenizer, ctx)  # self-replay (off: nothing changes)
-    prepared = _prepare_on_every_rank(config, tokenizer, ctx)
-    if prepared.from_cache and ctx.is_main:
+    prepared = _prepare_on_every_rank(config, tokenizer, ctx, facts)
+    if prepared.from_cache and _is_main(ctx):
         log.info("tokenized data read from the token cache (%s)", prepared.cache_entry)
-    lengths = record_lengths(prepared.train)  # O(examples): no token is touched
+    train = prepared.train
     plan = build_plan(
         config,
         prepared.summary,
-        load_model_facts(config.model),
-        step_tokens=lambda effective, steps: schedule_tokens(lengths, effective, config.seed, config.last_batch, steps),
-        speed=_speed_for(config, prepared.summary, ctx.device, measure, speed_of) if config.model else None,
+        facts,
+        step_tokens=lambda effective, steps: schedule_tokens(  # called only when a run reads part of its records
+            record_lengths(train), effective, config.seed, config.last_batch, steps
+        ),
+        speed=_speed_for(config, prepared.summary, ctx, measure, speed_of) if config.model else None,
     )
     if mixed is not None:
         plan = _with_replay(plan, prepared, mixed)
     return PlannedRun(config, tokenizer, prepared, plan)
 
 
-def _replayed(config: RunConfig, out: Path | None, tokenizer, ctx: DistContext):
+def _replayed(config: RunConfig, out: Path | None, tokenizer, ctx: DistContext | None):
     """The config reading the team's data with replay rows mixed in (rank 0 writes the files), and what was added."""
     if not replay_on(config):
         return config, None
+    from finetune.ship.eval.replay import mix_replay  # torch: replay generates its rows with the base model
+
     mixed, failure = None, None
-    if ctx.is_main:
+    if _is_main(ctx):
         try:
             mixed = mix_replay(config, out, tokenizer)
         except Exception as exc:  # the others must not wait for it forever
             failure = exc
-    barrier(ctx)
+    _wait_for_every_rank(ctx)
     if failure is not None:
         raise failure
     mixed = mixed or mix_replay(config, out, tokenizer, write=False)  # another rank: the files rank 0 wrote
@@ -192,22 +204,26 @@ def _replayed(config: RunConfig, out: Path | None, tokenizer, ctx: DistContext):
 
 def _with_replay(plan: Plan, prepared, mixed) -> Plan:
     """The plan records what replay added (rows, tokens: counted in tokens processed) and Auto's ratio."""
+    from finetune.ship.eval.replay import replay_tokens  # torch: replay's module (loaded already by _replayed)
+
     added = mixed.to_dict(replay_tokens(prepared, mixed.team_rows))
     _, reason = replay_ratio(mixed.config)
     auto = {**plan.auto, "replay": reason} if reason else plan.auto
     return dataclasses.replace(plan, replay_added=added, auto=auto)
 
 
-def _speed_for(config: RunConfig, summary, device, measure: bool, speed_of) -> float | None:
-    """Training tokens/s with this model on the machine the run will train on: `speed_of`'s, or this machine's
-    (a few timed steps, cached) when the plan is for this machine's device; `measure=False` reads the cache only."""
+def _speed_for(config: RunConfig, summary, ctx: DistContext | None, measure: bool, speed_of) -> float | None:
+    """Training tokens/s with this model on the device the run will train on: `speed_of`'s, or what this machine
+    knows of that device (a finished run's speed, or a measurement); `measure`: measure when nothing is known
+    and the plan is for this machine's device."""
     seq_len = _speed_length(summary)
     if speed_of is not None:
         return speed_of(config.model, config.trained_weights, seq_len)
-    if resolve_device(config.gpu)[0].name != local_device_kind(device):
-        return None  # a what-if for another device: this machine's speed says nothing about it
-    if not measure:
-        return cached_speed(config.model, config.trained_weights, seq_len, device)
+    kind = device_kind_of(config.gpu)  # a what-if for a device this machine never trained on: nothing is known
+    known = cached_speed(config.model, config.trained_weights, seq_len, kind)
+    if known is not None or not measure or kind != local_device_kind(ctx.device if ctx else None):
+        return known
+    device = ctx.device if ctx else torch_device()
     return training_speed(config.model, config.trained_weights, seq_len, device, config.trust_remote_code)
 
 
@@ -221,8 +237,8 @@ def _remember_speed(out: Path, plan: Plan, summary, ctx: DistContext) -> None:
     many-device run shares the machine, so its speed is not one device's)."""
     speeds = [row["tokens_per_s"] for row in read_metrics(out / "metrics.jsonl") if row.get("tokens_per_s")]
     if plan.devices == 1 and len(speeds) >= 3:  # the first steps warm up: a median of a few says more
-        speed = statistics.median(speeds)
-        remember_run_speed(plan.run.model, plan.run.trained_weights, _speed_length(summary), ctx.device, speed)
+        speed, kind = statistics.median(speeds), local_device_kind(ctx.device)
+        remember_run_speed(plan.run.model, plan.run.trained_weights, _speed_length(summary), kind, speed)
 
 
 # ============================================================================ the entry point
@@ -237,6 +253,10 @@ def train(
     plan: Plan | None = None,
 ) -> TrainResult:
     """Plan (or execute the given `plan`), train, export and report one run. Prints nothing; see the docstring."""
+    from finetune.train import guards  # torch: only a run that trains needs it
+    from finetune.train.distributed import init_distributed, rank_failures, shutdown  # torch: as above
+    from finetune.train.loop import TrainingInterrupted  # torch: as above
+
     config.check_required("train")
     joined = ctx is None
     ctx = ctx or init_distributed()
@@ -246,7 +266,7 @@ def train(
         with rank_failures(ctx, passthrough=(TrainingInterrupted,)):  # every rank stops alike: no rank to name
             try:
                 result = _run(config, plan, on_plan, on_step, objective, ctx)
-                barrier(ctx)  # every rank leaves together: none tears down its process group while rank 0 writes
+                _wait_for_every_rank(ctx)  # all leave together: none tears down its process group while rank 0 writes
                 return result
             except OSError as exc:
                 if (full := guards.disk_full_error(exc, Path(config.out))) is not None:
@@ -278,7 +298,7 @@ def _executing(plan: Plan, config: RunConfig, ctx: DistContext) -> PlannedRun:
     """The given plan's data, prepared again (from the token cache), after checking it is the data planned on."""
     run = dataclasses.replace(plan.run, out=config.out, resume=config.resume, allow_changes=config.allow_changes)
     tokenizer = load_tokenizer(run.model, run.trust_remote_code, run.chat_template)
-    prepared = _prepare_on_every_rank(run, tokenizer, ctx)
+    prepared = _prepare_on_every_rank(run, tokenizer, ctx, plan.model_facts)
     for name, planned, now in (
         ("training file", plan.data.data_sha256, prepared.summary.data_sha256),
         ("validation file", plan.data.val_sha256, prepared.summary.val_sha256),
@@ -293,25 +313,41 @@ def _executing(plan: Plan, config: RunConfig, ctx: DistContext) -> PlannedRun:
     return PlannedRun(run, tokenizer, prepared, dataclasses.replace(plan, run=run))
 
 
-def _prepare_on_every_rank(config: RunConfig, tokenizer, ctx: DistContext):
+def _prepare_on_every_rank(config: RunConfig, tokenizer, ctx: DistContext | None, facts: ModelFacts | None):
     """Rank 0 tokenizes (on every core) and fills the token cache; the other ranks then read the cache."""
-    if not ctx.distributed or not config.cache:
-        return prepare(config, tokenizer, workers=None if ctx.is_main else 1)
+    if ctx is None or not ctx.distributed or not config.cache:
+        return prepare(config, tokenizer, workers=None if _is_main(ctx) else 1, facts=facts)
     prepared, failure = None, None
     if ctx.is_main:
         try:
-            prepared = prepare(config, tokenizer)
+            prepared = prepare(config, tokenizer, facts=facts)
         except Exception as exc:  # the others must not wait for it forever: they fail the same way on their own
             failure = exc
-    barrier(ctx)
+    _wait_for_every_rank(ctx)
     if failure is not None:
         raise failure
-    return prepared or prepare(config, tokenizer, workers=1)
+    return prepared or prepare(config, tokenizer, workers=1, facts=facts)
+
+
+def _is_main(ctx: DistContext | None) -> bool:
+    """Whether this process writes (rank 0, or the one process that plans)."""
+    return ctx is None or ctx.is_main
+
+
+def _wait_for_every_rank(ctx: DistContext | None) -> None:
+    """A barrier across the run's processes; nothing to wait for (and no torch import) in one process."""
+    if ctx is not None and ctx.distributed:
+        from finetune.train.distributed import barrier  # torch: loaded already by a run of several processes
+
+        barrier(ctx)
 
 
 def _open_out_folder(out: Path, resume: bool, ctx: DistContext) -> None:
     """Never overwrite a previous run by accident; remove what a crash left half-written; on resume, say what was
     found and set damaged checkpoints aside (before any rank looks for the newest one)."""
+    # torch: only a run that trains needs it
+    from finetune.train.checkpoint import find_resume_point, remove_stale_tmp, set_aside_damaged
+
     if ctx.is_main:
         taken = [name for name in RUN_FILES if (out / name).exists()]
         if taken and not resume:
@@ -325,11 +361,13 @@ def _open_out_folder(out: Path, resume: bool, ctx: DistContext) -> None:
             if message := point.message(out):
                 log.warning("%s", render(message))
             set_aside_damaged(point)
-    barrier(ctx)
+    _wait_for_every_rank(ctx)
 
 
 def _resume_note(out: Path, devices: int) -> str | None:
     """What resuming on another device count means (the loop allows it)."""
+    from finetune.train.checkpoint import list_checkpoints, read_state  # torch: only a run that trains needs it
+
     found = list_checkpoints(out)
     before = read_state(found[-1]).shape.get("devices") if found else None
     if before in (None, devices):

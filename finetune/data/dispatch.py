@@ -9,6 +9,7 @@ The objective decides (config.objective); a file of pairs given to a supervised 
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 from finetune.data.pairs import PreparedPairs, prepare_pairs
 from finetune.data.parallel import file_digest
@@ -18,9 +19,15 @@ from finetune.settings.config import RunConfig
 from finetune.settings.errors import DataError, UserError
 from finetune.settings.wording import ref
 
+if TYPE_CHECKING:
+    from finetune.models.facts import ModelFacts
 
-def prepare(config: RunConfig, tokenizer=None, workers: int | None = None) -> PreparedData | PreparedPairs:
-    """Read, validate, split and tokenize the run's data (from the token cache when it holds it).
+
+def prepare(
+    config: RunConfig, tokenizer=None, workers: int | None = None, facts: ModelFacts | None = None
+) -> PreparedData | PreparedPairs:
+    """Read, validate, split and tokenize the run's data (from the token cache when it holds it). `facts`: the
+    model's, when the caller read them (Auto's record length looks at them; read there otherwise).
 
     Raises DataError for data that cannot train (the message names the file); a setting that cannot work
     stays a plain UserError.
@@ -33,7 +40,7 @@ def prepare(config: RunConfig, tokenizer=None, workers: int | None = None) -> Pr
                 f"{config.data} holds preference pairs (chosen/rejected): use it with {ref('method', 'dpo')}"
             )
         else:
-            prepared = prepare_data(config, tokenizer, workers=workers)
+            prepared = prepare_data(config, tokenizer, workers=workers, facts=facts)
     except DataError:
         raise
     except UserError as exc:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -45,12 +46,17 @@ from finetune.data.parallel import (
     tokenize_chunks,
     tokenize_conversations,
 )
+from finetune.data.read import read_file
 from finetune.data.seq_len import choose_max_seq_len
+from finetune.data.skipped import usable_conversations
 from finetune.data.tokenize import ChatTokenizer, load_tokenizer
 from finetune.data.types import Conversation
 from finetune.rules.auto import Choice
 from finetune.settings.config import AUTO, RunConfig
 from finetune.settings.errors import RecordError, UserError
+
+if TYPE_CHECKING:
+    from finetune.models.facts import ModelFacts
 
 # ----------------------------------------------------------------------------- reading (no tokenizer needed)
 
@@ -68,9 +74,6 @@ def read_conversations_and_format(
     path: str, format: str | None = None, skip_invalid: bool = False
 ) -> tuple[list[Conversation], list[dict], str | None]:
     """`read_conversations`, and the file's data format (detected, or the one forced)."""
-    from finetune.data.read import read_file
-    from finetune.data.skipped import usable_conversations
-
     parsed = read_file(path, format)
     conversations, skipped = usable_conversations(parsed, skip_invalid)
     return conversations, skipped, parsed.format
@@ -91,15 +94,6 @@ def _settings(config: RunConfig, max_seq_len: int | None) -> TokenizeSettings:
         config.format,
         config.sensitive_data,
     )
-
-
-# ----------------------------------------------------------------------------- the split, on per-conversation arrays
-
-
-# ----------------------------------------------------------------------------- chunk results -> one TokenizedData
-
-
-# ----------------------------------------------------------------------------- TokenizedData -> PreparedData
 
 
 # ----------------------------------------------------------------------------- the entry points
@@ -134,12 +128,16 @@ def _whole_lengths(results: list[ChunkResult]) -> np.ndarray:
 
 
 def _fit_results(
-    results: list[ChunkResult], sources: list[Callable[[], list[Conversation]]], chat, config: RunConfig
+    results: list[ChunkResult],
+    sources: list[Callable[[], list[Conversation]]],
+    chat,
+    config: RunConfig,
+    facts: ModelFacts | None = None,
 ) -> Choice[int]:
     """Choose Auto's limit from results tokenized whole, then fit them to it: only the chunks holding a record
     over the limit are read again (`sources[i]()` gives chunk i's conversations), and only those records are
     tokenized again, in parts."""
-    limit = choose_max_seq_len(config, _whole_lengths(results))
+    limit = choose_max_seq_len(config, _whole_lengths(results), facts=facts)
     settings = _settings(config, limit.value)
     for result, source in zip(results, sources, strict=True):
         if (result.rec_len > limit.value).any():
@@ -196,38 +194,24 @@ def _scan(path: str) -> tuple[str, list | None]:
         raise
 
 
-def prepare_data(config: RunConfig, tokenizer=None, workers: int | None = None) -> PreparedData:
+def prepare_data(
+    config: RunConfig, tokenizer=None, workers: int | None = None, facts: ModelFacts | None = None
+) -> PreparedData:
     """Read, validate, split, build records, tokenize and fit them to the limit (or read all that from the
     token cache).
 
-    The limit is --max-seq-len, or Auto's choice from the records' whole lengths (seq_len.py). Those lengths
-    are kept in the token cache beside the tokens, so a later run chooses its limit, and finds the tokens for
-    it, without tokenizing; a first run tokenizes every record whole once, chooses, then tokenizes again only
-    the few records over the limit, in parts. Raises UserError for unusable input. `workers`: processes that
-    tokenize (default: every core).
+    The limit is --max-seq-len, or Auto's choice from the records' whole lengths (seq_len.py, with the model's
+    `facts` when the caller has them, else read there). Those lengths are kept in the token cache beside the
+    tokens, so a later run chooses its limit, and finds the tokens for it, without tokenizing; a first run
+    tokenizes every record whole once, chooses, then tokenizes again only the few records over the limit, in
+    parts. Raises UserError for unusable input. `workers`: processes that tokenize (default: every core).
     """
     if not config.data:
         raise UserError("no training file given")
     if tokenizer is None and config.model:
         tokenizer = load_tokenizer(config.model, config.trust_remote_code, config.chat_template)
     if tokenizer is None:
-        train, skipped, data_format = read_conversations_and_format(config.data, config.format, config.skip_invalid)
-        redact = config.sensitive_data == "redact"
-        train, found = sensitive.scan_conversations(train, redact)
-        found_by_source = {"data": found}
-        val = None
-        if config.val_file:
-            val, val_skipped = read_conversations(config.val_file, config.format, config.skip_invalid)
-            val, found_by_source["val_file"] = sensitive.scan_conversations(val, redact)
-            skipped += val_skipped
-        found = sensitive_found({"sensitive": sensitive.of_sides(found_by_source, config.sensitive_data)}, config)
-        sensitive.refuse_if_found(found)
-        prepared = estimate(train, val, config)
-        prepared.skipped = skipped
-        prepared.summary = replace(
-            prepared.summary, skipped_lines=len(skipped), data_format=data_format, sensitive_found=found
-        )
-        return prepared
+        return _estimated(config)
 
     data_digest, chunks = _scan(config.data)
     val_digest, val_chunks = _scan(config.val_file) if config.val_file else (None, None)
@@ -237,7 +221,7 @@ def prepare_data(config: RunConfig, tokenizer=None, workers: int | None = None) 
     if config.max_seq_len != AUTO:
         limit = choose_max_seq_len(config, np.zeros(0))
     elif base_key is not None and (lengths := cache.load_lengths(root, cache.lengths_key(base_key))) is not None:
-        limit = choose_max_seq_len(config, lengths)
+        limit = choose_max_seq_len(config, lengths, facts=facts)
     key = None if base_key is None or limit is None else cache.with_max_seq_len(base_key, limit.value)
     if key is not None and (hit := cache.load_entry(root, key)):
         folder, meta = hit
@@ -248,22 +232,13 @@ def prepare_data(config: RunConfig, tokenizer=None, workers: int | None = None) 
     chat = ChatTokenizer(tokenizer)
     tmp = cache.new_tmp_dir(root) if base_key is not None else None
     folder = tmp or Path(tempfile.mkdtemp(prefix="finetune-tokens-"))
-    workers = workers or default_workers()
     given = limit.value if limit is not None else None
     try:
-        train, skipped, sources = _tokenize_file(config.data, chunks, chat, config, given, folder, workers)
-        skipped = stored_skipped(skipped, "data")
-        val = None
-        if config.val_file:
-            val, val_skipped, val_sources = _tokenize_file(
-                config.val_file, val_chunks, chat, config, given, folder, workers
-            )
-            skipped += stored_skipped(val_skipped, "val_file")
-            sources += val_sources
+        train, val, skipped, sources = _tokenize_files(config, (chunks, val_chunks), chat, given, folder, workers)
         results = train + (val or [])
         if base_key is not None:
             cache.store_lengths(root, cache.lengths_key(base_key), _whole_lengths(results))
-        limit = limit or _fit_results(results, sources, chat, config)
+        limit = limit or _fit_results(results, sources, chat, config, facts)
         sources.clear()  # a file read whole keeps its conversations in these: not needed any more
         meta = combine(folder, train, val, config, chat.end_of_turn_id)
         meta["skipped"] = skipped
@@ -281,10 +256,42 @@ def prepare_data(config: RunConfig, tokenizer=None, workers: int | None = None) 
         shutil.rmtree(folder, ignore_errors=True)  # gone already when it became the cache entry
 
 
+def _tokenize_files(
+    config: RunConfig, chunks: tuple, chat: ChatTokenizer, limit: int | None, folder: Path, workers: int | None
+) -> tuple[list[ChunkResult], list[ChunkResult] | None, list[dict], list[Callable[[], list[Conversation]]]]:
+    """The data file's chunks tokenized into `folder` (and the validation file's: None without one), the lines
+    --skip-invalid left out, and how to read each chunk's conversations again."""
+    workers = workers or default_workers()
+    train, skipped, sources = _tokenize_file(config.data, chunks[0], chat, config, limit, folder, workers)
+    skipped = stored_skipped(skipped, "data")
+    if not config.val_file:
+        return train, None, skipped, sources
+    val, val_skipped, val_sources = _tokenize_file(config.val_file, chunks[1], chat, config, limit, folder, workers)
+    return train, val, skipped + stored_skipped(val_skipped, "val_file"), sources + val_sources
+
+
+def _estimated(config: RunConfig) -> PreparedData:
+    """Without a tokenizer (no model): the files read and checked, token numbers estimated from the text."""
+    train, skipped, data_format = read_conversations_and_format(config.data, config.format, config.skip_invalid)
+    redact = config.sensitive_data == "redact"
+    train, found = sensitive.scan_conversations(train, redact)
+    found_by_source = {"data": found}
+    val = None
+    if config.val_file:
+        val, val_skipped = read_conversations(config.val_file, config.format, config.skip_invalid)
+        val, found_by_source["val_file"] = sensitive.scan_conversations(val, redact)
+        skipped += val_skipped
+    found = sensitive_found({"sensitive": sensitive.of_sides(found_by_source, config.sensitive_data)}, config)
+    sensitive.refuse_if_found(found)
+    prepared = estimate(train, val, config)
+    prepared.skipped = skipped
+    prepared.summary = replace(
+        prepared.summary, skipped_lines=len(skipped), data_format=data_format, sensitive_found=found
+    )
+    return prepared
+
+
 def _stamped(prepared: PreparedData, data_digest: str, val_digest: str | None) -> PreparedData:
     """The files' sha256 in the summary: a plan carries them, and a trainer executing it checks them."""
     prepared.summary = replace(prepared.summary, data_sha256=data_digest, val_sha256=val_digest)
     return prepared
-
-
-# ----------------------------------------------------------------------------- without a tokenizer: estimates

@@ -3,10 +3,11 @@
     choice = choose_max_seq_len(config, whole_lengths)     # Choice(value, reason); reason "" when given
     choice.value                                          # what the data path splits and cuts records to
 
-Auto's rule is plan/auto.py's `auto_max_seq_len`; this module gathers what it looks at besides the lengths:
+Auto's rule is rules/auto.py's `auto_max_seq_len`; this module gathers what it looks at besides the lengths:
 the model's context window (config.json) and whether one micro-batch of one record of a length fits the
-device the plan sizes against (plan/memory.py, with the run's settings; not checked on the CPU or for a
-model of unknown size, like every memory choice of the plan). No torch import.
+device the plan sizes against (rules/memory.py, with the run's settings; not checked on the CPU or for a
+model of unknown size, like every memory choice of the plan). The data path makes this choice, once; the plan
+takes it as the data summary gives it (plan/build.py). No torch import.
 """
 
 from __future__ import annotations
@@ -75,14 +76,18 @@ def length_fits(config: RunConfig, facts: ModelFacts | None, rows_per_record: in
     return fits
 
 
-def choose_max_seq_len(config: RunConfig, lengths: np.ndarray, rows_per_record: int = 1) -> Choice[int]:
-    """--max-seq-len when given (reason ""), else Auto's choice from the records' whole `lengths` (any order)."""
+def choose_max_seq_len(
+    config: RunConfig, lengths: np.ndarray, rows_per_record: int = 1, facts: ModelFacts | None = None
+) -> Choice[int]:
+    """--max-seq-len when given (reason ""), else Auto's choice from the records' whole `lengths` (any order), with
+    the model's `facts` (read here when the caller has none at hand)."""
     if config.max_seq_len != AUTO:
         return Choice(int(config.max_seq_len), "")
-    try:
-        facts = load_model_facts(config.model)
-    except UserError:
-        facts = None  # the plan reports an unreadable model in its own words
+    if facts is None:
+        try:
+            facts = load_model_facts(config.model)
+        except UserError:
+            facts = None  # the plan reports an unreadable model in its own words
     device, _, _ = resolve_device(config.gpu)
     return auto_max_seq_len(
         np.sort(np.asarray(lengths, dtype=np.int64)),

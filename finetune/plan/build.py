@@ -31,9 +31,9 @@ from finetune.rules.auto import (
     auto_lora_rank,
     auto_lora_train_head,
     auto_lr,
+    auto_max_seq_len,
     auto_save_every,
     auto_warmup_steps,
-    data_max_seq_len,
 )
 from finetune.rules.cost import estimate_cost
 from finetune.rules.memory import MemoryEstimate, decide_gradient_checkpointing, decide_shard, estimate_memory
@@ -105,10 +105,13 @@ def _base_and_chat_template(r: _Resolving) -> None:
 
 
 def _sequence_length(r: _Resolving) -> None:
-    """The limit the data path fitted the records to (its own Auto choice, from the records' lengths), or the
-    what-if rule without data; the longest record as trained sizes the activations."""
-    context = model_context_length(r.config.model, r.facts)
-    limit = r.resolve("max_seq_len", data_max_seq_len(r.data.max_seq_len, r.data.max_seq_len_reason, context))
+    """The limit the data path fitted the records to (Auto's choice is made there, once, from the records' whole
+    lengths), or Auto's rule without data (a what-if); the longest record as trained sizes the activations."""
+    if r.data.max_seq_len is not None:
+        choice = Choice(r.data.max_seq_len, r.data.max_seq_len_reason or "")
+    else:
+        choice = auto_max_seq_len(None, model_context_length(r.config.model, r.facts))
+    limit = r.resolve("max_seq_len", choice)
     longest = r.data.max_record_tokens
     r.seq_len = min(limit, longest) if longest else limit
 

@@ -1,38 +1,50 @@
-"""How fast this machine trains this model: a few timed micro-steps, measured once and cached.
+"""How fast this machine trains this model: a finished run's own steps, or a few timed micro-steps, cached.
 
-    tokens_per_s = training_speed(model, "lora", seq_len, device)   # None when it cannot be measured
+    tokens_per_s = cached_speed(model, "lora", seq_len, "cpu")          # no torch import; None when not known
+    tokens_per_s = training_speed(model, "lora", seq_len, device)      # measured once when not known (loads the model)
 
 The plan's time estimate divides the tokens a run processes by this speed. Without it the plan can only guess
 a CPU's throughput (one number for every CPU) or assume a share of a GPU's datasheet peak; with it the estimate
-is what this machine did with this model, method and sequence length, seconds ago or on an earlier run.
+is what this machine did with this model, method and sequence length, on an earlier run or seconds ago.
 
-A measurement is the median of a few forward + backward + AdamW steps on one micro-batch of random tokens of
-the planned length, with the weights the run trains (LoRA of the planned rank, or all), after one warm-up step.
-A finished single-device run replaces the measurement with its own steps' median speed (`remember_run_speed`).
-The cache (speed.json in the finetune cache folder) is keyed by the machine (CPU model, cores, threads, torch
-version, device), the model's identity (fingerprint.model_identity: its path and weight headers), the method,
-and the sequence length (a power of two near the run's); it is safe to delete.
+A finished single-device run records its own steps' median speed (`remember_run_speed`): `finetune train` does not
+measure before it trains (that would load the model a second time), so its first plan shows the guess, and every
+later plan the speed its runs had. `finetune plan` with a model measures when nothing is known yet: the median of a
+few forward + backward + AdamW steps on one micro-batch of random tokens of the planned length, with the weights the
+run trains (LoRA, or all), after one warm-up step.
+
+The cache (speed.json in the finetune cache folder) is keyed by the machine (CPU model, cores, threads, torch's
+version, the device kind as the plan's device table names it), the model's identity (fingerprint.model_identity:
+its path and weight headers), the method, and the sequence length (a power of two near the run's). The key is read
+without importing torch, so a process that only plans (the service's worker) reads it too. Safe to delete.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import json
 import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-
+from finetune.rules.memory import device_for_name, resolve_device
 from finetune.settings import caches
 from finetune.settings.fingerprint import model_identity
+
+if TYPE_CHECKING:
+    import torch
 
 TIMED_STEPS = 2
 ROWS = 1  # rows of one timed micro-batch
 MAX_LENGTH = 512
 LORA_RANK = 16  # the adapter's rank barely changes a step's time: one measurement serves every rank
+# what a GPU driver leaves on Linux (NVIDIA, AMD's ROCm, WSL2): without any, torch finds no GPU either
+GPU_DRIVER_FILES = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/kfd", "/dev/dxg")
 
 
 def cache_file() -> Path:
@@ -49,22 +61,54 @@ def _cpu_name() -> str:
 
 def torch_device() -> torch.device:
     """The device a single process of this machine trains on."""
+    import torch  # torch: only a process that trains or measures asks
+
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def _no_gpu_here() -> bool:
+    """Certain without torch that this machine has no GPU torch could train on (macOS: torch_device never picks MPS)."""
+    if sys.platform == "darwin":
+        return True
+    return sys.platform == "linux" and not any(os.path.exists(path) for path in GPU_DRIVER_FILES)
+
+
 def local_device_kind(device: torch.device | None = None) -> str:
-    """The device this process trains on, as the plan's device table names it ("cpu" without a GPU)."""
+    """The device this process trains on, as the plan's device table names it ("cpu" without a GPU). Without a
+    `device` on a machine with no GPU driver, "cpu" is known without importing torch."""
+    if device is None and _no_gpu_here():
+        return "cpu"
     device = device or torch_device()
     if device.type != "cuda":
         return "cpu"
-    from finetune.rules.memory import device_for_name
+    import torch  # torch: a CUDA device is named by its driver
 
     return device_for_name(torch.cuda.get_device_name(device), torch.cuda.get_device_properties(device).total_memory)
 
 
-def machine_key(device: torch.device) -> str:
-    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    return f"{_cpu_name()}|{os.cpu_count()} cores|{torch.get_num_threads()} threads|torch {torch.__version__}|{gpu}"
+def device_kind_of(gpu: str | None) -> str:
+    """The device kind a plan's `gpu` setting names, as speeds are kept by (the table's name, or the name given)."""
+    spec, _, recognised = resolve_device(gpu)
+    return spec.name if recognised or gpu is None else gpu.strip().lower()
+
+
+def _torch_version() -> str:
+    try:
+        return importlib.metadata.version("torch")  # the installed version, without importing it
+    except importlib.metadata.PackageNotFoundError:
+        return "none"
+
+
+def _threads() -> str:
+    """The CPU threads a process may use: OMP_NUM_THREADS (the launcher sets it per process), else the CPUs it may
+    run on."""
+    available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return os.environ.get("OMP_NUM_THREADS") or str(available)
+
+
+def machine_key(device_kind: str) -> str:
+    """This machine training on `device_kind` ("cpu", "h100-80gb"), as its speeds are kept by."""
+    return f"{_cpu_name()}|{os.cpu_count()} cores|{_threads()} threads|torch {_torch_version()}|{device_kind}"
 
 
 def speed_key(model: str, trained_weights: str, seq_len: int) -> str:
@@ -73,13 +117,15 @@ def speed_key(model: str, trained_weights: str, seq_len: int) -> str:
     return f"{identity.get('sha256') or identity['name']}|{trained_weights}|{measured_length(seq_len)}"
 
 
-def _key(model: str, trained_weights: str, seq_len: int, device: torch.device) -> str:
-    return f"{machine_key(device)}|{speed_key(model, trained_weights, seq_len)}"
+def _key(model: str, trained_weights: str, seq_len: int, device_kind: str) -> str:
+    return f"{machine_key(device_kind)}|{speed_key(model, trained_weights, seq_len)}"
 
 
-def speeds_measured_here(device: torch.device) -> dict[str, float]:
-    """Every speed this machine measured, by `speed_key` (what a service worker reports when it registers)."""
-    prefix = machine_key(device) + "|"
+def speeds_measured_here(device: str | torch.device | None = None) -> dict[str, float]:
+    """Every speed this machine has for a device (a kind, a torch device, or None: this machine's), by `speed_key`:
+    what a service worker reports when it registers. A kind or, on a machine without a GPU, None: no torch import."""
+    kind = device if isinstance(device, str) else local_device_kind(device)
+    prefix = machine_key(kind) + "|"
     return {k[len(prefix) :]: float(v["tokens_per_s"]) for k, v in _read().items() if k.startswith(prefix)}
 
 
@@ -106,40 +152,42 @@ def _write(key: str, tokens_per_s: float) -> None:
         os.replace(tmp, path)
 
 
-def cached_speed(model: str, trained_weights: str, seq_len: int, device: torch.device) -> float | None:
-    """The cached measurement, or None (nothing is measured here)."""
-    entry = _read().get(_key(model, trained_weights, measured_length(seq_len), device))
+def cached_speed(model: str, trained_weights: str, seq_len: int, device_kind: str) -> float | None:
+    """What this machine knows of training `model` on `device_kind`, or None (nothing is measured; no torch import)."""
+    entry = _read().get(_key(model, trained_weights, measured_length(seq_len), device_kind))
     return float(entry["tokens_per_s"]) if entry else None
 
 
 def training_speed(
     model: str, trained_weights: str, seq_len: int, device: torch.device, trust_remote_code: bool = False
 ) -> float | None:
-    """Training tokens per second of one process on `device`, measured (once per machine and model) or cached."""
-    if (known := cached_speed(model, trained_weights, seq_len, device)) is not None:
+    """Training tokens per second of one process on `device`, cached or measured (once per machine and model: the
+    model is loaded for it)."""
+    kind = local_device_kind(device)
+    if (known := cached_speed(model, trained_weights, seq_len, kind)) is not None:
         return known
     length = measured_length(seq_len)
     try:
         measured = _measure(model, trained_weights, length, device, trust_remote_code)
     except Exception:  # a model we cannot run this way: the plan keeps its FLOP-based guess, and says so
         return None
-    _write(_key(model, trained_weights, length, device), measured)
+    _write(_key(model, trained_weights, length, kind), measured)
     return measured
 
 
-def remember_run_speed(
-    model: str, trained_weights: str, seq_len: int, device: torch.device, tokens_per_s: float
-) -> None:
-    """A finished run's own speed (tokens/s of its steps) replaces the cached measurement of its model, method and
-    length on this machine: the next plan is estimated from what a real run did. A few timed micro-steps taken
-    while the machine was busy would otherwise stay in the cache (a SmolLM2 plan once said 11.7 h for a 14 min run)."""
-    _write(_key(model, trained_weights, measured_length(seq_len), device), tokens_per_s)
+def remember_run_speed(model: str, trained_weights: str, seq_len: int, device_kind: str, tokens_per_s: float) -> None:
+    """A finished run's own speed (tokens/s of its steps) replaces what was known of its model, method and length on
+    this machine: the next plan is estimated from what a real run did. A few timed micro-steps taken while the
+    machine was busy would otherwise stay in the cache (a SmolLM2 plan once said 11.7 h for a 14 min run)."""
+    _write(_key(model, trained_weights, measured_length(seq_len), device_kind), tokens_per_s)
 
 
 def _measure(
     model_name: str, trained_weights: str, seq_len: int, device: torch.device, trust_remote_code: bool
 ) -> float:
-    from finetune.train.model import add_lora, load_model, trainable_parameters
+    import torch  # torch: only a measurement runs the model
+
+    from finetune.train.model import add_lora, load_model, trainable_parameters  # torch: the model's module
 
     model = load_model(model_name, torch.float32, trust_remote_code)
     if trained_weights == "lora":

@@ -1,5 +1,6 @@
 """A plan is made once and executed as it is: `finetune plan --json` then `finetune train --plan`, the way the service's
-worker plans a job and its trainer executes it; a plan whose data or code changed since is refused in one line."""
+worker plans a job and its trainer executes it; a plan whose data or code changed since is refused in one line.
+Planning does each thing once: the model's facts are read once, and Auto's record length is chosen once."""
 
 from __future__ import annotations
 
@@ -72,3 +73,30 @@ def test_plan_json_reads_back_as_the_same_plan(toy_model, tmp_path):
     again = Plan.from_dict(json.loads(json.dumps(plan.to_dict())))
     assert again.to_dict() == plan.to_dict()
     assert again.run == plan.run and again.total_steps == plan.total_steps
+
+
+def test_planning_reads_the_model_facts_once_and_chooses_the_record_length_once(toy_model, tmp_path, monkeypatch):
+    import finetune.data.seq_len as seq_len
+    import finetune.plan.build as build
+    import finetune.run as run
+    from finetune.settings.config import RunConfig
+
+    counted = {"facts": 0, "choices": 0}
+
+    def counting(name, function):
+        def wrapper(*args, **kwargs):
+            counted[name] += 1
+            return function(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(run, "load_model_facts", counting("facts", run.load_model_facts))
+    monkeypatch.setattr(seq_len, "load_model_facts", counting("facts", seq_len.load_model_facts))
+    monkeypatch.setattr(seq_len, "auto_max_seq_len", counting("choices", seq_len.auto_max_seq_len))
+    monkeypatch.setattr(build, "auto_max_seq_len", counting("choices", build.auto_max_seq_len))
+    config = RunConfig(data=str(_data(tmp_path)), model=str(toy_model), cache_dir=str(tmp_path / "cache"))
+    for tokenized in ("first plan: tokenizes", "second plan: the token cache"):
+        counted.update(facts=0, choices=0)
+        plan = run.plan_run(config, measure=False).plan
+        assert counted == {"facts": 1, "choices": 1}, tokenized
+        assert "max_seq_len" in plan.auto  # Auto chose it

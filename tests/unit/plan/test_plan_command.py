@@ -105,7 +105,7 @@ def _summary(**changes) -> DataSummary:
 def test_data_file_uses_prepare_data(monkeypatch, capsys):
     seen = {}
 
-    def fake_prepare(config, tokenizer=None, workers=None):
+    def fake_prepare(config, tokenizer=None, workers=None, facts=None):
         seen["data"] = config.data
         shortened = dict(truncated_records=2, truncated_tokens=50, shortened_at=("train.jsonl:3", "train.jsonl:8"))
         return PreparedData([], [], _summary(max_seq_len=700, **shortened))
