@@ -110,8 +110,10 @@ def deep_size(value: Any, budget: Budget, _seen: frozenset[int] = frozenset()) -
 
 
 def _check(value: Any, what: str = "a value") -> Any:
-    budget = _current()
-    budget.allow(deep_size(value, budget), what)
+    budget = _BUDGET.get() or budget_for({})
+    size = len(value) if type(value) is str else deep_size(value, budget)
+    if size > budget.chars:
+        budget.allow(size, what)
     return value
 
 

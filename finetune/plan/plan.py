@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field, fields
+from functools import cache
 from typing import Any
 
 from finetune.data.types import DataSummary
@@ -138,6 +139,7 @@ class Plan:
 _NOT_DERIVED = frozenset({"run", "data", "memory", "cost", "model_facts"})
 
 
+@cache
 def _by_plan_key():
     return {s.plan_key: s for s in settings() if s.plan_key is not None}
 
