@@ -22,7 +22,8 @@ from finetune.settings.config import RunConfig
 from finetune.settings.errors import UserError
 from finetune.settings.wording import ref
 from finetune.train.launch import STOP_SIGNALS
-from finetune.train.launchers import Launcher, TrainerRun, launcher_for
+from finetune.train.launchers import launcher_for
+from finetune.train.trainer_run import Launcher, TrainerRun
 
 PLAN_FILE = "launch-plan.json"
 
