@@ -34,6 +34,7 @@ import torch
 import torch.distributed as dist
 
 from finetune.settings.errors import UserError
+from finetune.settings.wording import ref
 from finetune.train.order import micro_batches, pass_tokens, passes
 from finetune.train.unwrap import causal_lm
 
@@ -179,7 +180,7 @@ def decoder_layers(model) -> list[torch.nn.Module]:
     names = set(getattr(lm, "_no_split_modules", None) or ())
     layers = [m for m in lm.modules() if type(m).__name__ in names]
     if not layers:
-        raise UserError(f"cannot find the decoder layers of {type(lm).__name__} to shard; use --shard none")
+        raise UserError(f"cannot find the decoder layers of {type(lm).__name__} to shard; use {ref('shard', 'none')}")
     return layers
 
 

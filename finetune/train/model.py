@@ -8,7 +8,7 @@ import torch
 
 from finetune.models.source import check_remote_code, load_failure, local_model
 from finetune.settings.errors import UserError
-from finetune.train.attention import use_varlen_attention
+from finetune.settings.wording import ref
 
 
 def attention_for(device: torch.device) -> str | None:
@@ -128,7 +128,7 @@ def output_layer_name(model) -> str:
     if getattr(model.config, "tie_word_embeddings", False) or head is None:
         raise UserError(
             "this model's output layer cannot be trained beside the adapter (it is tied to the input embeddings, "
-            "or there is none): use --lora-train-head off"
+            f"or there is none): use {ref('lora_train_head', 'off')}"
         )
     return next(name for name, module in model.named_modules() if module is head).rsplit(".", 1)[-1]
 
@@ -153,6 +153,9 @@ def enable_gradient_checkpointing(model) -> None:
 def model_for(plan, device: torch.device, vocab_size: int | None = None):
     """The model a plan trains: loaded in fp32 (the embeddings grown to `vocab_size`, the tokenizer's length,
     when the chat template added tokens), attention for packed rows, the LoRA adapter, checkpointing."""
+    # transformers: attention.py registers its kernel with it at import; this module loads it only with a model
+    from finetune.train.attention import use_varlen_attention
+
     model = load_model(plan.run.model, torch.float32, plan.run.trust_remote_code, attention_for(device), vocab_size)
     if plan.packing:
         use_varlen_attention(model)  # packed records run as one row, attention record by record: no filler, no mask
