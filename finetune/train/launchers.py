@@ -1,6 +1,6 @@
 """Where a planned run's trainer runs: on this machine (`local`, the default) or on a Ray cluster (`ray`).
 
-The service's worker and `finetune train --launcher ray` go through one seam:
+The service's worker and `finetune train --launcher ray` go through one seam (its types: trainer_run.py):
 
     trainer = launcher.start(TrainerRun(plan, out, resume, log, env))
     trainer.wait(timeout)   # the exit code once it has ended, None while it runs

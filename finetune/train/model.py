@@ -153,7 +153,7 @@ def enable_gradient_checkpointing(model) -> None:
 def model_for(plan, device: torch.device, vocab_size: int | None = None):
     """The model a plan trains: loaded in fp32 (the embeddings grown to `vocab_size`, the tokenizer's length,
     when the chat template added tokens), attention for packed rows, the LoRA adapter, checkpointing."""
-    # transformers: attention.py registers its kernel with it at import; this module loads it only with a model
+    # transformers: attention.py imports it to register its kernel; this module loads it only when a model loads
     from finetune.train.attention import use_varlen_attention
 
     model = load_model(plan.run.model, torch.float32, plan.run.trust_remote_code, attention_for(device), vocab_size)

@@ -157,4 +157,4 @@ def test_a_damaged_run_is_flagged(terse_base, tmp_path):
     assert report["flag"] is True and "rule_pass_rate" in report["flagged"] and rules["change"]["high"] < 0
     assert report["kl"]["mean_per_token"] > 1.0
     assert report["remedies"] == retention.remedies("full") and "more than chance" in report["message"]
-    assert any("--method lora" in remedy for remedy in report["remedies"])
+    assert any("--method lora" in render(remedy) for remedy in report["remedies"])
