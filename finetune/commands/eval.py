@@ -22,8 +22,25 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from finetune.data.read import read_file
+from finetune.data.tokenize import load_tokenizer
 from finetune.settings.errors import UserError
+from finetune.settings.wording import rendered
+from finetune.ship.eval.generate import generate_answers, style_rate
+from finetune.ship.eval.html import render_html
 from finetune.ship.eval.metrics import parse_rules, rule_win_rate, score, summarize, token_f1  # noqa: F401 (API)
+from finetune.ship.eval.retention import MEASURES, check_retention, points, write_retention
+from finetune.ship.eval.retention import summary as retention_summary
+from finetune.ship.eval.test_split import TEST_FILE
+from finetune.ship.export.card import refresh_run_card
+from finetune.ship.run_folder import (
+    checkpoint_steps,
+    is_run_folder,
+    load_for_generation,
+    locate_weights,
+    read_json,
+)
+from finetune.train.model import grow_vocabulary, load_model
 
 FILE_MODE_LIMIT = 20  # conversations answered from a test file when --limit is not given
 
@@ -55,8 +72,6 @@ def _validation_losses(run: Path) -> dict[int, float]:
 
 def _final_step(run: Path) -> int | None:
     """The step of the run's final weights: the best checkpoint when the report says so, else the last step."""
-    from finetune.ship.run_folder import read_json
-
     report = read_json(run / "report.json")
     step = report.get("best_step") if report.get("final_is_best") else report.get("steps_taken")
     return step if isinstance(step, int) else None
@@ -64,12 +79,8 @@ def _final_step(run: Path) -> int | None:
 
 def load_tuned(base: str, tuned: str):
     """A LoRA adapter folder on top of the base, or a full model folder."""
-    from finetune.train.model import load_model
-
     if (Path(tuned) / "adapter_config.json").exists():
         from peft import PeftModel
-
-        from finetune.data.tokenize import load_tokenizer
 
         with_tokenizer = (Path(tuned) / "tokenizer_config.json").exists()  # training may have added tokens (ChatML)
         return PeftModel.from_pretrained(
@@ -97,10 +108,6 @@ class EvalRequest:
 
 def _run_candidates(request: EvalRequest) -> tuple[str, str, list[Candidate], Path]:
     """(test file, tokenizer folder, models, output folder) for `finetune eval RUN`."""
-    from finetune.ship.eval.test_split import TEST_FILE
-    from finetune.ship.run_folder import checkpoint_steps, load_for_generation, locate_weights
-    from finetune.train.model import load_model
-
     run = Path(request.data)
     final = locate_weights(run)
     base = request.model or final.base
@@ -127,8 +134,6 @@ def _run_candidates(request: EvalRequest) -> tuple[str, str, list[Candidate], Pa
 
 
 def _file_candidates(request: EvalRequest) -> tuple[str, str, list[Candidate], Path | None]:
-    from finetune.train.model import load_model
-
     if request.checkpoints:
         raise UserError("--checkpoints scores a run's checkpoints: pass the run folder (finetune eval RUN)")
     if not request.model:
@@ -144,8 +149,6 @@ def _file_candidates(request: EvalRequest) -> tuple[str, str, list[Candidate], P
 
 
 def _read_test(path: str, limit: int | None):
-    from finetune.data.read import read_file
-
     parsed = read_file(path)
     if not parsed.ok:
         raise UserError(f"{path} is not usable; run `finetune validate {path}` to see why")
@@ -167,11 +170,6 @@ def _check(request: EvalRequest) -> None:
 
 def evaluate(request: EvalRequest) -> tuple[dict, Path | None]:
     """Answer, score and summarize; returns (eval.json's content, the folder to write it to or None)."""
-    from finetune.data.tokenize import load_tokenizer
-    from finetune.ship.eval.generate import generate_answers, style_rate
-    from finetune.ship.run_folder import is_run_folder
-    from finetune.train.model import grow_vocabulary
-
     _check(request)
     run_mode = is_run_folder(request.data)
     test, tokenizer_home, candidates, out = (_run_candidates if run_mode else _file_candidates)(request)
@@ -234,8 +232,6 @@ def evaluate(request: EvalRequest) -> tuple[dict, Path | None]:
 
 
 def write_outputs(result: dict, out: Path) -> tuple[Path, Path]:
-    from finetune.ship.eval.html import render_html
-
     out.mkdir(parents=True, exist_ok=True)
     (out / "eval.json").write_text(json.dumps(result, ensure_ascii=False, indent=2), encoding="utf-8")
     (out / "eval.html").write_text(render_html(result), encoding="utf-8")
@@ -243,36 +239,29 @@ def write_outputs(result: dict, out: Path) -> tuple[Path, Path]:
 
 
 def _has_test_set(request: EvalRequest) -> bool:
-    from finetune.ship.eval.test_split import TEST_FILE
-
     return bool(request.test) or (Path(request.data) / TEST_FILE).exists()
 
 
 def _check_retention(request: EvalRequest) -> dict:
-    """The retention report of a run, written to RUN/retention.json."""
-    from finetune.ship.eval.retention import check_retention, write_retention
-
+    """The retention report of a run, written to RUN/retention.json; its remedies in this reader's terms."""
     report = check_retention(request.data)
     report["file"] = str(write_retention(request.data, report))
-    return report
+    return rendered(report)
 
 
 def run_eval(request: EvalRequest) -> int:
-    from finetune.ship.eval.retention import summary
-    from finetune.ship.run_folder import is_run_folder
-
     if request.retention and not is_run_folder(request.data):
         raise UserError("--retention compares a run with its base: pass the run folder (finetune eval RUN --retention)")
     evaluates = not request.retention or _has_test_set(request)
     result, out = evaluate(request) if evaluates else (None, None)
     retention = _check_retention(request) if request.retention else None
     if result is not None and retention is not None:
-        result["retention"] = summary(retention)
+        result["retention"] = retention_summary(retention)
     written = write_outputs(result, out) if result is not None and out is not None else None
     if written or retention is not None:
         _refresh_card(Path(request.data))
     if request.as_json:
-        print(json.dumps(result if result is not None else summary(retention), ensure_ascii=False, indent=2))
+        print(json.dumps(result if result is not None else retention_summary(retention), ensure_ascii=False, indent=2))
         return 0
     if result is not None:
         _print(result, written)
@@ -286,9 +275,6 @@ def run_eval(request: EvalRequest) -> int:
 
 def _refresh_card(run: Path) -> None:
     """The card in the run's adapter/ or model/ folder carries the new numbers (a run folder only)."""
-    from finetune.ship.export.card import refresh_run_card
-    from finetune.ship.run_folder import is_run_folder
-
     if is_run_folder(run):
         refresh_run_card(run)
 
@@ -296,8 +282,6 @@ def _refresh_card(run: Path) -> None:
 def _print_retention(report: dict) -> None:
     from rich.console import Console
     from rich.table import Table
-
-    from finetune.ship.eval.retention import MEASURES, points
 
     console = Console(highlight=False)
     table = Table(title="Retention: the base and the tuned model on the general set (95% intervals)")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from finetune.settings.errors import UserError
 from finetune.ship.export.card import model_card
+from finetune.ship.export.gguf import DEFAULT_GGUF_TYPE, GGUF_TYPES, check_gguf_supported, write_gguf
 from finetune.ship.export.write import copy_into_place, saved_dtype, share_like_other_files, write_adapter, write_model
 from finetune.ship.run_folder import locate_weights
 
@@ -44,8 +45,6 @@ def run_export(
         raise UserError("--gguf-type says which weights go into model.gguf: add --gguf")
     kind = "adapter" if mode == "adapter" else ("merged" if weights.is_lora else "full")
     if gguf:
-        from finetune.ship.export.gguf import DEFAULT_GGUF_TYPE, GGUF_TYPES, check_gguf_supported
-
         gguf_type = gguf_type or DEFAULT_GGUF_TYPE
         if gguf_type not in GGUF_TYPES:
             raise UserError(f"--gguf-type must be one of {', '.join(GGUF_TYPES)}, got {gguf_type!r}")
@@ -64,8 +63,6 @@ def run_export(
             chosen = dtype or saved_dtype(weights.base if weights.is_lora else str(weights.model))
             write_model(weights, tmp, chosen)
             if gguf:
-                from finetune.ship.export.gguf import write_gguf
-
                 write_gguf(tmp, tmp / "model.gguf", gguf_type, name=Path(run).resolve().name, base=weights.base)
         (tmp / "README.md").write_text(model_card(weights, kind, gguf_type if gguf else None), encoding="utf-8")
         share_like_other_files(tmp)

@@ -16,6 +16,7 @@ import sys
 from finetune.models.facts import load_model_facts
 from finetune.plan.build import build_plan
 from finetune.plan.plan import Plan
+from finetune.plan.render import render_plan
 from finetune.plan.what_if import what_if_summary
 from finetune.settings.config import RunConfig
 from finetune.settings.errors import UserError
@@ -31,7 +32,7 @@ def make_plan(config: RunConfig, examples: int | None = None, tokens: int | None
         raise UserError("--tokens goes with --examples (the what-if form); with a data file tokens are counted")
     if examples is not None:
         return build_plan(config, what_if_summary(config, examples, tokens), load_model_facts(config.model))
-    from finetune.run import plan_run  # the data path may load a tokenizer
+    from finetune.run import plan_run  # torch: run.py imports it; the what-if form runs without it
 
     return plan_run(config).plan
 
@@ -43,7 +44,5 @@ def run_plan(config: RunConfig, examples: int | None = None, tokens: int | None 
         json.dump(plan.to_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        from finetune.plan.render import render_plan
-
         render_plan(plan)
     return 0

@@ -14,6 +14,8 @@ import math
 import os
 from pathlib import Path
 
+from finetune.report.preference import plot_preference
+
 TRAIN_COLOR = "#1f77b4"
 VAL_COLOR = "#d62728"
 BEST_COLOR = "#ffbf00"
@@ -57,8 +59,6 @@ def plot_loss_curve(
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=4, frameon=False)
 
     if preference:
-        from finetune.report.preference import plot_preference
-
         plot_preference(fig.add_subplot(2, 1, 2, sharex=ax), rows)
 
     out = Path(path)

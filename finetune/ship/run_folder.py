@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from finetune.data.tokenize import load_tokenizer
 from finetune.settings.errors import UserError
 
 
@@ -38,6 +39,20 @@ def read_json(path: Path) -> dict:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
         return {}
+
+
+def model_file(model: str, name: str) -> Path | None:
+    """One file of a model folder, or of a hub id from the local cache (no network); None if neither has it."""
+    found = Path(model) / name
+    if found.exists():
+        return found
+    from huggingface_hub import try_to_load_from_cache  # no network: the run's base is in the cache
+
+    try:
+        cached = try_to_load_from_cache(model, name)
+    except ValueError:  # not a hub id either
+        cached = None
+    return Path(cached) if isinstance(cached, str) else None
 
 
 def is_run_folder(path: str | Path) -> bool:
@@ -73,7 +88,7 @@ def _base_of(run: Path, adapter: Path | None) -> str:
 
 def checkpoint_steps(run: str | Path) -> list[int]:
     """The steps of the checkpoints kept in a run folder, in order."""
-    from finetune.train.checkpoint import list_checkpoints
+    from finetune.train.checkpoint import list_checkpoints  # torch: the dashboard reads run folders without it
 
     return [int(p.name.split("-")[-1]) for p in list_checkpoints(Path(run))]
 
@@ -89,7 +104,7 @@ def locate_weights(run: str | Path, checkpoint: int | None = None) -> RunWeights
         if not (source / "config.json").exists() and not (source / "adapter_config.json").exists():
             raise UserError(f"{folder} holds no adapter/ or model/: is it a finished `finetune train` run?")
     else:
-        from finetune.train.checkpoint import checkpoint_dir
+        from finetune.train.checkpoint import checkpoint_dir  # torch: the dashboard reads run folders without it
 
         source = checkpoint_dir(folder, checkpoint)
         if not source.is_dir():
@@ -114,8 +129,7 @@ def load_for_generation(weights: RunWeights, dtype=None):
     """(model, tokenizer) ready to generate: a LoRA adapter on its base, or the full model."""
     import torch
 
-    from finetune.data.tokenize import load_tokenizer
-    from finetune.train.model import load_model
+    from finetune.train.model import load_model  # torch: the dashboard and the model card read run folders without it
 
     dtype = dtype or torch.float32
     tokenizer = load_tokenizer(weights.tokenizer)

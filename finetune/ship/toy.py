@@ -22,6 +22,7 @@ from pathlib import Path
 
 from finetune.data.chat_template import CHATML_TEMPLATE
 from finetune.models.gguf import cache_root
+from finetune.settings.errors import UserError
 
 IM_START = "<|im_start|>"
 END_OF_TURN = "<|im_end|>"
@@ -143,8 +144,6 @@ GENERAL_CORPUS = Path(__file__).resolve().parents[2] / "examples" / "generate_ge
 def general_corpus(conversations: int, seed: int) -> list[dict]:
     """The neutral general-purpose chat corpus of examples/generate_general.py (generated, never read)."""
     import importlib.util
-
-    from finetune.settings.errors import UserError
 
     if not GENERAL_CORPUS.exists():
         raise UserError(f"{GENERAL_CORPUS} is missing: the pretraining corpus generator ships with the repository")

@@ -22,7 +22,7 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from finetune.train.model import causal_lm
+from finetune.train.unwrap import causal_lm
 
 VARLEN_ATTENTION = "finetune_varlen_sdpa"
 VARLEN_CAPABLE = {VARLEN_ATTENTION, "flash_attention_2", "flash_attention_3"}

@@ -23,7 +23,8 @@ import torch.nn.functional as F
 from finetune.data.types import IGNORE_INDEX
 from finetune.train.attention import uses_varlen_attention
 from finetune.train.batching import Batch
-from finetune.train.model import causal_lm, output_layer_weight
+from finetune.train.model import output_layer_weight
+from finetune.train.unwrap import causal_lm
 
 LOGITS_BUDGET_BYTES = 256 * 2**20  # per LM-head chunk: logits and log-probabilities, fp32 (~1000 rows at 32k vocab)
 

@@ -34,7 +34,9 @@ import torch
 import torch.distributed as dist
 
 from finetune.settings.errors import UserError
-from finetune.train.order import pass_tokens
+from finetune.settings.wording import ref
+from finetune.train.order import micro_batches, pass_tokens, passes
+from finetune.train.unwrap import causal_lm
 
 # objective.py (and transformers with it) is imported where it is used: the launcher imports this module only to
 # know whether it runs under torchrun
@@ -174,13 +176,11 @@ class _LossRoot(torch.nn.Module):
 
 def decoder_layers(model) -> list[torch.nn.Module]:
     """The model's repeated blocks: the classes transformers never splits across devices."""
-    from finetune.train.model import causal_lm
-
     lm = causal_lm(model)
     names = set(getattr(lm, "_no_split_modules", None) or ())
     layers = [m for m in lm.modules() if type(m).__name__ in names]
     if not layers:
-        raise UserError(f"cannot find the decoder layers of {type(lm).__name__} to shard; use --shard none")
+        raise UserError(f"cannot find the decoder layers of {type(lm).__name__} to shard; use {ref('shard', 'none')}")
     return layers
 
 
@@ -281,8 +281,6 @@ def _single(ctx: DistContext, plan) -> Parallelism:
         return partial(objective.loss, model)
 
     def mine(step_examples: list[int], lengths: list[int]) -> Iterator[list[int]]:
-        from finetune.train.order import micro_batches, passes
-
         budget = pass_tokens(plan, ctx.device.type)
         for micro in micro_batches(step_examples, lengths, plan.devices, plan.grad_accum, ctx.rank):
             yield from passes(micro, lengths, budget)
@@ -314,8 +312,6 @@ def _sharded(ctx: DistContext, plan, bf16: bool) -> Parallelism:
     multiplied by zero before the backward, so it adds no gradient. Only the step's last backward
     reduce-scatters the gradients (`set_requires_gradient_sync`).
     """
-    from finetune.train.order import micro_batches
-
     held: dict = {}
 
     def wrap(model, objective: Objective, filler: Batch | None = None) -> LossFn:

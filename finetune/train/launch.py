@@ -26,6 +26,7 @@ from collections.abc import Iterator
 import torch
 
 from finetune.settings.errors import UserError
+from finetune.settings.wording import ref
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 DEFAULT_SHUTDOWN_TIMEOUT_S = 120  # after a stop signal, time the workers get to finish a step and checkpoint
@@ -40,7 +41,7 @@ def launch_local(nproc: int, argv: list[str]) -> int:
 
     if torch.cuda.is_available() and nproc > torch.cuda.device_count():
         raise UserError(
-            f"--devices {nproc}, but this machine has {torch.cuda.device_count()} GPU(s); to train on several "
+            f"{ref('devices', nproc)}, but this machine has {torch.cuda.device_count()} GPU(s); to train on several "
             "machines, start torchrun on each of them (docs/distributed.md)"
         )
     # one process per device must not each start a thread per core (torchrun would set 1)

@@ -116,21 +116,13 @@ def train_loop(
             step_start = time.perf_counter()
             step_examples = steps.examples(step_index)
             normaliser = objective.normaliser([train[i] for i in step_examples])  # the whole step's, on every rank
-            lr = lr_at(step_index, plan.total_steps, plan.warmup_steps, plan.learning_rate, plan.schedule)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
+            lr = _set_learning_rate(optimizer, step_index, plan)
 
-            # ---- forward and backward over this process's micro-batches
+            # ---- forward and backward over this process's micro-batches, then the update
             sums = MetricSums(objective.metric_names)
             for micro in how.micro_batches(step_examples, lengths):
                 batch = objective.batch([train[i] for i in micro], plan, pad_id).to(ctx.device)
-                with torch.autocast(ctx.device.type, dtype=torch.bfloat16, enabled=bf16):
-                    loss_sum, metric_sums = loss_of(batch)
-                # each .backward() adds to .grad, and loss_sum is a SUM: dividing by the step's normaliser (its
-                # target tokens, or pairs, over every micro-batch and rank) makes the gradients add up to those of
-                # the whole step's mean, however the step is split (the mean of micro-batch means is the bug)
-                (loss_sum / normaliser).backward()
-                sums.add(loss_sum, metric_sums)
+                sums.add(*_backward(loss_of, batch, normaliser, ctx.device, bf16))
             how.reduce_gradients(params)
             step_metrics = sums.means(normaliser, how.reduce_sum)
             train_loss = step_metrics.pop("loss")
@@ -147,7 +139,7 @@ def train_loop(
             if spikes.observe(train_loss):
                 row["warning"] = LOSS_SPIKE  # more than 10x the running mean: the report calls the run unstable
             last_step = state.step == plan.total_steps
-            if val and (state.step % plan.eval_every == 0 or state.step % plan.steps_per_epoch == 0 or last_step):
+            if val and _evaluates_after(state.step, plan):
                 row |= evaluate(loss_of, objective, val, plan, ctx, how, pad_id, bf16, model)
                 if state.best_val_loss is None or row["val_loss"] < state.best_val_loss:
                     state.best_step, state.best_val_loss = state.step, row["val_loss"]
@@ -168,6 +160,30 @@ def train_loop(
 
 
 # ============================================================================ the pieces of a step
+
+
+def _set_learning_rate(optimizer, step_index: int, plan: Plan) -> float:
+    """The schedule's learning rate for this step (0-based), set on every parameter group; returns it."""
+    lr = lr_at(step_index, plan.total_steps, plan.warmup_steps, plan.learning_rate, plan.schedule)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    return lr
+
+
+def _backward(loss_of, batch, normaliser: float, device: torch.device, bf16: bool):
+    """One micro-batch's forward and backward; its (loss_sum, metric_sums), for the step's MetricSums."""
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+        loss_sum, metric_sums = loss_of(batch)
+    # each .backward() adds to .grad, and loss_sum is a SUM: dividing by the step's normaliser (its target tokens,
+    # or pairs, over every micro-batch and rank) makes the gradients add up to those of the whole step's mean,
+    # however the step is split (the mean of micro-batch means is the bug)
+    (loss_sum / normaliser).backward()
+    return loss_sum, metric_sums
+
+
+def _evaluates_after(step: int, plan: Plan) -> bool:
+    """Validation runs every eval_every steps, at each epoch's end and after the last step."""
+    return step % plan.eval_every == 0 or step % plan.steps_per_epoch == 0 or step == plan.total_steps
 
 
 class MetricSums:

@@ -6,8 +6,9 @@ import warnings
 
 import torch
 
-from finetune.models.source import load_failure
+from finetune.models.source import check_remote_code, load_failure, local_model
 from finetune.settings.errors import UserError
+from finetune.settings.wording import ref
 
 
 def attention_for(device: torch.device) -> str | None:
@@ -34,8 +35,6 @@ def load_model(
     tokenizer has tokens the model lacks (ChatML added to a base model without a chat template)."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
-
-    from finetune.models.source import check_remote_code, local_model
 
     check_remote_code(name, trust_remote_code)
     hf_logging.disable_progress_bar()
@@ -129,7 +128,7 @@ def output_layer_name(model) -> str:
     if getattr(model.config, "tie_word_embeddings", False) or head is None:
         raise UserError(
             "this model's output layer cannot be trained beside the adapter (it is tied to the input embeddings, "
-            "or there is none): use --lora-train-head off"
+            f"or there is none): use {ref('lora_train_head', 'off')}"
         )
     return next(name for name, module in model.named_modules() if module is head).rsplit(".", 1)[-1]
 
@@ -140,15 +139,6 @@ def output_layer_weight(head) -> torch.Tensor:
     if getattr(head, "disable_adapters", False) and hasattr(head, "original_module"):
         return head.original_module.weight
     return head.weight
-
-
-def causal_lm(model):
-    """The transformers CausalLM inside a (possibly PEFT- or FSDP-wrapped) model."""
-    while hasattr(model, "module"):  # wrappers that keep the model as .module
-        model = model.module
-    if hasattr(model, "get_base_model"):  # PEFT: LoRA layers are injected into this model
-        model = model.get_base_model()
-    return model
 
 
 def trainable_parameters(model) -> list[tuple[str, torch.nn.Parameter]]:
@@ -163,6 +153,7 @@ def enable_gradient_checkpointing(model) -> None:
 def model_for(plan, device: torch.device, vocab_size: int | None = None):
     """The model a plan trains: loaded in fp32 (the embeddings grown to `vocab_size`, the tokenizer's length,
     when the chat template added tokens), attention for packed rows, the LoRA adapter, checkpointing."""
+    # transformers: attention.py imports it to register its kernel; this module loads it only when a model loads
     from finetune.train.attention import use_varlen_attention
 
     model = load_model(plan.run.model, torch.float32, plan.run.trust_remote_code, attention_for(device), vocab_size)

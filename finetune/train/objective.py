@@ -37,8 +37,10 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 
 from finetune.data.types import TokenizedRecord
+from finetune.report.diagnosis import diagnose
 from finetune.train.batching import Batch, pack_batch, pad_batch
 from finetune.train.cross_entropy import nll_sum
+from finetune.train.preference import DirectPreference
 
 if TYPE_CHECKING:
     from finetune.plan.plan import Plan
@@ -93,8 +95,6 @@ class TokenNormalisedSFT:
         pass
 
     def diagnose(self, rows: list[dict], plan: Plan) -> dict:
-        from finetune.report.diagnosis import diagnose
-
         return diagnose(rows, plan.steps_per_epoch)
 
     def summary(self, rows: list[dict]) -> dict:
@@ -104,7 +104,5 @@ class TokenNormalisedSFT:
 def objective_for(plan: Plan) -> Objective:
     """The objective a plan trains with: supervised, or preference tuning (DPO) with the plan's beta."""
     if plan.objective == "dpo":
-        from finetune.train.preference import DirectPreference
-
         return DirectPreference(plan.beta or 0.1, plan.sft_weight or 0.0, precomputed_reference=plan.method == "full")
     return TokenNormalisedSFT()

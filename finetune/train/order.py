@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import random
 
+from finetune.rules.memory import activation_bytes_per_token
+
 
 def epoch_order(num_records: int, seed: int, epoch: int) -> list[int]:
     """A fresh permutation of the records for every epoch (0-based), from the seed alone."""
@@ -106,7 +108,5 @@ def pass_tokens(plan, device_type: str) -> int | None:
         return None
     if plan.model_facts is None:
         return plan.max_seq_len
-    from finetune.rules.memory import activation_bytes_per_token
-
     per_token = activation_bytes_per_token(plan.model_facts, plan.run.lora_rank if plan.method == "lora" else None)
     return max(plan.max_seq_len, PASS_ACTIVATION_BYTES // max(1, per_token))

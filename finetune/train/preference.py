@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 from finetune.data.preference import TokenizedPair
 from finetune.data.types import IGNORE_INDEX
+from finetune.report.preference import diagnose_preference, preference_summary
 from finetune.train.batching import Batch, pad_batch
 
 if TYPE_CHECKING:
@@ -90,13 +91,9 @@ class DirectPreference:
             compute_reference(model, examples, device, pad_id, bf16)
 
     def diagnose(self, rows: list[dict], plan) -> dict:
-        from finetune.report.preference import diagnose_preference
-
         return diagnose_preference(rows)
 
     def summary(self, rows: list[dict]) -> dict:
-        from finetune.report.preference import preference_summary
-
         return preference_summary(rows)
 
     def reference_logps(self, model, batch: PairBatch) -> torch.Tensor:

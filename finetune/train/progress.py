@@ -13,6 +13,8 @@ import sys
 import time
 from typing import TYPE_CHECKING, TextIO
 
+from finetune.plan.render import render_plan
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -113,8 +115,6 @@ class RunDisplay:
         logging.getLogger("finetune").removeHandler(self._handler)
 
     def on_plan(self, plan: Plan) -> None:
-        from finetune.plan.render import render_plan
-
         render_plan(plan, console=self.console)
         self._progress = ProgressReporter(plan.total_steps, self.first_step, self.stream).__enter__()
 

@@ -30,10 +30,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from finetune.rules.memory import device_for_name
 from finetune.settings.errors import UserError
 from finetune.train.launch import DEFAULT_SHUTDOWN_TIMEOUT_S, STOP_SIGNALS
-from finetune.train.launchers import RAY_ADDRESS_ENV, TrainerRun
+from finetune.train.ray_rank import RankProcess
+from finetune.train.trainer_run import TrainerRun
 
+RAY_ADDRESS_ENV = "RAY_ADDRESS"  # Ray's own variable: `--ray-address` defaults to it
 NAMESPACE = "finetune"
 FORWARDED_ENV = ("FINETUNE_COLLECTIVE_TIMEOUT",)  # the driver's settings of a run; the rest is each node's own
 POLL_S = 0.25
@@ -165,8 +168,6 @@ class RayLauncher:
         kinds = sorted(name.split(":", 1)[1] for name in resources if name.startswith("accelerator_type:"))
         if not kinds:
             return None
-        from finetune.rules.memory import device_for_name
-
         return device_for_name(kinds[0], 0)  # no memory size: the smallest of the family, the safe estimate
 
     def start(self, run: TrainerRun) -> RayTrainer:
@@ -265,8 +266,6 @@ class RayTrainer:
 
     def _run(self) -> int:
         import ray
-
-        from finetune.train.ray_rank import RankProcess
 
         devices = self.run.devices()
         self.gpus = bool(ray.cluster_resources().get("GPU"))

@@ -18,7 +18,7 @@ import sys
 import tempfile
 import threading
 
-from finetune.train.launchers import die_with_parent
+from finetune.train.trainer_run import die_with_parent
 
 READER_JOIN_S = 10  # after the trainer exits, time its pipes get to drain
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from html import escape
 
+from finetune.ship.eval.retention import MEASURES, points
+
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1200px; color: #222; }
 table { border-collapse: collapse; margin: 1rem 0; width: 100%; }
@@ -73,8 +75,6 @@ def _all_rows(result: dict) -> str:
 
 def _retention(retention: dict | None) -> str:
     """The retention check of the same call (finetune eval RUN --retention): numbers, verdict, remedies."""
-    from finetune.ship.eval.retention import MEASURES, points
-
     if not retention:
         return ""
 

@@ -22,10 +22,14 @@ import tempfile
 from pathlib import Path
 
 from finetune.data import replay_mix
+from finetune.data.prompting import stop_ids
 from finetune.settings import caches
 from finetune.settings.config import RunConfig
+from finetune.settings.errors import UserError
 from finetune.settings.fingerprint import model_identity
+from finetune.settings.wording import ref
 from finetune.ship.eval.generate import generate_ids
+from finetune.train.model import load_model
 
 log = logging.getLogger("finetune")
 MAX_NEW_TOKENS = 256
@@ -60,9 +64,6 @@ def base_answers(config: RunConfig, tokenizer) -> list[dict]:
 
 
 def _generate(config: RunConfig, tokenizer) -> list[dict]:
-    from finetune.data.prompting import stop_ids
-    from finetune.train.model import load_model
-
     prompts = replay_mix.training_prompts()
     log.info("answering %d general prompts with the base model for replay (once per base; cached)", len(prompts))
     model = load_model(config.model, trust_remote_code=config.trust_remote_code, vocab_size=len(tokenizer))
@@ -76,9 +77,6 @@ def _generate(config: RunConfig, tokenizer) -> list[dict]:
                 {"messages": [{"role": "user", "content": prompt.text}, {"role": "assistant", "content": answer}]}
             )
     if not rows:
-        from finetune.settings.errors import UserError
-        from finetune.settings.wording import ref
-
         raise UserError(
             f"{ref('replay')}: the base model finished none of {len(prompts)} general answers within "
             f"{MAX_NEW_TOKENS} tokens; give your own general conversations with {ref('general_data')}"

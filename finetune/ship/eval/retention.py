@@ -31,9 +31,11 @@ from contextlib import contextmanager, nullcontext
 from functools import partial
 from pathlib import Path
 
+from finetune.data.prompting import prompt_ids
+from finetune.settings.wording import ref, rendered
 from finetune.ship.eval.general_set import ANSWER_KINDS, Choice, GeneralPrompt, load_general_set, passed, set_digest
 from finetune.ship.eval.intervals import paired_difference, wilson
-from finetune.ship.run_folder import read_json
+from finetune.ship.run_folder import load_for_generation, locate_weights, read_json
 
 RETENTION_FILE = "retention.json"
 MAX_NEW_TOKENS = 48
@@ -44,24 +46,26 @@ MEASURES = {  # key in retention.json: what a reader calls it
     "rule_pass_rate": "rule pass-rate",
     "choice_accuracy": "multiple-choice accuracy",
 }
-REMEDIES = {
-    "epochs": "Train fewer epochs (--epochs), or keep an earlier checkpoint (finetune eval RUN --checkpoints shows each).",
-    "lr": "Lower the learning rate (--lr).",
-    "lora": "Tune a LoRA adapter instead of every weight (--method lora; --base-method lora for DPO): the base "
-    "weights stay as they were.",
-    "smaller_lora": "The run is a LoRA adapter already: a lower rank (--lora-rank) changes less of the base.",
-    "smaller_lora_head": "The run is a LoRA adapter already: a lower rank (--lora-rank) or the output layer left as "
-    "the base had it (--lora-train-head off) changes less of the base.",
+REMEDIES = {  # settings named for each reader (wording.py): write_retention and the command line render them
+    "epochs": f"Train fewer epochs ({ref('epochs')}), or keep an earlier checkpoint (finetune eval RUN --checkpoints "
+    "shows each).",
+    "lr": f"Lower the learning rate ({ref('lr')}).",
+    "lora": "Tune a LoRA adapter instead of every weight ({}): the base weights stay as they were.",
+    "smaller_lora": f"The run is a LoRA adapter already: a lower rank ({ref('lora_rank')}) changes less of the base.",
+    "smaller_lora_head": f"The run is a LoRA adapter already: a lower rank ({ref('lora_rank')}) or the output layer "
+    f"left as the base had it ({ref('lora_train_head', 'off')}) changes less of the base.",
     "mix": "Mix general conversations into the training file (a share of everyday questions with plain answers, like "
     "examples/generate_general.py writes), so tuning keeps rehearsing what the base knew.",
 }
 
 
-def remedies(method: str, head_trained: bool = False) -> list[str]:
-    """The usual remedies for forgetting, in the order to try them; LoRA instead of full only for a full run, the
-    output layer only when the LoRA run trained it."""
+def remedies(method: str, head_trained: bool = False, objective: str = "sft") -> list[str]:
+    """The usual remedies for forgetting, in the order to try them; LoRA instead of full only for a full run (the
+    base method of a preference run), the output layer only when the LoRA run trained it."""
     smaller = "smaller_lora_head" if head_trained else "smaller_lora"
-    return [REMEDIES[k] for k in ("epochs", "lr", smaller if method == "lora" else "lora", "mix")]
+    lora = REMEDIES["lora"].format(ref("base_method" if objective == "dpo" else "method", "lora"))
+    chosen = ("epochs", "lr", smaller if method == "lora" else "lora", "mix")
+    return [lora if key == "lora" else REMEDIES[key] for key in chosen]
 
 
 KL_DEFINITION = (
@@ -85,8 +89,7 @@ def _adapter_off(model):
 
 def _load(run: Path):
     """(the run's weights, {"base": ..., "tuned": ...} each a context manager giving that model, tokenizer)."""
-    from finetune.ship.run_folder import load_for_generation, locate_weights
-    from finetune.train.model import load_model
+    from finetune.train.model import load_model  # torch: the dashboard and the model card read this module
 
     weights = locate_weights(run)
     tuned, tokenizer = load_for_generation(weights)
@@ -166,21 +169,47 @@ def check_retention(
     together (BATCH, 64: on SmolLM2-135M, one CPU thread, 17% less CPU time than 32); teacher-forced scoring runs
     SCORE_BATCH rows at a time (its logits span the whole vocabulary). `limit` asks only that many prompts and
     that many multiple-choice questions (spread over the set): quicker, with wider intervals."""
-    from finetune.data.prompting import prompt_ids
-    from finetune.ship.eval.generate import generate_ids
-    from finetune.ship.eval.likelihood import kl_per_row, target_log_probs
-
     started = time.perf_counter()
     max_new_tokens = max_new_tokens or MAX_NEW_TOKENS
-    run = Path(run)
     all_prompts, all_choices = load_general_set()
     prompts: list[GeneralPrompt] = _subset(all_prompts, limit)
     choices: list[Choice] = _subset(all_choices, limit)
-    weights, sides, tokenizer = _load(run)
+    weights, sides, tokenizer = _load(Path(run))
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     loaded = time.perf_counter()
+    new_ids, answers = _answer(sides, tokenizer, prompts, max_new_tokens, batch_size)
+    ok = {name: [passed(p, a) for p, a in zip(prompts, got, strict=True)] for name, got in answers.items()}
+    generated = time.perf_counter()
+    kl_rows = _kl_on_base_answers(sides, tokenizer, prompts, new_ids["base"], pad_id)
+    picks = _pick_options(sides, tokenizer, choices, pad_id)
+    scored = time.perf_counter()
 
-    # ---- greedy answers of both sides, checked
+    report = _numbers(weights, prompts, choices, ok, picks, kl_rows, limit)
+    report["settings"] = {
+        "max_new_tokens": max_new_tokens,
+        "batch_size": batch_size,
+        "choice_score": "mean log-likelihood per option token, after the question and the reply's lead",
+        "interval": "95%: Wilson per model; Newcombe's paired score interval (method 10) for the change",
+    }
+    report["flag"], report["flagged"], report["message"] = verdict(report)
+    plan = read_json(weights.run / "plan.json")
+    head_trained, objective = bool(plan.get("lora_train_head")), plan.get("objective", "sft")
+    report["remedies"] = remedies(report["method"], head_trained, objective) if report["flag"] else []
+    report["rows"] = _prompt_rows(prompts, answers, ok, kl_rows)
+    report["choices"] = _picked_choices(choices, picks)
+    report["seconds"] = {
+        "load": round(loaded - started, 2),
+        "generate": round(generated - loaded, 2),
+        "score": round(scored - generated, 2),
+        "total": round(scored - started, 2),
+    }
+    return report
+
+
+def _answer(sides: dict, tokenizer, prompts: list[GeneralPrompt], max_new_tokens: int, batch_size: int):
+    """The greedy answers of both sides: ({side: new token ids per prompt}, {side: decoded answer per prompt})."""
+    from finetune.ship.eval.generate import generate_ids  # torch: the dashboard and the card read this module
+
     messages = [p.messages() for p in prompts]
     new_ids = {}
     for name, side in sides.items():
@@ -190,15 +219,21 @@ def check_retention(
         name: [tokenizer.decode(ids, skip_special_tokens=True).strip() for ids in rows]
         for name, rows in new_ids.items()
     }
-    ok = {name: [passed(p, a) for p, a in zip(prompts, got, strict=True)] for name, got in answers.items()}
-    generated = time.perf_counter()
+    return new_ids, answers
 
-    # ---- KL(tuned || base) on the base's own answers
-    rows = [(prompt_ids(tokenizer, m), ids) for m, ids in zip(messages, new_ids["base"], strict=True)]
-    kl_rows = kl_per_row(sides["tuned"], sides["base"], rows, pad_id, batch_size=SCORE_BATCH)
-    kl_sum, kl_tokens = sum(s for s, _ in kl_rows), sum(n for _, n in kl_rows)
 
-    # ---- multiple choice: the most likely option per model
+def _kl_on_base_answers(sides: dict, tokenizer, prompts: list[GeneralPrompt], base_ids: list, pad_id: int) -> list:
+    """KL(tuned || base) on the base's own answers: (sum, tokens) per prompt."""
+    from finetune.ship.eval.likelihood import kl_per_row  # torch: the dashboard and the card read this module
+
+    rows = [(prompt_ids(tokenizer, p.messages()), ids) for p, ids in zip(prompts, base_ids, strict=True)]
+    return kl_per_row(sides["tuned"], sides["base"], rows, pad_id, batch_size=SCORE_BATCH)
+
+
+def _pick_options(sides: dict, tokenizer, choices: list[Choice], pad_id: int) -> dict[str, list[int]]:
+    """Multiple choice: each side's most likely option per question (mean log-likelihood per option token)."""
+    from finetune.ship.eval.likelihood import target_log_probs  # torch: the dashboard and the card read this module
+
     option_rows = _choice_rows(tokenizer, choices)
     picks: dict[str, list[int]] = {}
     for name, side in sides.items():
@@ -210,12 +245,17 @@ def check_retention(
             options = means[at : at + len(choice.options)]
             picks[name].append(max(range(len(options)), key=options.__getitem__))
             at += len(choice.options)
-    right = {name: [pick == c.answer for pick, c in zip(got, choices, strict=True)] for name, got in picks.items()}
-    scored = time.perf_counter()
+    return picks
 
+
+def _numbers(weights, prompts: list[GeneralPrompt], choices: list[Choice], ok: dict, picks: dict, kl_rows: list,
+             limit: int | None) -> dict:  # fmt: skip
+    """The report's measures: what was compared, each rate of both models with its intervals, per kind, and KL."""
+    right = {name: [pick == c.answer for pick, c in zip(got, choices, strict=True)] for name, got in picks.items()}
     answer_items = [i for i, p in enumerate(prompts) if p.kind in ANSWER_KINDS]
     rule_items = [i for i, p in enumerate(prompts) if p.kind == "rule"]
-    report = {
+    kl_sum, kl_tokens = sum(s for s, _ in kl_rows), sum(n for _, n in kl_rows)
+    return {
         "base_model": weights.base,
         "tuned": str(weights.adapter or weights.model),
         "method": "lora" if weights.is_lora else "full",
@@ -239,17 +279,11 @@ def check_retention(
             "direction": "KL(tuned || base)",
             "definition": KL_DEFINITION,
         },
-        "settings": {
-            "max_new_tokens": max_new_tokens,
-            "batch_size": batch_size,
-            "choice_score": "mean log-likelihood per option token, after the question and the reply's lead",
-            "interval": "95%: Wilson per model; Newcombe's paired score interval (method 10) for the change",
-        },
     }
-    report["flag"], report["flagged"], report["message"] = verdict(report)
-    head_trained = bool(read_json(weights.run / "plan.json").get("lora_train_head"))
-    report["remedies"] = remedies(report["method"], head_trained) if report["flag"] else []
-    report["rows"] = [
+
+
+def _prompt_rows(prompts: list[GeneralPrompt], answers: dict, ok: dict, kl_rows: list) -> list[dict]:
+    return [
         {
             "id": p.id,
             "kind": p.kind,
@@ -263,7 +297,10 @@ def check_retention(
         }
         for i, p in enumerate(prompts)
     ]
-    report["choices"] = [
+
+
+def _picked_choices(choices: list[Choice], picks: dict) -> list[dict]:
+    return [
         {
             "id": c.id,
             "question": c.question,
@@ -273,13 +310,6 @@ def check_retention(
         }
         for i, c in enumerate(choices)
     ]
-    report["seconds"] = {
-        "load": round(loaded - started, 2),
-        "generate": round(generated - loaded, 2),
-        "score": round(scored - generated, 2),
-        "total": round(scored - started, 2),
-    }
-    return report
 
 
 def summary(report: dict) -> dict:
@@ -288,9 +318,9 @@ def summary(report: dict) -> dict:
 
 
 def write_retention(run: str | Path, report: dict) -> Path:
-    """RUN/retention.json, written whole or not at all."""
+    """RUN/retention.json, written whole or not at all, its remedies in its reader's terms (wording.py)."""
     path = Path(run) / RETENTION_FILE
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(report, ensure_ascii=False, indent=2), encoding="utf-8")
+    tmp.write_text(json.dumps(rendered(report), ensure_ascii=False, indent=2), encoding="utf-8")
     os.replace(tmp, path)
     return path

@@ -18,6 +18,8 @@ import json
 import os
 from pathlib import Path
 
+from finetune.data.prepare import read_conversations
+from finetune.data.sensitive import refuse_if_found, scan_conversations, summarize
 from finetune.settings.errors import UserError
 
 TEST_FILE, TRAIN_FILE, RECORD_FILE = "test.jsonl", "train.jsonl", "test_split.json"
@@ -54,9 +56,6 @@ def _write(path: Path, lines: list[str]) -> None:
 
 def hold_out_test(config, out: Path):
     """Write the test and remaining training files to OUT; returns the config reading the remaining file."""
-    from finetune.data.prepare import read_conversations
-    from finetune.data.sensitive import refuse_if_found, scan_conversations, summarize
-
     if not config.data:
         raise UserError("no training file given")
     conversations, _ = read_conversations(config.data, config.format, config.skip_invalid)

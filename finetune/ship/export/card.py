@@ -12,7 +12,9 @@ import os
 from pathlib import Path
 
 from finetune.models.source import origin
-from finetune.settings.registry import in_a_sentence
+from finetune.plan.plan import derived_labels
+from finetune.settings.registry import in_a_sentence, plan_labels, setting, settings
+from finetune.ship.eval.retention import MEASURES, points
 from finetune.ship.run_folder import RunWeights, locate_weights, read_json
 
 # the plan keys the card shows, in this order (their labels are declared with each setting, or on Plan)
@@ -106,15 +108,10 @@ def _data(plan: dict, test_split: dict) -> list[str]:
 
 
 def _labels() -> dict[str, str]:
-    from finetune.plan.plan import derived_labels
-    from finetune.settings.registry import plan_labels, setting
-
     return plan_labels() | derived_labels() | {name: setting(name).label for name in ("method", "val_fraction")}
 
 
 def _auto_capable(key: str) -> bool:
-    from finetune.settings.registry import settings
-
     return any(spec.auto and key in (spec.name, spec.plan_key) for spec in settings())
 
 
@@ -181,8 +178,6 @@ def _percent(side: dict) -> str:
 
 def _retention(retention: dict) -> list[str]:
     """What tuning kept of the base's general ability (finetune eval RUN --retention)."""
-    from finetune.ship.eval.retention import MEASURES, points
-
     if not retention.get("accuracy"):
         return []
     general = retention.get("general_set") or {}

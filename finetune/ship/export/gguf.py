@@ -26,7 +26,7 @@ from finetune.ship.export.gguf_arch import (
     write_hyperparameters,
 )
 from finetune.ship.export.gguf_vocab import add_tokenizer, check_tokenizer
-from finetune.ship.run_folder import RunWeights, locate_weights, read_json
+from finetune.ship.run_folder import RunWeights, locate_weights, model_file, read_json, resolve_base
 
 GGUF_TYPES = ("f16", "bf16", "f32", "q8_0")
 DEFAULT_GGUF_TYPE = "f16"
@@ -50,8 +50,6 @@ def _where(weights: RunWeights) -> str:
 
 
 def _check(model: str, tokenizer: str, where: str) -> None:
-    from finetune.ship.export.write import model_file
-
     config_file = model_file(model, "config.json")
     family_of(read_json(config_file) if config_file else {}, where)
     tokenizer_file = model_file(tokenizer, "tokenizer.json")
@@ -68,8 +66,6 @@ def gguf_problem(run: Path) -> str | None:
 
     Judged on the run's base (fine-tuning changes neither architecture nor tokenizer), named without its path.
     """
-    from finetune.ship.run_folder import resolve_base
-
     name = read_json(Path(run) / "plan.json").get("model")
     if not name:
         return "the run does not say which base model it was trained from (no plan.json)"
@@ -211,7 +207,7 @@ def write_gguf(
 
 def gguf_of_run(run: Path, step: int | None, target: Path, gguf_type: str = DEFAULT_GGUF_TYPE) -> Path:
     """A run's final weights (or one checkpoint's) as a GGUF file: merged into a temporary folder, then converted."""
-    from finetune.ship.export.write import saved_dtype, write_model
+    from finetune.ship.export.write import saved_dtype, write_model  # torch: the dashboard imports this module
 
     weights = locate_weights(run, step)
     check_gguf_supported(weights)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from finetune.data.tokenize import load_tokenizer
 from finetune.settings.errors import UserError
 
 # The pre-tokenizers llama.cpp knows by name (src/llama-vocab.cpp), as a transformers tokenizer.json spells them.
@@ -121,8 +122,6 @@ def add_tokenizer(writer, folder: Path, vocab_size: int, end_of_turn: int | None
     import json
 
     import gguf
-
-    from finetune.data.tokenize import load_tokenizer
 
     tokenizer = load_tokenizer(str(folder))
     # the pipeline transformers actually runs: for some models (Qwen) it rebuilds it whatever tokenizer.json says

@@ -10,23 +10,10 @@ from pathlib import Path
 import torch
 
 from finetune.data.prompting import stop_ids
-from finetune.ship.run_folder import RunWeights, load_for_generation, read_json
+from finetune.data.tokenize import load_tokenizer
+from finetune.ship.run_folder import RunWeights, load_for_generation, model_file, read_json
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def model_file(model: str, name: str) -> Path | None:
-    """One file of a model folder, or of a hub id from the local cache (no network); None if neither has it."""
-    found = Path(model) / name
-    if found.exists():
-        return found
-    from huggingface_hub import try_to_load_from_cache  # no network: the run's base is in the cache
-
-    try:
-        cached = try_to_load_from_cache(model, name)
-    except ValueError:  # not a hub id either
-        cached = None
-    return Path(cached) if isinstance(cached, str) else None
 
 
 def saved_dtype(model: str) -> str:
@@ -62,8 +49,6 @@ def write_model(weights: RunWeights, dest: Path, dtype: str) -> None:
 def write_adapter(weights: RunWeights, dest: Path, dtype: str | None) -> None:
     """The PEFT adapter alone, its base recorded as a path that resolves from any directory."""
     from safetensors.torch import load_file, save_file
-
-    from finetune.data.tokenize import load_tokenizer
 
     assert weights.adapter is not None
     dest.mkdir(parents=True, exist_ok=True)

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 import torch
 
 from finetune.data.prompting import prompt_ids, stop_ids
+from finetune.data.tokenize import load_tokenizer
+from finetune.train.model import load_model
 
 
 @dataclass(frozen=True)
@@ -90,9 +92,6 @@ class Engine:
         return len(self._bases) + sum(len(e.adapters) for e in self._bases.values())
 
     def _load_base(self, base: str) -> _Base:
-        from finetune.data.tokenize import load_tokenizer
-        from finetune.train.model import load_model
-
         if base not in self._bases:
             tokenizer = load_tokenizer(base)  # with ChatML added to a base without a template: the model grows to it
             model = load_model(base, self.dtype, vocab_size=len(tokenizer)).to(self.device)

@@ -12,6 +12,7 @@ from safetensors.torch import load_file, save_file
 
 from finetune.commands.cli import main
 from finetune.data.tokenize import load_tokenizer
+from finetune.settings.wording import render, rendered
 from finetune.ship.eval import retention
 from finetune.ship.eval.general_set import load_general_set
 from finetune.ship.eval.generate import generate_ids
@@ -60,7 +61,7 @@ def test_eval_retention_writes_every_number_and_refreshes_the_card(run_copy, mon
     dropped = [key for key in retention.MEASURES if report[key]["change"]["high"] < 0]
     assert report["flagged"] == dropped and report["flag"] == bool(dropped)
     head_trained = json.loads((run_copy / "plan.json").read_text())["lora_train_head"]
-    assert report["remedies"] == (retention.remedies("lora", head_trained) if dropped else [])
+    assert report["remedies"] == (rendered(retention.remedies("lora", head_trained)) if dropped else [])
 
     # the same call's eval.json and eval.html carry the summary, the card in the run's adapter/ the section
     evaluation = json.loads((run_copy / "eval.json").read_text())
@@ -90,9 +91,16 @@ def test_without_a_test_set_retention_runs_alone(run_copy, monkeypatch, capsys):
 
 
 def test_the_remedies_name_the_output_layer_only_when_the_run_trained_it():
-    assert not any("--lora-train-head" in r for r in retention.remedies("lora", head_trained=False))
-    assert any("--lora-train-head off" in r for r in retention.remedies("lora", head_trained=True))
-    assert any("--method lora" in r for r in retention.remedies("full"))
+    assert not any("--lora-train-head" in render(r) for r in retention.remedies("lora", head_trained=False))
+    assert any("--lora-train-head off" in render(r) for r in retention.remedies("lora", head_trained=True))
+    assert any("--method lora" in render(r) for r in retention.remedies("full"))
+
+
+def test_the_remedies_name_each_setting_in_its_readers_terms():
+    assert any("--base-method lora" in render(r, "cli") for r in retention.remedies("full", objective="dpo"))
+    api = [render(r, "api") for r in retention.remedies("lora", head_trained=True)]
+    assert any("method.supervised.hyperparameters.lora_train_head = off" in r for r in api)
+    assert not any("--lora" in r or "--lr" in r or "--epochs" in r for r in api)  # `finetune eval` flags stay
 
 
 def test_retention_needs_a_run_folder(capsys):
@@ -149,4 +157,4 @@ def test_a_damaged_run_is_flagged(terse_base, tmp_path):
     assert report["flag"] is True and "rule_pass_rate" in report["flagged"] and rules["change"]["high"] < 0
     assert report["kl"]["mean_per_token"] > 1.0
     assert report["remedies"] == retention.remedies("full") and "more than chance" in report["message"]
-    assert any("--method lora" in remedy for remedy in report["remedies"])
+    assert any("--method lora" in render(remedy) for remedy in report["remedies"])

@@ -55,6 +55,7 @@ def calls(monkeypatch, tmp_path):
         return [[*ids, stop_ids(tokenizer)[0]] for _ in prompts]
 
     monkeypatch.setattr(model_module, "load_model", load)
+    monkeypatch.setattr(replay, "load_model", load)  # replay's own name for it
     monkeypatch.setattr(replay, "generate_ids", generate)
     return counted
 

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from finetune.commands.cli import main
-from finetune.train.launchers import LocalLauncher, TrainerRun
+from finetune.train.launchers import LocalLauncher
 from finetune.train.ray_launch import RAY_FAILED, RankEnd, outcome
+from finetune.train.trainer_run import TrainerRun
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
