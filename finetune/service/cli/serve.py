@@ -18,7 +18,7 @@ from finetune.service.logs import setup_logging, uvicorn_options
 from finetune.service.options import ServiceOptions
 from finetune.service.storage.keys import key_id_of
 from finetune.service.workers.supervise import Supervisor
-from finetune.train.launchers import die_with_parent
+from finetune.train.trainer_run import die_with_parent
 
 
 def run_serve(args, worker_entry: list[str] | None = None) -> int:

@@ -43,7 +43,8 @@ from finetune.service.workers.presence import WorkerPresence
 from finetune.service.workers.retention import RetentionSweeper
 from finetune.settings.errors import ERROR_FILE_ENV
 from finetune.settings.wording import AUDIENCE_ENV
-from finetune.train.launchers import Launcher, LocalLauncher, TrainerRun
+from finetune.train.launchers import LocalLauncher
+from finetune.train.trainer_run import Launcher, TrainerRun
 
 
 class Worker:
