@@ -309,7 +309,7 @@ def _curves(rows: list[dict]) -> _Curves:
     return _Curves(
         train=[(r["step"], float(r["train_loss"])) for r in ordered if r.get("train_loss") is not None],
         val=[(r["step"], float(r["val_loss"])) for r in ordered if r.get("val_loss") is not None],
-        lrs=[float(r["lr"]) for r in ordered if r.get("lr") is not None],
+        lrs=[float(r["learning_rate"]) for r in ordered if r.get("learning_rate") is not None],
     )
 
 

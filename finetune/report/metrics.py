@@ -2,7 +2,7 @@
 
     log = MetricsLog("OUT/metrics.jsonl")
     log.truncate_after(resumed_step)  # on resume: forget the steps the checkpoint does not have
-    log.append({"step": 1, "epoch": 0.01, "lr": 2e-5, "train_loss": 2.31, ...})
+    log.append({"step": 1, "epoch": 0.01, "learning_rate": 2e-5, "train_loss": 2.31, ...})
     rows = read_metrics("OUT/metrics.jsonl")
 
 Each append opens, writes one whole line, flushes and closes, so a reader polling the file (e.g.
@@ -78,5 +78,7 @@ def read_metrics(path: str | os.PathLike) -> list[dict]:
             raise ValueError(f"{path}:{number}: not a JSON object ({e.msg})") from e
         if not isinstance(row, dict):
             raise ValueError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
+        if "lr" in row and "learning_rate" not in row:  # a log written before the key took plan.json's name
+            row["learning_rate"] = row.pop("lr")
         rows.append(row)
     return rows

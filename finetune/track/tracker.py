@@ -15,7 +15,7 @@ class RunInfo:
 
     name: str  # the out folder's name: the run's name in every tracker unless an option names it
     out: Path
-    params: dict[str, Any]  # the plan, flattened: "memory.total", "auto.lr" (Auto's reason), ...
+    params: dict[str, Any]  # the plan, flattened: "memory.total", "auto.learning_rate" (Auto's reason), ...
     plan: dict[str, Any]  # plan.json's content, nested
     options: dict[str, Any] = field(default_factory=dict)  # this tracker's --tracker-options
     resumed: bool = False

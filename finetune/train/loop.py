@@ -133,7 +133,7 @@ def train_loop(
             stop_signum = agree_on_stop(stop.signum, ctx)  # a signal on any rank stops every rank after this step
 
             # ---- evaluation, metrics, checkpoint
-            row = {"step": state.step, "epoch": round(state.step / plan.steps_per_epoch, 4), "lr": lr}
+            row = {"step": state.step, "epoch": round(state.step / plan.steps_per_epoch, 4), "learning_rate": lr}
             row |= {"train_loss": train_loss, "grad_norm": grad_norm, objective.normaliser_name: normaliser}
             row |= {"tokens_per_s": step_tokens / max(1e-9, time.perf_counter() - step_start), **step_metrics}
             if spikes.observe(train_loss):

@@ -3,7 +3,7 @@ otherwise), and the run's notes. The library call shows none of it; `RunDisplay`
 line (and the demo) pass as the run's callbacks. Everything goes to one stream (stderr for
 `finetune train`), never hard-wrapped when it is not a terminal.
 
-The progress reads the loop's per-step metrics row (step, epoch, lr, train_loss, tokens_per_s, val_loss).
+The progress reads the loop's per-step metrics row (step, epoch, learning_rate, train_loss, tokens_per_s, val_loss).
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class ProgressReporter:
 
     def __call__(self, row: dict) -> None:
         status = (
-            f"epoch {row['epoch']:.2f}  loss {row['train_loss']:.4f}  lr {row['lr']:.2e}  "
+            f"epoch {row['epoch']:.2f}  loss {row['train_loss']:.4f}  lr {row['learning_rate']:.2e}  "
             f"{row['tokens_per_s']:,.0f} tok/s"
         )
         if "val_loss" in row and row["val_loss"] is not None:

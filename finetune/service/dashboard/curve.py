@@ -20,7 +20,7 @@ from pathlib import Path
 from finetune.report.metrics import read_metrics
 
 SPARK_POINTS = 40
-SERIES = ("step", "epoch", "lr", "train_loss", "grad_norm", "tokens_per_s")
+SERIES = ("step", "epoch", "learning_rate", "train_loss", "grad_norm", "tokens_per_s")
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:

@@ -15,7 +15,7 @@ def make_rows(train, val=None, steps=150, eval_every=10, noise=0.02, lr=2e-4, se
     rng = random.Random(seed)
     rows = []
     for step in range(1, steps + 1):
-        row = {"step": step, "epoch": step / SPE, "lr": lr, "train_loss": train(step) + rng.gauss(0, noise)}
+        row = {"step": step, "epoch": step / SPE, "learning_rate": lr, "train_loss": train(step) + rng.gauss(0, noise)}
         if val is not None and (step % eval_every == 0 or step % SPE == 0):
             row["val_loss"] = val(step)
         rows.append(row)

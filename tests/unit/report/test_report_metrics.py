@@ -8,7 +8,7 @@ from finetune.report.metrics import MetricsLog, read_metrics
 
 
 def row(step, **more):
-    return {"step": step, "epoch": step / 10, "lr": 1e-4, "train_loss": 2.0 - step / 100, **more}
+    return {"step": step, "epoch": step / 10, "learning_rate": 1e-4, "train_loss": 2.0 - step / 100, **more}
 
 
 def test_append_then_read(tmp_path):

@@ -15,7 +15,7 @@ def run_rows(steps=300, spe=100, eval_every=25, with_val=True):
         r = {
             "step": step,
             "epoch": step / spe,
-            "lr": 1e-4,
+            "learning_rate": 1e-4,
             "train_loss": 0.6 + 2 * math.exp(-step / 60) + rng.gauss(0, 0.05),
         }
         if with_val and (step % eval_every == 0 or step % spe == 0):

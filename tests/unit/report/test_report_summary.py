@@ -13,10 +13,10 @@ from finetune.report.summary import build_report, print_summary, write_report
 from finetune.settings.config import RunConfig
 
 ROWS = [
-    {"step": 1, "epoch": 0.5, "lr": 1e-4, "train_loss": 2.5},
-    {"step": 2, "epoch": 1.0, "lr": 1e-4, "train_loss": 2.0, "val_loss": 2.1},
-    {"step": 3, "epoch": 1.5, "lr": 1e-4, "train_loss": 1.6},
-    {"step": 4, "epoch": 2.0, "lr": 1e-4, "train_loss": 1.4, "val_loss": 2.3},
+    {"step": 1, "epoch": 0.5, "learning_rate": 1e-4, "train_loss": 2.5},
+    {"step": 2, "epoch": 1.0, "learning_rate": 1e-4, "train_loss": 2.0, "val_loss": 2.1},
+    {"step": 3, "epoch": 1.5, "learning_rate": 1e-4, "train_loss": 1.6},
+    {"step": 4, "epoch": 2.0, "learning_rate": 1e-4, "train_loss": 1.4, "val_loss": 2.3},
 ]
 DIAG = Diagnosis("too_short", "Only 4 training step(s) logged.", "Train for more steps.")
 

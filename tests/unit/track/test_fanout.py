@@ -44,7 +44,7 @@ class Recorder:
 
 
 def _row(step: int, **extra) -> dict:
-    return {"step": step, "epoch": step / 10, "lr": 1e-3, "train_loss": 2.0 - step / 10, **extra}
+    return {"step": step, "epoch": step / 10, "learning_rate": 1e-3, "train_loss": 2.0 - step / 10, **extra}
 
 
 def _warnings(caplog) -> list[str]:
@@ -64,7 +64,7 @@ def test_every_row_reaches_the_tracker_in_order_and_the_run_ends_cleanly(tmp_pat
     assert kinds[0] == "start" and kinds[-1] == "finish"
     steps = [s for kind, batch in tracker.calls if kind == "steps" for s in batch]
     assert [s.step for s in steps] == [1, 2, 3, 4, 5] and len(seen) == 5  # the caller's on_step still runs
-    assert steps[0].metrics == {"epoch": 0.1, "lr": 1e-3, "train_loss": 1.9}  # checkpoint timings stay out
+    assert steps[0].metrics == {"epoch": 0.1, "learning_rate": 1e-3, "train_loss": 1.9}  # checkpoint timings stay out
     run = tracker.calls[0][1]
     assert run.name == "run-a" and run.params["memory.total"] == 5 and run.params["auto.lr"] == "because"
     assert tracker.calls[-1][1].ok is True and _warnings(caplog) == []
@@ -130,7 +130,7 @@ def test_a_run_that_stops_before_its_end_closes_its_trackers_as_failed():
 def test_rows_split_into_numbers_and_notes_and_the_plan_flattens():
     step = split_row(_row(4, warning="loss spike", val_loss=None, target_tokens=12, checkpoint_cpu_s=1.0), 5.0)
     assert step.step == 4 and step.time == 5.0
-    assert step.metrics == {"epoch": 0.4, "lr": 1e-3, "train_loss": 1.6, "target_tokens": 12.0}
+    assert step.metrics == {"epoch": 0.4, "learning_rate": 1e-3, "train_loss": 1.6, "target_tokens": 12.0}
     assert step.notes == {"warning": "loss spike"}
     assert flatten(PLAN) == {"total_steps": 3, "memory.total": 5, "auto.lr": "because", "warnings": '[{"code": "x"}]'}
 

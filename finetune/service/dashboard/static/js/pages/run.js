@@ -182,8 +182,8 @@ export async function render(main, [jobId], signal) {
       pickNearest(step, true);
     });
     charts.push(lossChart);
-    charts.push(makeChart(lrEl, { title: "Learning rate", xLabel, yLabel: "lr", height: 180, sync: jobId, marks,
-      data: [tx, c.train.lr], series: [line("learning rate", "#7048e8")] }));
+    charts.push(makeChart(lrEl, { title: "Learning rate", xLabel, yLabel: "learning rate", height: 180, sync: jobId, marks,
+      data: [tx, c.train.learning_rate], series: [line("learning rate", "#7048e8")] }));
     charts.push(makeChart(gradEl, { title: "Gradient norm", xLabel, yLabel: "norm", height: 180, sync: jobId, marks,
       data: [tx, c.train.grad_norm], series: [line("grad norm", "#2b8a3e")] }));
     chartNote.textContent = `${fmt.int(c.steps_logged)} steps logged${c.total_steps ? ` of ${fmt.int(c.total_steps)}` : ""}` +
