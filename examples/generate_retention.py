@@ -19,7 +19,7 @@ choices.jsonl   multiple-choice questions written for the project, scored by lik
 Arithmetic, unit conversions, capitals, opposites and calendar questions use the tables and phrasings of the toy
 base's pretraining corpus (generate_general.py), so the toy base can answer them; the other facts, the rules and
 most multiple-choice questions are general knowledge a real base (SmolLM2-135M-Instruct) has. None of these prompts
-is in the bundled team's data (train.jsonl, test.jsonl, prefs.jsonl): tests/unit/eval/test_general_set.py checks it.
+is in the bundled team's data (train.jsonl, test.jsonl, prefs.jsonl): tests/unit/ship/eval/test_general_set.py checks it.
 """
 
 from __future__ import annotations

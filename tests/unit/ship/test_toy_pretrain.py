@@ -7,7 +7,7 @@ from pathlib import Path
 
 from finetune.ship.toy import END_OF_TURN, Pretraining, ToySize, build_toy_model, general_corpus, pretrained_base
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 TINY_SIZE = ToySize(hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64, vocab=400)
 TINY_PRETRAINING = Pretraining(conversations=60, epochs=1, row_tokens=64, rows_per_step=4)
 

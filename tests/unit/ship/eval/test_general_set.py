@@ -12,7 +12,7 @@ import pytest
 
 from finetune.ship.eval.general_set import GENERAL_DIR, GeneralPrompt, load_general_set, numbers_in, passed
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 EXAMPLES = REPO / "examples"
 
 

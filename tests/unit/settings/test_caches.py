@@ -19,7 +19,7 @@ from finetune.settings.config import RunConfig
 from finetune.train import speed
 
 DAY = 24 * 3600
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_the_test_session_has_its_own_cache_root_inside_the_checkout_not_the_users():

@@ -20,7 +20,7 @@ from finetune.settings.errors import UserError
 from finetune.settings.fingerprint import check_resume, run_fingerprint
 from finetune.ship.eval import replay
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
 PROMPTS = 6  # the tests answer a few of the shipped prompts, not all of them
 
 

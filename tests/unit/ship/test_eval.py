@@ -8,7 +8,7 @@ from pathlib import Path
 from finetune.commands.cli import main
 from finetune.commands.eval import token_f1
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 def test_token_f1():
