@@ -28,7 +28,13 @@ def _write_run(run: Path, steps: int) -> None:
     run.mkdir(parents=True)
     lines = []
     for step in range(1, steps + 1):
-        row = {"step": step, "epoch": step / 1000, "learning_rate": 1e-4, "train_loss": 2 - step / steps, "grad_norm": 1.0}
+        row = {
+            "step": step,
+            "epoch": step / 1000,
+            "learning_rate": 1e-4,
+            "train_loss": 2 - step / steps,
+            "grad_norm": 1.0,
+        }
         row |= {"target_tokens": 300, "tokens_per_s": 5000.0}
         if step % 100 == 0:
             row["val_loss"] = 1.5 - step / 2 / steps

@@ -55,7 +55,13 @@ def _job_with_run(app, client: TestClient) -> tuple[str, Path]:
     (run / "adapter" / "adapter_config.json").write_text("{}")
     rows = []
     for step in range(1, STEPS + 1):
-        row = {"step": step, "epoch": step / 1000, "learning_rate": 1e-4, "train_loss": 2.0 - step / STEPS, "grad_norm": 1.0}
+        row = {
+            "step": step,
+            "epoch": step / 1000,
+            "learning_rate": 1e-4,
+            "train_loss": 2.0 - step / STEPS,
+            "grad_norm": 1.0,
+        }
         row["tokens_per_s"] = 1000.0
         if step == 5000:
             row["train_loss"] = 50.0  # a spike down-sampling must not hide

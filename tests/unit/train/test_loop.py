@@ -85,7 +85,9 @@ def test_takes_exactly_the_planned_steps_and_logs_each(toy_model, records, tmp_p
     _, result = _train(toy_model, records, tmp_path, on_step=rows.append)
     assert result.steps == PLAN_STEPS == len(rows)
     assert [r["step"] for r in rows] == list(range(1, 7))
-    assert {"step", "epoch", "learning_rate", "train_loss", "grad_norm", "target_tokens", "tokens_per_s"} <= rows[0].keys()
+    assert {"step", "epoch", "learning_rate", "train_loss", "grad_norm", "target_tokens", "tokens_per_s"} <= rows[
+        0
+    ].keys()
     assert "val_loss" in rows[1] and "val_loss" in rows[2]  # every 2 steps and at the epoch end (step 3)
     assert sum(r["target_tokens"] for r in rows) == 2 * sum(r.num_targets for r in records)
     assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 6
