@@ -84,7 +84,7 @@ def training_prompts() -> tuple[ReplayPrompt, ...]:
 
 
 def held_out_prompts() -> tuple[ReplayPrompt, ...]:
-    """The general validation slice: never trained on (not used yet)."""
+    """The general validation slice: never trained on (ship/eval/replay.base_answers(..., held_out=True))."""
     return tuple(p for p in replay_prompts() if p.held_out)
 
 

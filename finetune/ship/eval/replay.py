@@ -37,24 +37,29 @@ GENERATION = {"decoding": "greedy", "max_new_tokens": MAX_NEW_TOKENS, "kept": "f
 FOLDER = "replay"
 
 
-def cache_key(config: RunConfig, tokenizer) -> str:
-    """The model, its chat template (as the run renders it), the prompts and the generation settings."""
+def cache_key(config: RunConfig, tokenizer, held_out: bool = False) -> str:
+    """The model, its chat template (as the run renders it), the prompts (and which slice) and the generation
+    settings."""
     identity = {
         "model": model_identity(config.model),
         "chat_template": [config.chat_template, getattr(tokenizer, "chat_template", None)],
         "prompts": replay_mix.prompts_digest(),
         "generation": GENERATION,
     }
+    if held_out:  # a key of its own; the training slice's key is what it always was (its cache stays valid)
+        identity["slice"] = "held out"
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
-def base_answers(config: RunConfig, tokenizer) -> list[dict]:
-    """Chat rows (a user prompt, the base's answer): from the cache, else generated once and cached."""
-    path = caches.root() / FOLDER / f"{cache_key(config, tokenizer)}.jsonl"
+def base_answers(config: RunConfig, tokenizer, held_out: bool = False) -> list[dict]:
+    """Chat rows (a user prompt, the base's answer): from the cache, else generated once and cached. The
+    training slice by default; `held_out`: the slice never trained on (a general validation set: how far the
+    tuned model drifts from the base's own answers)."""
+    path = caches.root() / FOLDER / f"{cache_key(config, tokenizer, held_out)}.jsonl"
     if path.is_file():
         log.info("replay answers read from the cache (%s)", path)
         return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-    rows = _generate(config, tokenizer)
+    rows = _generate(config, tokenizer, held_out)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=caches.TEMP_SUFFIX)
     with open(fd, "w", encoding="utf-8") as handle:
@@ -63,9 +68,9 @@ def base_answers(config: RunConfig, tokenizer) -> list[dict]:
     return rows
 
 
-def _generate(config: RunConfig, tokenizer) -> list[dict]:
-    prompts = replay_mix.training_prompts()
-    log.info("answering %d general prompts with the base model for replay (once per base; cached)", len(prompts))
+def _generate(config: RunConfig, tokenizer, held_out: bool = False) -> list[dict]:
+    prompts = replay_mix.held_out_prompts() if held_out else replay_mix.training_prompts()
+    log.info("answering %d general prompts with the base model (once per base; cached)", len(prompts))
     model = load_model(config.model, trust_remote_code=config.trust_remote_code, vocab_size=len(tokenizer))
     messages = [[{"role": "user", "content": p.text}] for p in prompts]
     stops = set(stop_ids(tokenizer))
