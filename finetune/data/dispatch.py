@@ -9,18 +9,15 @@ The objective decides (config.objective); a file of pairs given to a supervised 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
 from finetune.data.pairs import PreparedPairs, prepare_pairs
 from finetune.data.parallel import file_digest
 from finetune.data.preference import is_preference_file
 from finetune.data.prepare import PreparedData, prepare_data
+from finetune.rules.model_facts import ModelFacts
 from finetune.settings.config import RunConfig
 from finetune.settings.errors import DataError, UserError
 from finetune.settings.wording import ref
-
-if TYPE_CHECKING:
-    from finetune.models.facts import ModelFacts
 
 
 def prepare(
@@ -34,7 +31,7 @@ def prepare(
     """
     try:
         if config.objective == "dpo":
-            prepared = prepare_pairs(config, tokenizer)
+            prepared = prepare_pairs(config, tokenizer, facts)
         elif is_preference_file(config.data):
             raise DataError(
                 f"{config.data} holds preference pairs (chosen/rejected): use it with {ref('method', 'dpo')}"

@@ -19,6 +19,7 @@ from finetune.data.stats import estimate_record_tokens
 from finetune.data.tokenize import ChatTokenizer, as_lists, check_masking, cut_to_length
 from finetune.data.types import DataSummary
 from finetune.rules.auto import Choice
+from finetune.rules.model_facts import ModelFacts
 from finetune.settings.config import AUTO
 from finetune.settings.errors import UserError
 from finetune.settings.wording import ref
@@ -122,14 +123,14 @@ def _val_fraction(config, prompts: int) -> tuple[float, str]:
     return fraction, f"your {ref('val_fraction')} {fraction}"
 
 
-def _estimated(split: _Split, config) -> PreparedPairs:
+def _estimated(split: _Split, config, facts: ModelFacts | None) -> PreparedPairs:
     """The numbers of the pairs counted from their text, without a tokenizer."""
     sides = [
         [estimate_record_tokens(p.record(a, i), max_seq_len=0) for a in (p.chosen, p.rejected)]
         for i, p in enumerate(split.train)
     ]
     lengths = [sum(e.total for e in pair) for pair in sides]
-    limit = choose_max_seq_len(config, np.array([e.total for pair in sides for e in pair]), rows_per_record=2)
+    limit = choose_max_seq_len(config, np.array([e.total for pair in sides for e in pair]), 2, facts)
     summary = DataSummary(
         examples=len(split.train),
         validation_examples=len(split.val),
@@ -151,15 +152,16 @@ def _estimated(split: _Split, config) -> PreparedPairs:
     return PreparedPairs([], [], summary, skipped=split.skipped)
 
 
-def prepare_pairs(config, tokenizer=None) -> PreparedPairs:
-    """Read, validate, split by prompt and tokenize a preference file (and --val-file): the data of a dpo run."""
+def prepare_pairs(config, tokenizer=None, facts: ModelFacts | None = None) -> PreparedPairs:
+    """Read, validate, split by prompt and tokenize a preference file (and --val-file): the data of a dpo run.
+    `facts`: the model's, when the caller read them (read here otherwise)."""
     split = _read_and_split(config)
     if tokenizer is None:  # `finetune plan PREFS.jsonl` without --model: token numbers from the text
-        return _estimated(split, config)
+        return _estimated(split, config, facts)
     chat = ChatTokenizer(tokenizer)
     train_whole, val_whole = _whole_pairs(split.train, chat), _whole_pairs(split.val, chat)
     lengths = [whole.total_tokens for _, sides in train_whole + val_whole for _, whole in sides]
-    limit = choose_max_seq_len(config, np.array(lengths, dtype=np.int64), rows_per_record=2)
+    limit = choose_max_seq_len(config, np.array(lengths, dtype=np.int64), 2, facts)
     long = LongRecords(limit.value, str(config.truncation), longest=max(lengths, default=0))
     names = (Path(config.data).name, Path(config.val_file or config.data).name)
     train_pairs = _fit_pairs(train_whole, limit.value, config.truncation, long, names[0])

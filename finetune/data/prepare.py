@@ -21,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -52,11 +51,9 @@ from finetune.data.skipped import usable_conversations
 from finetune.data.tokenize import ChatTokenizer, load_tokenizer
 from finetune.data.types import Conversation
 from finetune.rules.auto import Choice
+from finetune.rules.model_facts import ModelFacts
 from finetune.settings.config import AUTO, RunConfig
 from finetune.settings.errors import RecordError, UserError
-
-if TYPE_CHECKING:
-    from finetune.models.facts import ModelFacts
 
 # ----------------------------------------------------------------------------- reading (no tokenizer needed)
 

@@ -23,6 +23,7 @@ import subprocess
 import sys
 
 from finetune.settings.errors import UserError
+from finetune.train.speed import local_device_kind, no_gpu_here
 from finetune.train.trainer_run import Launcher, TrainerRun, die_with_parent
 
 LAUNCHERS = ("local", "ray")
@@ -56,13 +57,13 @@ class LocalLauncher:
         self.program = program or [sys.executable, "-m", "finetune"]
 
     def devices(self) -> int | None:
-        import torch
+        if no_gpu_here():  # known without torch: a service worker on a CPU machine never imports it
+            return None
+        import torch  # torch: only to count the GPUs a driver says are there
 
         return torch.cuda.device_count() if torch.cuda.is_available() else None
 
     def device_kind(self) -> str:
-        from finetune.train.speed import local_device_kind  # torch: the command line imports this module without it
-
         return local_device_kind()
 
     def start(self, run: TrainerRun) -> LocalTrainer:

@@ -66,7 +66,7 @@ def torch_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def _no_gpu_here() -> bool:
+def no_gpu_here() -> bool:
     """Certain without torch that this machine has no GPU torch could train on (macOS: torch_device never picks MPS)."""
     if sys.platform == "darwin":
         return True
@@ -76,7 +76,7 @@ def _no_gpu_here() -> bool:
 def local_device_kind(device: torch.device | None = None) -> str:
     """The device this process trains on, as the plan's device table names it ("cpu" without a GPU). Without a
     `device` on a machine with no GPU driver, "cpu" is known without importing torch."""
-    if device is None and _no_gpu_here():
+    if device is None and no_gpu_here():
         return "cpu"
     device = device or torch_device()
     if device.type != "cuda":

@@ -235,12 +235,7 @@ transformers.AutoTokenizer = transformers.PreTrainedTokenizerFast
 from finetune.service.options import ServiceOptions
 from finetune.service.storage.store import Store, new_id
 from finetune.service.workers.worker import Worker
-
-class Here:  # a launcher that knows its device without asking torch, and starts no trainer
-    name = "local"
-    def devices(self): return None
-    def device_kind(self): return "cpu"
-    def start(self, run): raise AssertionError("validate and plan only")
+from finetune.train.launchers import LocalLauncher
 
 data_dir, model, data = map(Path, sys.argv[1:4])
 options = ServiceOptions(data_dir=data_dir, models={"toy": str(model)})
@@ -252,7 +247,7 @@ shutil.copy(data, options.files_dir / file_id)
 store.add_file("a", file_id, "tiny.jsonl", "fine-tune", data.stat().st_size)
 store.create_job("a", dict(model="toy", model_location=str(model), training_file=file_id, seed=1,
                  method={"type": "supervised"}, run_settings={"max_steps": 1, "val_fraction": 0}))
-worker = Worker(options, store, launcher=Here())
+worker = Worker(options, store, launcher=LocalLauncher())  # the real one: it counts devices
 claim = store.claim(worker.name, options.lease_seconds)
 plan_path = options.runs_dir / f"{claim.job['id']}.plan.json"
 ready = worker.preparation.prepare(claim.job, claim.token, plan_path)
