@@ -40,7 +40,8 @@ def _client(app, tenant: str) -> TestClient:
 def _job(app, client: TestClient, succeeded: bool) -> tuple[str, Path]:
     upload = client.post("/v1/files", data={"purpose": "fine-tune"},
                          files={"file": ("train.jsonl", (EXAMPLES / "train.jsonl").read_bytes())})  # fmt: skip
-    job_id = client.post("/v1/fine_tuning/jobs", json={"model": "toy", "training_file": upload.json()["id"]}).json()["id"]
+    created = client.post("/v1/fine_tuning/jobs", json={"model": "toy", "training_file": upload.json()["id"]})
+    job_id = created.json()["id"]
     run = app.state.options.runs_dir / job_id
     (run / "adapter").mkdir(parents=True)
     cost = {"flops": 4e12, "seconds": 40.0, "devices": 1, "device": "cpu", "tokens_per_s": None}

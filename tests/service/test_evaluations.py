@@ -34,7 +34,8 @@ def _succeeded_job(app, client, test_set: bool = True, parameters: int = 500_000
     """A job the API created, made succeeded as its worker would leave it, with a run folder to evaluate."""
     upload = client.post("/v1/files", data={"purpose": "fine-tune"},
                          files={"file": ("train.jsonl", (EXAMPLES / "train.jsonl").read_bytes())})  # fmt: skip
-    job_id = client.post("/v1/fine_tuning/jobs", json={"model": "toy", "training_file": upload.json()["id"]}).json()["id"]
+    created = client.post("/v1/fine_tuning/jobs", json={"model": "toy", "training_file": upload.json()["id"]})
+    job_id = created.json()["id"]
     run = app.state.options.runs_dir / job_id
     (run / "adapter").mkdir(parents=True)
     (run / "plan.json").write_text(json.dumps(_plan(parameters)))
@@ -143,7 +144,8 @@ def test_what_is_refused(app):
         assert (answer.json()["error"]["code"], answer.json()["error"]["param"]) == (code, param), body
     message = client.post(route.format(job_id), json={"test": True}).json()["error"]["message"]
     assert "method.supervised.hyperparameters.test_fraction" in message and "--" not in message
-    assert client.post(route.format(job_id), content=b"[1]", headers={"Content-Type": "application/json"}).status_code == 400
+    not_an_object = client.post(route.format(job_id), content=b"[1]", headers={"Content-Type": "application/json"})
+    assert not_an_object.status_code == 400
 
     first = _started(client, job_id)
     again = client.post(route.format(job_id), json={})
@@ -218,7 +220,9 @@ def test_a_dead_workers_evaluation_is_run_again_and_failed_after_three_starts(st
         assert found.heartbeat(made["id"], claim.token, 30)
         claims.append(claim)
         with store.engine.begin() as conn:  # its worker dies: the lease runs out
-            conn.execute(update(evaluations).where(evaluations.c.id == made["id"]).values(lease_expires_at=time.time() - 1))
+            conn.execute(
+                update(evaluations).where(evaluations.c.id == made["id"]).values(lease_expires_at=time.time() - 1)
+            )
     assert not found.heartbeat(made["id"], claims[0].token, 30)  # the first worker's claim is long gone
     assert found.claim("w4", 30) is None  # three starts: failed instead
     ended = found.get("a", made["id"])
@@ -294,3 +298,29 @@ def test_no_estimate_without_a_plan_that_knows_the_model(tmp_path):
     assert evaluation_estimate(tmp_path, True, False) is None
     (tmp_path / "plan.json").write_text(json.dumps({"total_steps": 1}))
     assert evaluation_estimate(tmp_path, True, False) is None
+
+
+def test_a_worker_runs_the_real_command_on_a_toy_run(app, toy_model):
+    """No stand-in: a toy LoRA run with a test set, evaluated through the API, the retention check alone; the worker
+    runs `python -m finetune eval RUN --retention --retention-only` and the answer carries retention.json's numbers."""
+    import shutil
+
+    from finetune.commands.cli import main
+
+    client = api_client(app)
+    job_id, run = _succeeded_job(app, client)
+    shutil.rmtree(run)
+    args = ["train", str(EXAMPLES / "train.jsonl"), "--model", str(toy_model), "--out", str(run), "--max-steps", "3"]
+    assert main([*args, "--batch-size", "8", "--max-seq-len", "512", "--lr", "0.01", "--test-fraction", "0.1"]) == 0
+    started = _started(client, job_id, {"test": False})
+    assert started["estimate_seconds"] and (run / "test.jsonl").exists()
+    assert EvaluationRunner(app.state.options, app.state.store, "w").run_once()  # `python -m finetune`
+    done = client.get(f"/v1/fine_tuning/jobs/{job_id}/evaluations/{started['id']}").json()
+    assert done["status"] == "succeeded", done["error"]
+    written = json.loads((run / "retention.json").read_text())
+    assert not (run / "eval.json").exists()  # --retention-only: the test set was not answered
+    retention = done["results"]["retention"]
+    assert retention["accuracy"] == written["accuracy"] and retention["kl"] == written["kl"]
+    assert retention["message"] == written["message"] and retention["remedies"] == written["remedies"]
+    assert all("finetune" not in r for r in retention["remedies"])  # written in the API caller's terms
+    print(f"toy retention check: {done['finished_at'] - done['started_at']} s, estimated {done['estimate_seconds']} s")

@@ -37,14 +37,14 @@ from finetune.data.tokenize import load_tokenizer
 from finetune.service.api.auth import COOKIE, check_cookie_origin, current_tenant, from_own_origin, tenant_of_key
 from finetune.service.api.deps import options_of
 from finetune.service.api.openai_errors import not_found
-from finetune.service.api.routes.evaluations import estimate_for, latest_evaluation, wanted
+from finetune.service.api.routes.evaluations import asked_for, estimate_for, latest_evaluation
 from finetune.service.api.routes.files import find_file
 from finetune.service.api.routes.jobs import checkpoints_page, job_or_404
 from finetune.service.api_error import APIError
 from finetune.service.dashboard.curve import RunViews
 from finetune.service.dashboard.preview import FilePreview, PreferencePreview, make_preview
-from finetune.service.storage.evaluations import refusal
 from finetune.service.storage.deletion import FILE_FORGETTERS
+from finetune.service.storage.evaluations import refusal
 from finetune.settings.config import AUTO
 from finetune.settings.errors import UserError
 from finetune.ship.export.gguf import gguf_of_run, gguf_problem
@@ -174,7 +174,7 @@ def _evaluation_offer(request: Request, tenant: str, job: dict) -> dict | None:
     refused = refusal(job, job["id"])
     if refused is not None:
         return {"available": False, "reason": refused.message, "latest": latest}
-    retention, test = wanted(request, job, {})
+    retention, test = asked_for(request, job, {})
     estimate = estimate_for(request, job, retention, test)
     return {"available": True, "retention": retention, "test": test, "estimate": estimate, "latest": latest}
 

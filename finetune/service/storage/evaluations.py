@@ -178,7 +178,9 @@ class Evaluations:
         values = {"status": status, "finished_at": now(), "results": results, "error": error, **_let_go()}
         with transaction(self.engine, write=True) as conn:
             done = conn.execute(
-                update(evaluations).where(evaluations.c.id == eval_id, evaluations.c.claim_token == token).values(**values)
+                update(evaluations)
+                .where(evaluations.c.id == eval_id, evaluations.c.claim_token == token)
+                .values(**values)
             )
             return done.rowcount == 1
 

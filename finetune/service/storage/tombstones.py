@@ -166,7 +166,9 @@ def fail_waiting_evaluations(engine: Engine, tenant: str, why: str) -> int:
     with transaction(engine, write=True) as conn:
         done = conn.execute(
             update(evaluations)
-            .where(evaluations.c.tenant == tenant, evaluations.c.status == "queued", evaluations.c.claim_token.is_(None))
+            .where(
+                evaluations.c.tenant == tenant, evaluations.c.status == "queued", evaluations.c.claim_token.is_(None)
+            )
             .values(status="failed", finished_at=now(), error=error)
         )
         return done.rowcount

@@ -75,7 +75,7 @@ async def _body(request: Request) -> dict:
     return body
 
 
-def wanted(request: Request, job: dict, body: dict) -> tuple[bool, bool]:
+def asked_for(request: Request, job: dict, body: dict) -> tuple[bool, bool]:
     """(retention, test) of a request: its own values, else the retention check and the test set when there is one;
     400 for a test set the run does not have, or nothing to do."""
     has_test = (options_of(request).runs_dir / job["id"] / TEST_FILE).is_file()
@@ -99,7 +99,7 @@ def _create(request: Request, tenant: str, job_id: str, body: dict) -> dict:
     refused = refusal(job, job_id)  # said before the run folder is read; checked again as the row is added
     if refused is not None:
         raise refused
-    retention, test = wanted(request, job, body)
+    retention, test = asked_for(request, job, body)
     estimate = estimate_for(request, job, retention, test)
     return Evaluations(store_of(request).engine).create(tenant, job_id, retention, test, estimate)
 
