@@ -16,9 +16,9 @@ Two models answer (the base and the tuned one), each:
                     model when it had measured it, else the plan's assumed rate (1e11 on a CPU, 35% of a GPU's peak)
 
 Generation runs one token of every sequence per forward call, so a small model's time is mostly calls (CALL_S each)
-and a large one's mostly FLOPs. Checked against measurements (docs/retention.md, "Time"): SmolLM2-135M-Instruct's
-retention check took 278 s on two quiet CPU cores (this estimate: see tests/service/test_evaluations.py), the toy's
-13 s under load.
+and a large one's mostly FLOPs. Checked against measurements: SmolLM2-135M-Instruct's retention check took 278 s on
+two quiet CPU cores (docs/retention.md, "Time"), estimated 313 s (tests/service/test_evaluations.py holds it within a
+factor of 1.5); a toy run's took 17 s on this project's 2-core machine, estimated 17 s.
 """
 
 from __future__ import annotations
