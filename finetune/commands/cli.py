@@ -98,6 +98,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             out=args.out,
             show=args.show,
             retention=args.retention,
+            retention_only=args.retention_only,
         )
     )
 
@@ -216,6 +217,11 @@ def _add_eval(sub) -> None:
         action="store_true",
         help="run folder: also compare the tuned model with its base on a general set never trained on, and flag "
         "a drop beyond chance (RUN/retention.json; minutes on a CPU)",
+    )
+    p.add_argument(
+        "--retention-only",
+        action="store_true",
+        help="with --retention: the retention check alone, even when the run has a test set",
     )
     p.set_defaults(func=cmd_eval)
 

@@ -7,6 +7,7 @@
     finetune eval RUN --retention                 also: did tuning cost the base what it knew? (retention.py)
                                                   RUN/retention.json, and a `retention` section in eval.json
                                                   and eval.html; a run without a test set gets the check alone
+                                                  (so does one with --retention-only)
 
 For each held-out conversation the final assistant message is the reference; every model answers the
 conversation before it (greedy). Numbers per example and overall (metrics.py): exact match, token F1,
@@ -104,6 +105,7 @@ class EvalRequest:
     out: str | None = None
     show: int = 3
     retention: bool = False
+    retention_only: bool = False  # the retention check alone, even when the run has a test set
 
 
 def _run_candidates(request: EvalRequest) -> tuple[str, str, list[Candidate], Path]:
@@ -252,7 +254,9 @@ def _check_retention(request: EvalRequest) -> dict:
 def run_eval(request: EvalRequest) -> int:
     if request.retention and not is_run_folder(request.data):
         raise UserError("--retention compares a run with its base: pass the run folder (finetune eval RUN --retention)")
-    evaluates = not request.retention or _has_test_set(request)
+    if request.retention_only and not request.retention:
+        raise UserError("--retention-only goes with --retention: add it, or drop --retention-only")
+    evaluates = not request.retention or (_has_test_set(request) and not request.retention_only)
     result, out = evaluate(request) if evaluates else (None, None)
     retention = _check_retention(request) if request.retention else None
     if result is not None and retention is not None:
@@ -265,6 +269,8 @@ def run_eval(request: EvalRequest) -> int:
         return 0
     if result is not None:
         _print(result, written)
+    elif retention is not None and request.retention_only:
+        print("only the retention check ran (--retention-only)")
     elif retention is not None:
         print(f"{request.data} has no test set: only the retention check ran (train with --test-fraction F or pass")
         print("--test FILE to compare the answers with the team's too).")

@@ -47,12 +47,13 @@ from bisect import bisect_left
 from dataclasses import asdict, dataclass
 
 from finetune.report.stability import SPIKE_FACTOR, find_spikes
+from finetune.settings.wording import act
 
 KINDS = ("overfitting", "underfitting", "good_fit", "no_validation", "too_short", "unstable")
 
 REMINDER = (
     "Loss measures how well the model predicts your team's replies, not whether the answers are right: "
-    "read some answers (finetune eval) before shipping."
+    f"read some answers ({act('evaluate')}) before shipping."
 )
 
 MIN_TRAIN_STEPS = 8
@@ -293,7 +294,7 @@ def _diagnose_with_validation(c: _Curves, spe: int) -> Diagnosis:
         message += " The gap is large: the model fits the training conversations much better than new ones."
         next_step = "Training needs no change; more (or more varied) data is what would close the gap."
     else:
-        next_step = "Training needs no change; read the answers (finetune eval) to judge quality."
+        next_step = f"Training needs no change; read the answers ({act('evaluate')}) to judge quality."
     return Diagnosis("good_fit", message, next_step, **found)
 
 

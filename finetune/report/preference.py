@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 
 from finetune.report.diagnosis import Diagnosis
-from finetune.settings.wording import ref
+from finetune.settings.wording import act, ref
 
 PREFERENCE_KINDS = ("healthy_preference", "preference_not_learning", "chosen_collapsing", "too_short", "unstable")
 MIN_STEPS = 4
@@ -29,7 +29,7 @@ COLLAPSE_NATS = 2.0
 COLLAPSE_SHARE = 0.5
 REMINDER = (
     "Reward accuracy measures which of two answers the model prefers, not whether its own answers are good: "
-    "read some answers (finetune eval) before shipping."
+    f"read some answers ({act('evaluate')}) before shipping."
 )
 
 
@@ -98,7 +98,7 @@ def diagnose_preference(rows: list[dict]) -> Diagnosis:
     return Diagnosis(
         "healthy_preference",
         f"{numbers}: accuracy well above chance, margins growing, chosen answers not collapsing",
-        f"read a few answers with finetune eval; if they overdo the preferred style, raise {ref('beta')}",
+        f"read a few answers ({act('evaluate')}); if they overdo the preferred style, raise {ref('beta')}",
         reminder=REMINDER,
         **best,
     )

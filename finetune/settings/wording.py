@@ -12,6 +12,10 @@ file, an HTTP answer, an event) renders it for its reader:
 A process writes its files for its own reader: a trainer started by the service's worker writes plan.json and
 report.json in API terms (AUDIENCE_ENV), one started from the command line in flags.
 
+A message that points its reader at something to *do* (evaluate the model, compare checkpoints) writes `act("evaluate")`
+the same way: the command line reads `finetune eval`, an API caller the route that does it, and the dashboard the
+button or table on the page (ACTIONS holds the three wordings; the schema route serves them to the dashboard).
+
 The names come from each setting's declaration (config.py; registry.py's `Setting.cli_name` and `api_name`): its
 flag, its API key or top-level parameter, its label. A setting an API caller cannot set is named by its label, as
 the server's.
@@ -36,6 +40,29 @@ def ref(name: str, value: object = None) -> str:
     the message is shown."""
     setting(name)  # a typo in a setting's name fails where the message is written, in the tests
     return f"{_OPEN}{name}{'' if value is None else f'={value}'}{_CLOSE}"
+
+
+# ---- actions: what a message tells its reader to do, in each reader's terms (cli, api, dashboard)
+ACTIONS: dict[str, dict[str, str]] = {
+    "evaluate": {
+        "cli": "finetune eval",
+        "api": "POST /v1/fine_tuning/jobs/{job_id}/evaluations",
+        "dashboard": "the Evaluate button on this run's page",
+    },
+    "compare_checkpoints": {
+        "cli": "finetune eval RUN --checkpoints compares each",
+        "api": "GET /v1/fine_tuning/jobs/{job_id}/checkpoints lists each with its validation loss",
+        "dashboard": "the Checkpoints table on this run's page lists each with its validation loss",
+    },
+}
+ACTION_MARKER = re.compile(f"{_OPEN}@([a-z_]+){_CLOSE}")
+
+
+def act(name: str) -> str:
+    """A reference to something the reader can do (ACTIONS), rendered where the message is shown, like `ref`."""
+    if name not in ACTIONS:
+        raise KeyError(f"no action {name!r} in wording.ACTIONS")
+    return f"{_OPEN}@{name}{_CLOSE}"
 
 
 def for_cli(name: str) -> str:
@@ -67,6 +94,7 @@ def render(text: str, audience: Audience | None = None, method_type: str | None 
         method_type = method_type or default_type
     chosen: Audience = audience
     kind = method_type or "supervised"
+    text = ACTION_MARKER.sub(lambda m: ACTIONS[m.group(1)][chosen], text)
     return MARKER.sub(lambda m: _render_one(m.group(1), m.group(2), chosen, kind), text)
 
 

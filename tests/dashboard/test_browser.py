@@ -267,6 +267,31 @@ def test_the_run_page_shows_a_retention_check_and_its_flag(alice, service, reten
     expect(page.locator("section[aria-label=Retention]")).to_be_hidden()
 
 
+def test_evaluate_from_the_run_page_shows_its_estimate_then_the_retention_check(alice, service):
+    """The Evaluate button: its estimate before it starts, its progress, then the retention check a worker ran
+    (`finetune eval RUN --retention` on the toy, a run without a test set), as the API answers it."""
+    page = alice
+    job_id = shared["first"]
+    page.goto(f"{service.base}/#/jobs/{job_id}")
+    page.reload()
+    diagnosis = page.locator("section[aria-label=Diagnosis]")
+    diagnosis.get_by_text("Next step:").wait_for()
+    assert "finetune eval" not in diagnosis.inner_text()  # a command a dashboard user cannot run
+    assert "the Evaluate button on this run's page" in diagnosis.inner_text()
+    card = page.locator("section[aria-label=Evaluation]")
+    expect(card.get_by_test_id("evaluate-estimate")).to_contain_text("Estimated time:")
+    expect(page.locator("section[aria-label=Retention]")).to_be_hidden()
+    card.get_by_test_id("evaluate").click()
+    expect(card.get_by_role("status")).to_contain_text(re.compile("Evaluation started|Waiting for a worker|Running"))
+    retention = page.locator("section[aria-label=Retention]")
+    expect(retention).to_be_visible(timeout=JOB_TIMEOUT_S * 1000)
+    expect(card.locator(".badge")).to_have_text("succeeded")
+    expect(card.get_by_role("status")).to_contain_text("Evaluated")
+    newest = _api(service, f"/v1/fine_tuning/jobs/{job_id}/evaluations")["data"][0]
+    assert newest["status"] == "succeeded" and newest["test"] is False  # the run has no test set
+    expect(retention.get_by_test_id("retention-verdict")).to_have_text(newest["results"]["retention"]["message"])
+
+
 def test_jobs_list_and_compare_two_runs(alice, service, screenshots):
     _wait_status(service, shared["second"], {"succeeded"})
     page = alice

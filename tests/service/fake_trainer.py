@@ -3,7 +3,7 @@ writes a one-step run folder in milliseconds, so tests can push many jobs throug
 complete. FAKE_TRAINER_LOG: a file to append the run folder's name to (one line per run);
 FAKE_TRAINER_MODE=die: SIGKILL itself at once (a trainer that dies); FAKE_TRAINER_MODE=wait: sleep until stopped
 (at most a minute: a trainer a test cancels or pauses); FAKE_TRAINER_MODE=stubborn: ignore SIGTERM and sleep a
-minute (a trainer in a long step)."""
+minute (a trainer in a long step). Its first argument `eval`: the stand-in for `finetune eval` (fake_evaluation.py)."""
 
 import json
 import os
@@ -13,6 +13,10 @@ import time
 from pathlib import Path
 
 args = sys.argv[1:]
+if args[0] == "eval":  # `finetune eval RUN [--retention [--retention-only]]`, as a worker's evaluation runs it
+    from fake_evaluation import fake_eval
+
+    sys.exit(fake_eval(args[1:]))
 out = Path(args[args.index("--out") + 1])
 if os.environ.get("FAKE_TRAINER_MODE") == "die":
     os.kill(os.getpid(), signal.SIGKILL)

@@ -14,7 +14,7 @@ from finetune.service.api.auth import current_tenant
 from finetune.service.api.openai_errors import install_error_handlers
 from finetune.service.api.prometheus import install_metrics
 from finetune.service.api.readiness import router as readiness_router
-from finetune.service.api.routes import files, job_delete, jobs, models, schema, usage
+from finetune.service.api.routes import evaluations, files, job_delete, jobs, models, schema, usage
 from finetune.service.api.upload import sweep_uploads
 from finetune.service.options import ServiceOptions
 from finetune.service.storage.audit_trail import AuditLog
@@ -57,6 +57,7 @@ def create_api(options: ServiceOptions, store: Store | None = None) -> FastAPI:
     app.include_router(models.router)
     app.include_router(schema.router)
     app.include_router(job_delete.router)  # DELETE /v1/fine_tuning/jobs/{id} (deletion.py)
+    app.include_router(evaluations.router)  # a succeeded job's evaluations, run by a worker (workers/evaluation.py)
     # torch: the serving engine (issue 14's POST /v1/chat/completions) loads it, so only a built app does
     from finetune.ship.serving.service import mount_chat_completions
 

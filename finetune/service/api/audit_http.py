@@ -29,6 +29,7 @@ ACTIONS: dict[tuple[str, str], str] = {
     ("GET", "/v1/files/{file_id}/content"): "file.download",
     ("POST", "/v1/fine_tuning/jobs"): "job.create",
     ("DELETE", "/v1/fine_tuning/jobs/{job_id}"): "job.delete",
+    ("POST", "/v1/fine_tuning/jobs/{job_id}/evaluations"): "evaluation.create",
     ("POST", "/v1/fine_tuning/plan"): "job.plan",
     ("DELETE", "/v1/models/{model:path}"): "model.delete",
     ("POST", "/v1/chat/completions"): "chat.completion",
@@ -37,6 +38,8 @@ ACTIONS: dict[tuple[str, str], str] = {
     ("GET", "/v1/dashboard/jobs/{job_id}/download"): "model.download",
 }
 DOWNLOADS = {template for method, template in ACTIONS if method == "GET"}
+# creates under a path parameter: the object is the `id` their answer names (the evaluation, not its job)
+CREATES_UNDER = {"/v1/fine_tuning/jobs/{job_id}/evaluations"}
 # a download whose object is a query parameter when given: template -> (parameter, the action then)
 QUERY_OBJECTS = {"/v1/dashboard/jobs/{job_id}/download": ("checkpoint", "checkpoint.download")}
 SIGNED_IN_ONLY_IF_MATCHED = {"session.sign_in"}  # answered 303 either way by a form: refused when no key matched
@@ -105,7 +108,8 @@ class AuditTrail:
                 ):
                     await send(message)
                     return
-                if is_write and not scope.get("path_params") and _is_json(message.get("headers")):
+                creates = not scope.get("path_params") or (scope["method"] == "POST" and route in CREATES_UNDER)
+                if is_write and creates and _is_json(message.get("headers")):
                     state["start"] = message  # a create: its answer's id is the object; held until it is read
                     return
                 await record(message["status"], None)
@@ -162,6 +166,8 @@ class AuditTrail:
         action = action_for(method, template)
         params = scope.get("path_params") or {}
         object_id = str(list(params.values())[-1]) if params else answer_id
+        if template in CREATES_UNDER and method == "POST" and answer_id:
+            object_id = answer_id
         if template in QUERY_OBJECTS:
             name, query_action = QUERY_OBJECTS[template]
             given = Request(scope).query_params.get(name)

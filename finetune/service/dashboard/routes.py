@@ -8,8 +8,9 @@ never the store: what a tenant may see is decided in one place.
     DELETE /v1/dashboard/session                     sign out (clears the cookie)
     GET    /v1/dashboard/progress?job_id=...         the jobs list's live columns, for many jobs in one call
     GET    /v1/dashboard/jobs/{id}/curve?points=N    down-sampled metrics for the charts
-    GET    /v1/dashboard/jobs/{id}/run               the frozen plan (settings + Auto reasons), the report and the
-                                                     retention check (`finetune eval RUN --retention`) when it ran
+    GET    /v1/dashboard/jobs/{id}/run               the frozen plan (settings + Auto reasons), the report, the
+                                                     retention check and the test set's answers when an evaluation
+                                                     ran, and the Evaluate button's offer (its estimate, the newest)
     GET    /v1/dashboard/jobs/{id}/download          a zip of the final weights, or ?checkpoint=ID of one checkpoint;
                                                      ?format=gguf[&gguf_type=f16|bf16|f32|q8_0]: one .gguf file instead
     GET    /v1/dashboard/files/{id}/preview          validation problems, counts, histogram, records, split
@@ -18,6 +19,7 @@ never the store: what a tenant may see is decided in one place.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import tempfile
 import threading
@@ -35,12 +37,14 @@ from finetune.data.tokenize import load_tokenizer
 from finetune.service.api.auth import COOKIE, check_cookie_origin, current_tenant, from_own_origin, tenant_of_key
 from finetune.service.api.deps import options_of
 from finetune.service.api.openai_errors import not_found
+from finetune.service.api.routes.evaluations import asked_for, estimate_for, latest_evaluation
 from finetune.service.api.routes.files import find_file
 from finetune.service.api.routes.jobs import checkpoints_page, job_or_404
 from finetune.service.api_error import APIError
 from finetune.service.dashboard.curve import RunViews
 from finetune.service.dashboard.preview import FilePreview, PreferencePreview, make_preview
 from finetune.service.storage.deletion import FILE_FORGETTERS
+from finetune.service.storage.evaluations import refusal
 from finetune.settings.config import AUTO
 from finetune.settings.errors import UserError
 from finetune.ship.export.gguf import gguf_of_run, gguf_problem
@@ -142,7 +146,7 @@ def curve(
 
 @router.get("/jobs/{job_id}/run")
 def run_details(job_id: str, request: Request, tenant: str = Depends(current_tenant)) -> dict:
-    job_or_404(request, tenant, job_id)
+    job = job_or_404(request, tenant, job_id)
     view = _views.get(run_folder(request, job_id))
     report = view.report()
     if report:  # server paths are nobody's business
@@ -158,7 +162,50 @@ def run_details(job_id: str, request: Request, tenant: str = Depends(current_ten
         "report": report,
         "retention": retention,
         "gguf": _gguf_offer(run_folder(request, job_id)),
+        "evaluation": _evaluation_offer(request, tenant, job),
+        "test_answers": _test_answers(run_folder(request, job_id)),
     }
+
+
+def _evaluation_offer(request: Request, tenant: str, job: dict) -> dict | None:
+    """The Evaluate button's: what it would run (the retention check, and the test set when the run has one) with its
+    time estimate, whether it can run now, and the job's newest evaluation (routes/evaluations.py)."""
+    latest = latest_evaluation(request, tenant, job["id"])
+    refused = refusal(job, job["id"])
+    if refused is not None:
+        return {"available": False, "reason": refused.message, "latest": latest}
+    retention, test = asked_for(request, job, {})
+    estimate = estimate_for(request, job, retention, test)
+    return {"available": True, "retention": retention, "test": test, "estimate": estimate, "latest": latest}
+
+
+def _test_answers(run: Path) -> dict | None:
+    """eval.json's scores and its best and worst answers beside the references (`finetune eval`, or an evaluation):
+    the tenant's own test set and its models' answers; None until an evaluation of the test set ran."""
+    stamp = _stamp(run / "eval.json")
+    return _test_answers_cached(str(run / "eval.json"), stamp) if stamp else None
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        found = path.stat()
+    except OSError:
+        return None
+    return found.st_mtime_ns, found.st_size
+
+
+# a deleted file's test split and answers go from memory too (deletion.py removes eval.json from its jobs' folders)
+FILE_FORGETTERS.append(lambda _file_id: _test_answers_cached.cache_clear())
+
+
+@functools.lru_cache(maxsize=64)
+def _test_answers_cached(path: str, stamp: tuple[int, int]) -> dict | None:
+    try:
+        found = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    keys = ("examples", "summary", "win_rate", "val_loss", "best", "worst")
+    return {k: found[k] for k in keys if k in found}
 
 
 def _gguf_offer(run: Path) -> dict:

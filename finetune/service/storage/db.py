@@ -210,6 +210,31 @@ job_token_holds = Table(
     Column("tokens", BigInteger, nullable=False),
 )
 
+# Evaluations of succeeded jobs (v9; evaluations.py): `finetune eval RUN [--retention]` run by a worker, claimed with a
+# lease like a job; `results` holds numbers only (no prompt or answer: those stay in the run folder's files).
+evaluations = Table(
+    "evaluations",
+    metadata,
+    Column("row", Integer, primary_key=True, autoincrement=True),
+    Column("id", String(64), nullable=False, unique=True),
+    Column("job_id", String(64), ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("tenant", String(128), nullable=False, index=True),
+    Column("retention", Boolean, nullable=False),  # the retention check (the general set)
+    Column("test", Boolean, nullable=False),  # the run's held-out test set
+    Column("status", String(16), nullable=False),  # queued | running | succeeded | failed
+    Column("estimate", JSON),  # {"seconds", "how", ...}: an estimate made when it was created
+    Column("created_at", BigInteger, nullable=False),
+    Column("started_at", BigInteger),
+    Column("finished_at", BigInteger),
+    Column("results", JSON),
+    Column("error", JSON),
+    Column("attempts", Integer, nullable=False, default=0),  # starts of its command (a dead worker's is retried)
+    Column("claim_token", String(64)),
+    Column("worker", String(128)),
+    Column("lease_expires_at", Float),
+    Index("evaluations_job_row", "job_id", "row"),
+)
+
 schema_version = Table("schema_version", MetaData(), Column("version", Integer, nullable=False))
 
 
@@ -293,6 +318,11 @@ def _v8(conn: Connection) -> None:
     job_token_holds.create(conn, checkfirst=True)
 
 
+def _v9(conn: Connection) -> None:
+    """Evaluations of succeeded jobs, started through the API or the dashboard and run by a worker."""
+    evaluations.create(conn, checkfirst=True)
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _v1),
     (2, _v2),
@@ -302,6 +332,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (6, _v6),
     (7, _v7),
     (8, _v8),
+    (9, _v9),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

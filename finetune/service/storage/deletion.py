@@ -30,6 +30,7 @@ from types import SimpleNamespace
 from finetune.data.cache import cache_root
 from finetune.service.options import ServiceOptions
 from finetune.service.storage import run_folders
+from finetune.service.storage.evaluations import Evaluations
 from finetune.service.storage.store import TERMINAL, Store
 from finetune.service.storage.tombstones import delete_file_row_unless_needed, jobs_using_file, tombstone_job
 
@@ -189,6 +190,8 @@ def job_removals(options: ServiceOptions, job: dict, with_cache: bool = True) ->
     items += found("plan", options.runs_dir / f"{job_id}.plan.json", job_id)
     for log in sorted(options.logs_dir.glob(f"{job_id}-attempt-*")):
         items += found("trainer log", log, job_id)
+    for log in sorted(options.logs_dir.glob(f"{job_id}-eval-*")):  # its evaluations' (workers/evaluation.py)
+        items += found("evaluation log", log, job_id)
     for file_id in job["result_files"] or []:
         items += found("results file", options.files_dir / file_id, job_id)
     if not with_cache:
@@ -210,6 +213,12 @@ def delete_job(options: ServiceOptions, store: Store, tenant: str, job_id: str) 
     if job["claim_token"] is not None:
         raise JobNotDeletable(
             f"Job {job_id} is {job['status']} but its worker is still stopping it; try again shortly."
+        )
+    evaluating = Evaluations(store.engine).unfinished(job_id)
+    if evaluating is not None:  # its command reads the weights and writes answers into the run folder
+        raise JobNotDeletable(
+            f"Job {job_id} is being evaluated ({evaluating['id']}, {evaluating['status']}); delete it once the "
+            "evaluation has ended."
         )
     items = job_removals(options, job)
     remove(items)

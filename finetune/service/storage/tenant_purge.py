@@ -53,6 +53,7 @@ def purge_tenant(
     for job in running:
         with contextlib.suppress(IllegalTransition):  # it ended meanwhile
             store.transition(tenant, job["id"], "cancel")
+    tombstones.fail_waiting_evaluations(store.engine, tenant, "its tenant is being purged")  # running ones end soon
     _wait_for_workers(store, tenant, wait_s)
     items = tenant_removals(options, store, tenant)  # now: a stopping trainer wrote its last checkpoint
     remove(items)

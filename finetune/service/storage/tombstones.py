@@ -7,7 +7,16 @@ from typing import Any
 
 from sqlalchemy import Engine, delete, func, or_, select, update
 
-from finetune.service.storage.db import api_keys, checkpoints, events, files, idempotency_keys, jobs, transaction
+from finetune.service.storage.db import (
+    api_keys,
+    checkpoints,
+    evaluations,
+    events,
+    files,
+    idempotency_keys,
+    jobs,
+    transaction,
+)
 from finetune.service.storage.store import TERMINAL, now
 
 
@@ -29,10 +38,19 @@ def jobs_using_file(engine: Engine, tenant: str, file_id: str) -> list[dict]:
 
 def delete_file_row_unless_needed(engine: Engine, tenant: str, file_id: str) -> list[dict]:
     """Delete the file's row, in one write transaction with the check that no job still needs it (one that has not
-    ended, or that a worker still holds while it stops); those jobs (nothing deleted), or [] (deleted)."""
+    ended, that a worker still holds while it stops, or that is being evaluated: its evaluation reads the test split
+    and writes answers); those jobs (nothing deleted), or [] (deleted)."""
+    evaluating = select(evaluations.c.id).where(
+        evaluations.c.job_id == jobs.c.id, evaluations.c.status.in_(("queued", "running"))
+    )
     with transaction(engine, write=True) as conn:
-        query = _using(tenant, file_id).where(or_(jobs.c.status.not_in(TERMINAL), jobs.c.claim_token.is_not(None)))
+        query = _using(tenant, file_id).where(
+            or_(jobs.c.status.not_in(TERMINAL), jobs.c.claim_token.is_not(None), evaluating.exists())
+        )
         needing = _rows(conn.execute(query.order_by(jobs.c.row)))
+        for job in needing:
+            if job["status"] in TERMINAL and job["claim_token"] is None:
+                job["status"] += ", being evaluated"
         if not needing:
             conn.execute(delete(files).where(files.c.tenant == tenant, files.c.id == file_id))
             conn.execute(
@@ -45,7 +63,7 @@ def delete_file_row_unless_needed(engine: Engine, tenant: str, file_id: str) -> 
 
 def tombstone_job(engine: Engine, tenant: str, job_id: str, removed: list[dict[str, Any]]) -> dict | None:
     """Mark an ended job deleted (its row stays: when, and what was removed), its fine-tuned model with it, and
-    delete its events, checkpoint rows, results files' rows and Idempotency-Key answers. Returns the row as it
+    delete its events, checkpoint rows, evaluation rows, results files' rows and Idempotency-Key answers. Returns the row as it
     was before, or None when the tenant has no such ended job."""
     with transaction(engine, write=True) as conn:
         query = select(jobs).where(jobs.c.tenant == tenant, jobs.c.id == job_id, jobs.c.status.in_(TERMINAL))
@@ -56,6 +74,7 @@ def tombstone_job(engine: Engine, tenant: str, job_id: str, removed: list[dict[s
         gone = {
             "events": conn.execute(delete(events).where(events.c.job_id == job_id)).rowcount,
             "checkpoint records": conn.execute(delete(checkpoints).where(checkpoints.c.job_id == job_id)).rowcount,
+            "evaluation records": conn.execute(delete(evaluations).where(evaluations.c.job_id == job_id)).rowcount,
         }
         stamp = now()
         removed = removed + [{"what": what, "count": count} for what, count in gone.items() if count]
@@ -111,13 +130,14 @@ def revoke_tenant_keys(engine: Engine, tenant: str) -> int:
 
 
 def delete_tenant_rows(engine: Engine, tenant: str) -> dict[str, int]:
-    """Every row of the tenant's files and jobs (their events and checkpoints) and Idempotency-Key answers; the
+    """Every row of the tenant's files and jobs (their events, checkpoints and evaluations) and Idempotency-Key answers; the
     counts deleted. Its keys stay, revoked (their ids are what an audit trail names)."""
     with transaction(engine, write=True) as conn:
         owned = select(jobs.c.id).where(jobs.c.tenant == tenant)
         counts = {
             "events": conn.execute(delete(events).where(events.c.job_id.in_(owned))).rowcount,
             "checkpoints": conn.execute(delete(checkpoints).where(checkpoints.c.job_id.in_(owned))).rowcount,
+            "evaluations": conn.execute(delete(evaluations).where(evaluations.c.job_id.in_(owned))).rowcount,
         }
         counts["jobs"] = conn.execute(delete(jobs).where(jobs.c.tenant == tenant)).rowcount
         counts["files"] = conn.execute(delete(files).where(files.c.tenant == tenant)).rowcount
@@ -128,12 +148,30 @@ def delete_tenant_rows(engine: Engine, tenant: str) -> dict[str, int]:
 
 
 def held_jobs(engine: Engine, tenant: str) -> list[dict]:
-    """The tenant's jobs a worker still holds (its trainer may still write into the run folder)."""
+    """The tenant's jobs a worker still holds (its trainer may still write into the run folder), and its evaluations
+    a worker runs (they write into a run folder too)."""
     query = select(jobs.c.id, jobs.c.status, jobs.c.worker).where(
         jobs.c.tenant == tenant, jobs.c.claim_token.is_not(None)
     )
+    running = select(evaluations.c.id, evaluations.c.status, evaluations.c.worker).where(
+        evaluations.c.tenant == tenant, evaluations.c.claim_token.is_not(None)
+    )
     with transaction(engine) as conn:
-        return _rows(conn.execute(query.order_by(jobs.c.row)))
+        return _rows(conn.execute(query.order_by(jobs.c.row))) + _rows(conn.execute(running))
+
+
+def fail_waiting_evaluations(engine: Engine, tenant: str, why: str) -> int:
+    """The tenant's evaluations no worker has taken yet end as failed (a purge: none may start meanwhile)."""
+    error = {"code": "cancelled", "message": why, "param": None}
+    with transaction(engine, write=True) as conn:
+        done = conn.execute(
+            update(evaluations)
+            .where(
+                evaluations.c.tenant == tenant, evaluations.c.status == "queued", evaluations.c.claim_token.is_(None)
+            )
+            .values(status="failed", finished_at=now(), error=error)
+        )
+        return done.rowcount
 
 
 # ---------------------------------------------------------------------------------------------- retention

@@ -1,6 +1,7 @@
 """A worker: claim a job, validate and plan it (preparation.py), run `finetune train` on it through its launcher (a
 child process, or ranks on a Ray cluster: train/launchers.py), and turn the run folder into events and checkpoints,
-renewing the lease all the while. It never trains in its own process: only its trainer needs torch.
+renewing the lease all the while. It never trains in its own process: only its trainer needs torch. Between jobs it
+runs the evaluations callers start (evaluation.py: `finetune eval RUN --retention` as a child process), first.
 
     queued -> claim (lease + token) -> validating_files -> queued (planned) -> running -> succeeded | failed
                                                      cancel / pause: SIGTERM -> the trainer checkpoints and stops
@@ -31,6 +32,7 @@ from finetune.service.storage import run_folders, usage
 from finetune.service.storage.job_names import fine_tuned_model_name, method_type
 from finetune.service.storage.store import Claim, LeaseLost, Store, new_id, now
 from finetune.service.workers import library as core
+from finetune.service.workers.evaluation import EvaluationRunner
 from finetune.service.workers.events import (
     checkpoint_metrics,
     diagnosis_event,
@@ -69,6 +71,10 @@ class Worker:
         self.device_kind = self.launcher.device_kind()
         # validation and plan of a claimed job (preparation.py): its writes go through this worker's
         self.preparation = JobPreparation(store, options, self.name, self.device_kind, self._update, self._fail)
+        # evaluations callers start (evaluation.py): `finetune eval` run by the program its trainers run (a stand-in's
+        # in tests); on a Ray cluster's worker, on this machine
+        program = getattr(self.launcher, "program", None)
+        self.evaluations = EvaluationRunner(options, store, self.name, program, self.stopping)
 
     @property
     def max_devices(self) -> int | None:
@@ -103,6 +109,8 @@ class Worker:
             presence.stop()
 
     def run_once(self) -> bool:
+        if self.evaluations.run_once():  # a waiting evaluation first: minutes, bounded by its sets' sizes
+            return True
         claim = self.store.claim(self.name, self.options.lease_seconds, self.max_devices)
         if claim is None:
             return False

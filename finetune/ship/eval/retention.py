@@ -32,7 +32,7 @@ from functools import partial
 from pathlib import Path
 
 from finetune.data.prompting import prompt_ids
-from finetune.settings.wording import ref, rendered
+from finetune.settings.wording import act, ref, rendered
 from finetune.ship.eval.general_set import ANSWER_KINDS, Choice, GeneralPrompt, load_general_set, passed, set_digest
 from finetune.ship.eval.intervals import paired_difference, wilson
 from finetune.ship.run_folder import load_for_generation, locate_weights, read_json
@@ -47,8 +47,7 @@ MEASURES = {  # key in retention.json: what a reader calls it
     "choice_accuracy": "multiple-choice accuracy",
 }
 REMEDIES = {  # settings named for each reader (wording.py): write_retention and the command line render them
-    "epochs": f"Train fewer epochs ({ref('epochs')}), or keep an earlier checkpoint (finetune eval RUN --checkpoints "
-    "shows each).",
+    "epochs": f"Train fewer epochs ({ref('epochs')}), or keep an earlier checkpoint ({act('compare_checkpoints')}).",
     "lr": f"Lower the learning rate ({ref('lr')}).",
     "lora": "Tune a LoRA adapter instead of every weight ({}): the base weights stay as they were.",
     "smaller_lora": f"The run is a LoRA adapter already: a lower rank ({ref('lora_rank')}) changes less of the base.",

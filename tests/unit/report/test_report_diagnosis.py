@@ -6,6 +6,7 @@ import random
 import pytest
 
 from finetune.report.diagnosis import KINDS, REMINDER, diagnose
+from finetune.settings.wording import render
 
 SPE = 50  # steps per epoch in every synthetic run: 3 epochs = 150 steps
 
@@ -132,7 +133,9 @@ def test_a_small_rise_near_zero_loss_is_noise_not_instability():
 def test_every_diagnosis_carries_the_reminder_and_a_known_kind():
     d = diagnose(make_rows(train=lambda s: 3.0 - s / 100), SPE)
     assert d.kind in KINDS
-    assert d.reminder == REMINDER and "finetune eval" in d.reminder
+    assert d.reminder == REMINDER and "finetune eval" in render(d.reminder, "cli")
+    # an API caller and a dashboard reader cannot run a command: they are pointed at the evaluation route
+    assert "finetune" not in render(d.reminder, "api") and "/evaluations" in render(d.reminder, "api")
     assert d.to_dict()["kind"] == d.kind
 
 

@@ -55,3 +55,22 @@ def test_a_process_started_for_the_service_writes_in_api_terms(monkeypatch):
     assert render(ref("beta")) == "method.dpo.hyperparameters.beta"
     assert rendered({"a": [f"raise {ref('beta')}"], "b": 2}) == {"a": ["raise method.dpo.hyperparameters.beta"], "b": 2}
     assert str(UserError(f"raise {ref('beta')}")) == "raise method.dpo.hyperparameters.beta"
+
+
+def test_an_action_renders_as_the_command_the_route_or_the_dashboard_control():
+    from finetune.settings.wording import ACTIONS, act
+
+    text = f"Training needs no change; read the answers ({act('evaluate')}) to judge quality."
+    assert render(text, "cli") == "Training needs no change; read the answers (finetune eval) to judge quality."
+    api = render(text, "api")
+    assert api == (
+        "Training needs no change; read the answers (POST /v1/fine_tuning/jobs/{job_id}/evaluations) to judge quality."
+    )
+    assert settings_named(text) == []  # an action is not a setting: the dashboard highlights no field for it
+    assert rendered({"next_step": text}, "api") == {"next_step": api}
+    for name, wordings in ACTIONS.items():
+        assert set(wordings) == {"cli", "api", "dashboard"}
+        assert "finetune" not in wordings["api"] and "--" not in wordings["api"], name  # no command for a caller
+        assert "finetune" not in wordings["dashboard"] and "/v1/" not in wordings["dashboard"], name
+    with pytest.raises(KeyError):
+        act("evaluat")

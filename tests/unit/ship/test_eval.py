@@ -25,3 +25,9 @@ def test_eval_json_with_base_and_tuned(toy_model, capsys):
     assert result["examples"] == 2 and set(result["summary"]) == {"base", "tuned"}
     assert result["rows"][0]["base"] == result["rows"][0]["tuned"]  # same weights, greedy: same answer
     assert {"prompt", "reference", "line"} <= result["rows"][0].keys()
+
+
+def test_retention_only_goes_with_retention(tmp_path, capsys):
+    """`--retention-only` (what a service evaluation of the retention check alone runs) without `--retention`: one line."""
+    assert main(["eval", str(tmp_path), "--retention-only"]) == 1
+    assert "--retention-only goes with --retention" in capsys.readouterr().err

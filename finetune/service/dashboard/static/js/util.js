@@ -168,12 +168,15 @@ export function settingsSchema() {
 
 // The API names a setting as `method.<type>.hyperparameters.<key>`, a job parameter by its name, and a setting
 // callers cannot set as `the server's “<label>” setting`. In the dashboard each becomes its form field's label,
-// a link that opens and highlights the field when the New job page shows it.
+// a link that opens and highlights the field when the New job page shows it. An action a message points at (the
+// schema's `actions`: e.g. the evaluation route) becomes the control on the page that does it.
 const API_NAMES = /method\.(?:supervised|dpo)\.hyperparameters\.([a-z_]+)|\b(training_file|validation_file)\b|the server's “([^”]+)” setting/g;
 
 export function inDashboardTerms(text, schema) {
-  const message = String(text ?? "");
+  let message = String(text ?? "");
   if (!schema) return [message];
+  // what a message tells its reader to do (an evaluation's route, the checkpoints' list): the page's own controls
+  for (const a of Object.values(schema.actions || {})) message = message.split(a.api).join(a.dashboard);
   const props = schema.schema.properties;
   const out = [];
   let last = 0;

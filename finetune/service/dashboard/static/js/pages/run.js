@@ -1,9 +1,10 @@
 // A run's page: progress, loss / learning-rate / gradient-norm charts, checkpoints (best badged, pick one by
-// clicking the curve), the report's diagnosis, the retention check (when `finetune eval RUN --retention` ran on
-// the run folder), the events log following live, the frozen settings, and cancel / pause / resume.
+// clicking the curve), the report's diagnosis, the Evaluate card (evaluate.js) and the retention check it (or
+// `finetune eval RUN --retention`) wrote, the events log following live, the frozen settings, and cancel / pause / resume.
 // Everything is polled from the public API while the job is not finished.
 import { align, ema, line, makeChart } from "../chart.js";
 import { api, badge, fill, fmt, h, inDashboardTerms, poll, qs, settingsSchema, TERMINAL } from "../util.js";
+import { evaluationCard } from "./evaluate.js";
 import { planView } from "./newjob.js";
 
 const EVENTS_PAGE = 50;
@@ -13,7 +14,7 @@ const pct = (x) => `${Math.round(100 * x)}%`;
 const points = (x) => { const v = Math.round(100 * x); return `${v > 0 ? "+" : ""}${v}`; };
 
 // The retention check's numbers, its verdict in plain words and, when it flags a drop, the usual remedies.
-function retentionView(r) {
+function retentionView(r, schema) {
   const rows = RETENTION_MEASURES.filter(([k]) => r[k] && r[k].n).map(([k, name]) => {
     const m = r[k];
     const c = m.change;
@@ -27,13 +28,13 @@ function retentionView(r) {
   const set = r.general_set || {};
   return [
     h("h2", {}, "Retention"),
-    h("p", { class: "small muted" }, `The base and the tuned model on ${set.prompts ?? "–"} general prompts and ${set.choices ?? "–"} multiple-choice questions never trained on (finetune eval RUN --retention). 95% intervals; the change in percentage points.`),
+    h("p", { class: "small muted" }, `The base and the tuned model on ${set.prompts ?? "–"} general prompts and ${set.choices ?? "–"} multiple-choice questions never trained on (the evaluation's retention check). 95% intervals; the change in percentage points.`),
     h("div", { class: "tablewrap" }, h("table", { id: "retention" },
       h("thead", {}, h("tr", {}, ["", "Prompts", "Base", "Tuned", "Change"].map((t, i) => h("th", { scope: "col", class: i ? "num" : "" }, t)))),
       h("tbody", {}, rows))),
     h("p", { class: "small" }, `Mean KL(tuned ‖ base) per token on the base's own answers: ${fmt.num(r.kl?.mean_per_token, 3)} nats.`),
     h("p", { class: r.flag ? "alert" : "good", "data-testid": "retention-verdict" }, r.message || ""),
-    r.flag && r.remedies?.length ? [h("p", {}, h("strong", {}, "Usual remedies:")), h("ul", {}, r.remedies.map((x) => h("li", {}, x)))] : "",
+    r.flag && r.remedies?.length ? [h("p", {}, h("strong", {}, "Usual remedies:")), h("ul", {}, r.remedies.map((x) => h("li", {}, inDashboardTerms(x, schema))))] : "",
   ];
 }
 
@@ -82,6 +83,7 @@ export async function render(main, [jobId], signal) {
   const errorBox = h("div");
   const diagnosis = h("section", { class: "card", "aria-label": "Diagnosis" });
   const retention = h("section", { class: "card", "aria-label": "Retention", hidden: true });
+  const evaluate = evaluationCard(jobId, schema, signal, async () => showRun(await api(`/v1/dashboard/jobs/${jobId}/run`)));
 
   // ---- charts
   const lossEl = h("div", { class: "chart", "aria-label": "Training and validation loss" });
@@ -116,7 +118,7 @@ export async function render(main, [jobId], signal) {
     errorBox, stats,
     h("section", { class: "card", "aria-label": "Curves" }, h("h2", {}, "Curves"), controls, lossEl, chartNote,
       h("div", { class: "grid2 charts2" }, lrEl, gradEl)),
-    diagnosis, retention,
+    diagnosis, evaluate.el, retention,
     h("section", { "aria-label": "Checkpoints" }, h("h2", {}, "Checkpoints"),
       h("p", { class: "small muted" }, "Click a point on the loss curve to pick the nearest checkpoint."),
       h("div", { class: "tablewrap" }, h("table", { id: "checkpoints" },
@@ -311,13 +313,14 @@ export async function render(main, [jobId], signal) {
           h("dt", {}, "time"), h("dd", { "data-testid": "time-vs-estimate" },
             `${fmt.duration(report.wall_time_s)} (estimated ${fmt.duration(report.estimated_time_s)})`),
           h("dt", {}, "cost"), h("dd", { "data-testid": "cost-vs-estimate" }, costVersusEstimate(report, run.plan))),
-        h("p", { class: "small muted" }, report.reminder || ""));
+        h("p", { class: "small muted" }, inDashboardTerms(report.reminder || "", schema)));
     } else {
       diagnosis.replaceChildren(h("h2", {}, "Diagnosis"), h("p", { class: "muted" }, TERMINAL.has(job.status)
         ? "This run has no report." : "The report reads the curves when the run ends; until then, watch the validation loss."));
     }
+    evaluate.show(job, run);
     retention.hidden = !run.retention;
-    fill(retention, run.retention ? retentionView(run.retention) : []);
+    fill(retention, run.retention ? retentionView(run.retention, schema) : []);
     if (run.plan) {
       settingsBox.replaceChildren(
         h("dl", { class: "kv" }, h("dt", {}, "base model"), h("dd", {}, job.model), h("dt", {}, "training file"), h("dd", { class: "mono" }, job.training_file),

@@ -1,0 +1,110 @@
+"""How long an evaluation of a run will take: an estimate made before it starts, from the run's plan (the model's size
+and the speed its training reached) and the sizes of the sets it answers. Never a measurement; labelled as such.
+
+    estimate = evaluation_estimate(run_folder, retention=True, test=True)
+    estimate["seconds"], estimate["how"]
+
+Two models answer (the base and the tuned one), each:
+
+    retention  generate: 265 prompts in batches of 64, up to 48 new tokens each; score: the prompts and the base's
+               answers again (the KL), and each multiple-choice question once per option (retention.py)
+    test       generate: the run's test conversations in batches of 32, up to 128 new tokens each (finetune eval)
+
+    forward tokens  prompt tokens (a token per 4 bytes, plus the chat template's) + every token generated or scored
+    seconds         STARTUP_S + 2 models x (2 x parameters x forward tokens / rate + forward calls x CALL_S)
+    rate            the FLOP/s per device the run's plan used for its training time: measured on the worker with this
+                    model when it had measured it, else the plan's assumed rate (1e11 on a CPU, 35% of a GPU's peak)
+
+Generation runs one token of every sequence per forward call, so a small model's time is mostly calls (CALL_S each)
+and a large one's mostly FLOPs. Checked against measurements: SmolLM2-135M-Instruct's retention check took 278 s on
+two quiet CPU cores (docs/retention.md, "Time"), estimated 313 s (tests/service/test_evaluations.py holds it within a
+factor of 1.5); a toy run's took 17 s on this project's 2-core machine, estimated 17 s.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from functools import cache
+from pathlib import Path
+
+from finetune.rules.cost import CPU_FLOPS
+from finetune.ship.eval.general_set import load_general_set
+from finetune.ship.eval.retention import BATCH, MAX_NEW_TOKENS, SCORE_BATCH
+from finetune.ship.eval.test_split import TEST_FILE
+
+MODELS = 2  # the base and the tuned model
+STARTUP_S = 10.0  # a Python process importing torch and loading both models (a small model; a large one: more)
+CALL_S = 0.01  # the fixed cost of one forward call of a batch (Python, kernel launches), whatever the model's size
+TEMPLATE_TOKENS = 30  # a chat template's tokens around one user message (roles, markers, a default system prompt)
+BYTES_PER_TOKEN = 4
+TEST_MAX_NEW_TOKENS = 128  # finetune eval's default --max-new-tokens
+TEST_BATCH = 32  # generate_answers' batch
+
+
+def _tokens(text: str) -> int:
+    return len(text.encode("utf-8")) // BYTES_PER_TOKEN + TEMPLATE_TOKENS
+
+
+@cache
+def retention_work() -> dict:
+    """Forward tokens and calls of one model answering and scoring the general set (its size, read once)."""
+    prompts, choices = load_general_set()
+    prompt_tokens = sum(_tokens(p.prompt) for p in prompts)
+    answered = prompt_tokens + len(prompts) * MAX_NEW_TOKENS
+    options = sum(len(c.options) for c in choices)
+    scored = sum(len(c.options) * (_tokens(c.question + " " + c.lead) + 4) for c in choices)  # an option: ~4 tokens
+    calls = math.ceil(len(prompts) / BATCH) * (MAX_NEW_TOKENS + 1) + math.ceil(len(prompts) / SCORE_BATCH)
+    calls += math.ceil(options / SCORE_BATCH)
+    return {"prompts": len(prompts), "questions": len(choices), "tokens": 2 * answered + scored, "calls": calls}
+
+
+def test_set_work(run: Path) -> dict | None:
+    """Forward tokens and calls of one model answering the run's test set; None when the run has none."""
+    try:
+        lines = [line for line in (run / TEST_FILE).read_text(encoding="utf-8").splitlines() if line.strip()]
+    except OSError:
+        return None
+    tokens = sum(_tokens(line) for line in lines) + len(lines) * TEST_MAX_NEW_TOKENS  # a line: its prompt and reply
+    calls = math.ceil(len(lines) / TEST_BATCH) * (TEST_MAX_NEW_TOKENS + 1)
+    return {"conversations": len(lines), "tokens": tokens, "calls": calls}
+
+
+def _rate(plan: dict) -> tuple[float, str]:
+    """FLOP/s of one device, as the run's plan estimated its training time."""
+    cost = plan.get("cost") or {}
+    flops, seconds, devices = cost.get("flops"), cost.get("seconds"), cost.get("devices") or 1
+    if flops and seconds:
+        measured = "measured" if cost.get("tokens_per_s") else "assumed"
+        return flops / (seconds * devices), f"the {measured} training speed of its plan on {cost.get('device', '?')}"
+    return CPU_FLOPS, "an assumed CPU rate"
+
+
+def evaluation_estimate(run: Path, retention: bool, test: bool) -> dict | None:
+    """The estimate of `finetune eval RUN [--retention]` on `run` (the work, the seconds, how they were computed);
+    None without a plan that knows the model's size."""
+    try:
+        plan = json.loads((run / "plan.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    params = (plan.get("memory") or {}).get("parameters")
+    if not params:
+        return None
+    parts = {"retention": retention_work() if retention else None, "test": test_set_work(run) if test else None}
+    tokens = sum(p["tokens"] for p in parts.values() if p)
+    calls = sum(p["calls"] for p in parts.values() if p)
+    rate, source = _rate(plan)
+    seconds = STARTUP_S + MODELS * (2 * params * tokens / rate + calls * CALL_S)
+    return {
+        "seconds": round(seconds),
+        "estimate": True,
+        "work": {
+            "models": MODELS, "parameters": params, "forward_tokens_per_model": tokens,
+            "forward_calls_per_model": calls, "flops_per_second": rate,
+        } | {name: part for name, part in parts.items() if part},
+        "how": (
+            f"an estimate, not a measurement: {STARTUP_S:g} s to start and load, then for each of the {MODELS} models "
+            f"2 x {params:,} parameters x {tokens:,} forward tokens at {rate:.3g} FLOP/s ({source}) plus "
+            f"{calls:,} forward calls at {CALL_S * 1000:g} ms"
+        ),
+    }  # fmt: skip
