@@ -20,6 +20,7 @@ from finetune.report.summary import print_summary
 from finetune.rules.adapter_scale import GRID, choose_scale
 from finetune.run import plan_run, train
 from finetune.settings.config import RunConfig
+from finetune.settings.errors import UserError
 from finetune.ship import adapter_scale
 from finetune.ship.export.write import write_model
 from finetune.ship.run_folder import load_for_generation, locate_weights
@@ -36,7 +37,7 @@ PROBE = [
 
 
 def _config(toy_model: Path, out: Path, **settings) -> RunConfig:
-    return RunConfig(data=str(EXAMPLES / "train.jsonl"), model=str(toy_model), out=str(out), **FEW, **settings)
+    return RunConfig(data=str(EXAMPLES / "train.jsonl"), model=str(toy_model), out=str(out), **{**FEW, **settings})
 
 
 @pytest.fixture(scope="module")
@@ -154,3 +155,9 @@ def test_full_fine_tuning_with_auto_keeps_its_weights_and_says_why(toy_model, tm
     assert scale["value"] == 1.0 and "no adapter to scale" in scale["reason"] and scale["measured"] == []
     assert planned.plan.to_dict()["adapter_scale"] is None  # a LoRA setting: null in a full run's plan
     assert "no adapter to scale" in planned.plan.auto["adapter_scale"]  # and the plan says why nothing happens
+
+
+def test_resume_refuses_a_change_of_the_scale(toy_model, tmp_path):
+    train(_config(toy_model, tmp_path, max_steps=2))  # two steps, adapter scale off
+    with pytest.raises(UserError, match="adapter scale changed"):
+        train(_config(toy_model, tmp_path, max_steps=4, resume=True, adapter_scale=0.5))
