@@ -166,11 +166,12 @@ def _adapter_scale(report: dict, plan: dict, step: int | None) -> list[str]:
     if value == 1.0:
         lines += [f"The adapter is kept as trained (scale 1): {scale['reason']}.", ""]
     else:
-        written = f" (`lora_alpha` {_number(alpha * value)} in `adapter_config.json`: {_number(alpha)} x {value:g})"
+        written = ""
+        if isinstance(alpha, (int, float)):
+            written = f" (`lora_alpha` {_number(alpha * value)} in `adapter_config.json`: {_number(alpha)} x {value:g})"
         lines += [
             f"After training the adapter was scaled back toward the base: base + {value:g} x the trained update"
-            f"{written if alpha else ''}; every export of it (merged, GGUF) carries the same scale. Why: "
-            f"{scale['reason']}.",
+            f"{written}; every export of it (merged, GGUF) carries the same scale. Why: {scale['reason']}.",
             "",
         ]
     measured = scale.get("measured") or []
