@@ -92,7 +92,8 @@ class PlannedRun:
 
 
 def _run(config: RunConfig, plan: Plan | None, on_plan, on_step, objective: Objective | None, ctx) -> TrainResult:
-    from finetune.train import guards  # torch: only a run that trains needs it
+    from finetune.ship.adapter_scale import scale_adapter  # torch: only a run that trains needs it
+    from finetune.train import guards  # torch: as above
     from finetune.train.final import write_final_weights  # torch: as above
     from finetune.train.loop import train_loop, use_bf16  # torch: as above
     from finetune.train.model import model_for  # torch: as above
@@ -136,7 +137,11 @@ def _run(config: RunConfig, plan: Plan | None, on_plan, on_step, objective: Obje
     final = write_final_weights(
         model, planned.tokenizer, out, result.best_step, result.steps, plan
     )  # adapter/ or model/
-    report = write_run_report(out, plan, result, final, objective)  # report.json, loss_curve.png
+    scale = scale_adapter(
+        model, planned.tokenizer, plan, objective, planned.prepared.val, pad_id, final, ctx.device,
+        use_bf16(plan.dtype, ctx.device),
+    )  # fmt: skip  # adapter_scale (ship/adapter_scale.py): None when off, and the adapter stays as written
+    report = write_run_report(out, plan, result, final, objective, scale)  # report.json, loss_curve.png
     kind = "adapter" if plan.method == "lora" else "full"
     (final / "README.md").write_text(model_card(locate_weights(out), kind), encoding="utf-8")  # the model card
     trackers.finish(out, report)  # report_to: the report, loss curve and card; waits a few seconds at most
@@ -378,8 +383,11 @@ def _resume_note(out: Path, devices: int) -> str | None:
     )
 
 
-def write_run_report(out: Path, plan: Plan, result: LoopResult, final: Path, objective: Objective) -> dict:
-    """metrics.jsonl -> the objective's diagnosis, loss_curve.png and report.json."""
+def write_run_report(
+    out: Path, plan: Plan, result: LoopResult, final: Path, objective: Objective, adapter_scale: dict | None = None
+) -> dict:
+    """metrics.jsonl -> the objective's diagnosis, loss_curve.png and report.json (with the adapter's scale, when
+    adapter_scale is on)."""
     rows = read_metrics(out / "metrics.jsonl")
     plot_loss_curve(rows, out / "loss_curve.png", plan.steps_per_epoch, result.best_step, title=model_name(plan.model))
     report = build_report(
@@ -397,6 +405,7 @@ def write_run_report(out: Path, plan: Plan, result: LoopResult, final: Path, obj
             "resumed_with_changes": result.allowed_changes,
             "objective": plan.objective,
             **objective.summary(rows),
+            **({} if adapter_scale is None else {"adapter_scale": adapter_scale}),
         },
     )
     write_report(report, out / "report.json")

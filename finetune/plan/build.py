@@ -21,6 +21,9 @@ from finetune.models.source import origin
 from finetune.plan.advice import AdviceContext, advise
 from finetune.plan.plan import Plan
 from finetune.rules import arithmetic
+from finetune.rules.adapter_scale import FULL_RUN, PREFERENCE_RUN
+from finetune.rules.adapter_scale import PASSES as SCALE_PASSES
+from finetune.rules.adapter_scale import plan_reason as adapter_scale_reason
 from finetune.rules.auto import (
     DEFAULT_WARMUP_RATIO,
     Choice,
@@ -255,6 +258,23 @@ def _tokens_and_cost(r: _Resolving) -> None:
     )  # fmt: skip
 
 
+def _adapter_scale(r: _Resolving) -> None:
+    """LoRA with adapter scale auto: chosen after training (ship/adapter_scale.py); the plan says how and at what
+    cost (forward passes over the validation records, each token a third of a training token's work)."""
+    if r.config.adapter_scale != AUTO:
+        return
+    if not r.lora or r.dpo:  # nothing to measure: the run says so again in its report
+        r.auto["adapter_scale"] = FULL_RUN if not r.lora else PREFERENCE_RUN
+        return
+    data, cost, processed = r.data, r.numbers["cost"], r.numbers["tokens_processed"]
+    records = data.validation_examples
+    tokens = round(records * (data.tokens_in_file or 0) / data.examples) if records else None
+    seconds = None
+    if tokens and cost.seconds is not None and processed:
+        seconds = cost.seconds * (tokens * SCALE_PASSES / 3) / processed
+    r.auto["adapter_scale"] = adapter_scale_reason(records, tokens, seconds)
+
+
 STEPS = (
     _base_and_chat_template,
     _sequence_length,
@@ -265,6 +285,7 @@ STEPS = (
     _warmup_and_intervals,
     _memory,
     _tokens_and_cost,
+    _adapter_scale,
 )
 
 

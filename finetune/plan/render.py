@@ -17,8 +17,9 @@ from finetune.settings.wording import for_cli
 SHOWN = (
     "epochs", "batch_size", "grad_accum", "devices", "effective_batch", "steps_per_epoch", "total_steps",
     "warmup_steps", "learning_rate", "lora_rank", "lora_alpha", "lora_train_head", "eval_every", "save_every",
-    "gradient_checkpointing", "shard",
+    "gradient_checkpointing", "shard", "adapter_scale",
 )  # fmt: skip
+HIDDEN_WHEN = {"adapter_scale": (None, "off")}  # a row left out at these values (off: the run as it always was)
 DERIVED = {
     "effective_batch": "batch x accumulation x devices",
     "steps_per_epoch": "",  # filled in below
@@ -161,7 +162,7 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
     table.add_column("set by")
     labels = plan_labels() | derived_labels()
     for field in SHOWN:
-        if getattr(plan, field) is None or (field == "shard" and plan.devices == 1):
+        if getattr(plan, field) in HIDDEN_WHEN.get(field, (None,)) or (field == "shard" and plan.devices == 1):
             continue
         table.add_row(labels[field], _value(plan, field), _source(plan, field))
     console.print(table)

@@ -135,6 +135,8 @@ def print_summary(report: dict, console=None) -> None:
     else:
         which = "the last step (not the best checkpoint)"
     line("weights", f"{r['final_weights']} ({which})")
+    if r.get("adapter_scale"):  # adapter_scale on (ship/adapter_scale.py)
+        line("adapter scale", _scale(r["adapter_scale"]))
     out_dir = r.get("out_dir") or str(Path(r["final_weights"]).parent)
     line("outputs", f"{out_dir} (report.json, metrics.jsonl, loss_curve.png)")
 
@@ -148,6 +150,21 @@ def print_summary(report: dict, console=None) -> None:
 
 
 _KIND_STYLE = {"good_fit": "green", "overfitting": "yellow", "underfitting": "yellow", "unstable": "red"}
+
+
+def _scale(scale: dict) -> str:
+    """The scale kept, why, and the measurements at it and at 1 (the adapter as trained)."""
+    at = {m["alpha"]: m for m in scale.get("measured") or []}
+    text = f"{scale['value']:g}: {scale['reason']}"
+    kept, full, base = at.get(scale["value"]), at.get(1.0), at.get(0.0)
+    if kept and full and kept is not full and kept.get("val_loss") is not None:
+        text += f". Validation loss {_num(kept['val_loss'])} (at 1: {_num(full['val_loss'])})"
+        if kept.get("general_loss") is not None and base:
+            text += (
+                f"; general probe loss {_num(kept['general_loss'])} (at 1: {_num(full['general_loss'])}, "
+                f"the base: {_num(base['general_loss'])})"
+            )
+    return text
 
 
 def _tokens(r: dict) -> str:

@@ -189,6 +189,12 @@ class RunConfig:
         why_not="the checkpoint learned from other general conversations",
     )  # fmt: skip
     """With replay: your own general conversations (a chat file) to mix in instead of the base model's answers."""
+    adapter_scale: float | str = about(
+        "off", "Adapter scale", tokens=False, resume="refuse", when="lora", words=("off",),
+        why_not="a run's final adapter, report and model card are made with one scale",
+    )  # fmt: skip
+    """LoRA: after training, scale the adapter back toward the base (base + scale x update): a number above 0 and at
+    most 1, auto (the smallest scale that keeps the fit to the validation set), or off (docs/retention.md)."""
 
     def __post_init__(self) -> None:
         for spec in settings():  # types and choices, from the annotations
@@ -212,6 +218,7 @@ class RunConfig:
             raise ConfigError(f"{ref('lr')} must be a number between 0 and 1 (e.g. 2e-4) or 'auto', got {self.lr!r}")
         self._check_combinations()
         self._check_replay()
+        self._check_adapter_scale()
         self._check_trackers()
 
     def _check_combinations(self) -> None:
@@ -254,6 +261,20 @@ class RunConfig:
             raise ConfigError(f"{ref('general_data')} is mixed in by replay: set {ref('replay')} to auto or a ratio")
         if self.replay != "off" and self.method == "dpo":
             raise ConfigError(f"{ref('replay')} mixes supervised answers; it does not apply to {ref('method', 'dpo')}")
+
+    def _check_adapter_scale(self) -> None:
+        if self.adapter_scale in ("off", AUTO):
+            return
+        if not 0 < self.adapter_scale <= 1:
+            raise ConfigError(
+                f"{ref('adapter_scale')} must be a number above 0 and at most 1 (e.g. 0.5: half of the trained "
+                f"update), 'auto' or 'off', got {self.adapter_scale!r}"
+            )
+        if self.trained_weights == "full":
+            raise ConfigError(
+                f"{ref('adapter_scale')} scales a LoRA adapter; {ref('method', 'full')} trains every weight and has "
+                f"none: use {ref('method', 'lora')}, or leave {ref('adapter_scale')} off"
+            )
 
     @property
     def trained_weights(self) -> str:

@@ -32,6 +32,10 @@ def _number(value) -> str:
     return str(value)
 
 
+def _cell(value) -> str:
+    return "-" if value is None else _number(value)
+
+
 def _front_matter(base: str, kind: str, method: str | None, gguf: bool = False) -> list[str]:
     tags = ["finetune", "chat", *([method] if method else []), *(["peft"] if kind == "adapter" else [])]
     tags += ["gguf"] if gguf else []
@@ -152,6 +156,36 @@ def _results(report: dict, step: int | None) -> list[str]:
     return [*lines, ""]
 
 
+def _adapter_scale(report: dict, plan: dict, step: int | None) -> list[str]:
+    """The scale written into the adapter after training (adapter_scale), and what it was chosen from."""
+    scale = report.get("adapter_scale") or {}
+    if not scale or step is not None:  # a checkpoint keeps the adapter as trained
+        return []
+    value, alpha = scale["value"], plan.get("lora_alpha")
+    lines = ["## Adapter scale", ""]
+    if value == 1.0:
+        lines += [f"The adapter is kept as trained (scale 1): {scale['reason']}.", ""]
+    else:
+        written = ""
+        if isinstance(alpha, (int, float)):
+            written = f" (`lora_alpha` {_number(alpha * value)} in `adapter_config.json`: {_number(alpha)} x {value:g})"
+        lines += [
+            f"After training the adapter was scaled back toward the base: base + {value:g} x the trained update"
+            f"{written}; every export of it (merged, GGUF) carries the same scale. Why: {scale['reason']}.",
+            "",
+        ]
+    measured = scale.get("measured") or []
+    if measured:
+        lines += ["| scale | validation loss | general probe loss |", "|---|---|---|"]
+        lines += [
+            f"| {m['alpha']:g}{' (the base)' if m['alpha'] == 0 else ''} | {_cell(m.get('val_loss'))} | "
+            f"{_cell(m.get('general_loss'))} |"
+            for m in measured
+        ]
+        lines += ["", f"General probe: {(scale.get('general_probe') or {}).get('source', '')}.", ""]
+    return lines
+
+
 def _evaluation(evaluation: dict) -> list[str]:
     overall = evaluation.get("summary") or {}
     if not overall:
@@ -251,6 +285,7 @@ def model_card(weights: RunWeights, kind: str, gguf_type: str | None = None) -> 
     ]
     lines += _usage(kind, weights.base) + (_gguf_usage(gguf_type) if gguf_type else [])
     lines += _data(plan, test_split) + _hyperparameters(plan) + _results(report, weights.step)
+    lines += _adapter_scale(report, plan, weights.step)
     lines += _evaluation(evaluation)
     lines += _retention(read_json(weights.run / "retention.json"))
     lines += [
