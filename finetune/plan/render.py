@@ -99,7 +99,24 @@ def _data_lines(plan: Plan) -> list[str]:
             f"{_n(added['tokens'])} tokens per epoch, counted "
             "in the tokens processed (billed)"
         )
+    if plan.general_val_set:  # the forgetting curve (docs/retention.md)
+        lines.append(_general_val_line(plan.general_val_set))
     return lines
+
+
+def _general_val_line(general: dict) -> str:
+    """What the forgetting curve measures and what it costs (its evaluations are not billed)."""
+    answers = (
+        "read from the cache"
+        if general["cached"]
+        else f"generated once for this base in {_duration(general['generation_s'])} (cached)"
+    )
+    time = f", about {_duration(general['seconds'])} in all" if general.get("seconds") is not None else ""
+    return (
+        f"Forgetting {general['records']:,} general answers of the base model ({general['prompts']} held-out prompts, "
+        f"never trained on): {_n(general['tokens'])} tokens read at each of {general['evaluations']} evaluations "
+        f"(the first before step 1){time}, not billed; the base's answers {answers}"
+    )
 
 
 def _memory_line(plan: Plan) -> str:

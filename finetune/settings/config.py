@@ -189,6 +189,9 @@ class RunConfig:
         why_not="the checkpoint learned from other general conversations",
     )  # fmt: skip
     """With replay: your own general conversations (a chat file) to mix in instead of the base model's answers."""
+    general_val: bool | str = about(AUTO, "Forgetting curve", tokens=False, resume="allow")
+    """A second validation curve: the loss on held-out general prompts answered by the base model, never trained on
+    (general_val_loss at each evaluation); auto = on when replay is on (docs/retention.md, "Forgetting curve")."""
 
     def __post_init__(self) -> None:
         for spec in settings():  # types and choices, from the annotations
@@ -254,6 +257,10 @@ class RunConfig:
             raise ConfigError(f"{ref('general_data')} is mixed in by replay: set {ref('replay')} to auto or a ratio")
         if self.replay != "off" and self.method == "dpo":
             raise ConfigError(f"{ref('replay')} mixes supervised answers; it does not apply to {ref('method', 'dpo')}")
+        if self.general_val is True and self.method == "dpo":
+            raise ConfigError(
+                f"{ref('general_val')} scores supervised answers; it does not apply to {ref('method', 'dpo')}"
+            )
 
     @property
     def trained_weights(self) -> str:
