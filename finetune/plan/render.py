@@ -112,10 +112,14 @@ def _general_val_line(general: dict) -> str:
         else f"generated once for this base in {_duration(general['generation_s'])} (cached)"
     )
     time = f", about {_duration(general['seconds'])} in all" if general.get("seconds") is not None else ""
+    notes = [f"{general['answers']} finished"]
+    notes += [f"{general['left_out']} left out as longer than the record limit"] if general.get("left_out") else []
+    notes += [f"{general['shortened']} shortened to it"] if general.get("shortened") else []
     return (
-        f"Forgetting {general['records']:,} general answers of the base model ({general['prompts']} held-out prompts, "
-        f"never trained on): {_n(general['tokens'])} tokens read at each of {general['evaluations']} evaluations "
-        f"(the first before step 1){time}, not billed; the base's answers {answers}"
+        f"Forgetting the base model's answers to {general['prompts']} held-out general prompts, never trained on "
+        f"({', '.join(notes)}): {general['records']:,} records, "
+        f"{_n(general['tokens'])} tokens read at each of {general['evaluations']} evaluations (the first before "
+        f"step 1){time}, not billed; the base's answers {answers}"
     )
 
 

@@ -60,7 +60,7 @@ def plot_loss_curve(
         _set_ylim(ax, smooth + [v for _, v in val + general] + ([general_base] if general_base is not None else []))
         ax.set_xlim(0, last_step * 1.02)
         # Below the axes: inside, it would cover the epoch labels or the start of the curves.
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=4, frameon=False)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3 if general else 4, frameon=False)
 
     if preference:
         plot_preference(fig.add_subplot(2, 1, 2, sharex=ax), rows)
@@ -159,8 +159,10 @@ def _plot_general(ax, general: list[tuple[int, float]], base: float | None) -> N
     """The second validation curve: loss on held-out general prompts answered by the base model, from the base's
     own value at step 0 (dotted: the level of no forgetting). Comparable across steps, not to the team's loss."""
     if base is not None:
-        ax.axhline(base, color=GENERAL_COLOR, ls=":", lw=1.2, label="general answers: the base model (no forgetting)")
+        ax.axhline(base, color=GENERAL_COLOR, ls=":", lw=1.2, label="general answers: the base (no forgetting)")
     points = ([(0, base)] if base is not None else []) + general
     if general:
         steps, losses = [s for s, _ in points], [v for _, v in points]
-        ax.plot(steps, losses, color=GENERAL_COLOR, marker="s", ms=4, lw=1.5, label="general answers (forgetting)")
+        ax.plot(
+            steps, losses, color=GENERAL_COLOR, marker="s", ms=4, lw=1.5, label="general answers (forgetting curve)"
+        )

@@ -50,8 +50,8 @@ def general_val_set(plan: Plan, tokenizer, ctx: DistContext | None = None) -> tu
         raise failure
     rows = rows or replay.base_answers(config, tokenizer, held_out=True)  # another rank: what rank 0 cached
     generation_s = 0.0 if cached else round(time.perf_counter() - started, 1)
-    records = tokenized(rows, config, tokenizer, plan.max_seq_len)
-    return records, describe(plan, records, len(rows), cached, generation_s)
+    prepared = tokenized(rows, config, tokenizer, plan.max_seq_len)
+    return prepared.train, describe(plan, prepared, len(rows), cached, generation_s)
 
 
 def answers_path(config: RunConfig, tokenizer):
@@ -60,14 +60,15 @@ def answers_path(config: RunConfig, tokenizer):
 
 
 def tokenized(rows: list[dict], config: RunConfig, tokenizer, max_seq_len: int):
-    """Chat rows -> records, tokenized as the run's data is (nothing held out of them, nothing refused)."""
+    """Chat rows -> records (`.train`; `.summary` counts the answers shortened or left out at the record limit),
+    tokenized as the run's data is: nothing held out of them, nothing refused."""
     data = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows).encode("utf-8")
     conversations, _ = usable_conversations(parse_bytes(data, SOURCE, "chat"), skip_invalid=False)
     settings = dataclasses.replace(
         config, data=SOURCE, format="chat", val_file=None, val_fraction=0.0, test_fraction=0.0, strict=False,
         skip_invalid=False, sensitive_data="warn", max_seq_len=max_seq_len,
     )  # fmt: skip
-    return prepare_conversations(conversations, None, settings, tokenizer).train
+    return prepare_conversations(conversations, None, settings, tokenizer)
 
 
 def evaluations(plan: Plan) -> int:
@@ -75,13 +76,16 @@ def evaluations(plan: Plan) -> int:
     return 1 + sum(1 for step in range(1, plan.total_steps + 1) if _evaluates_after(step, plan))
 
 
-def describe(plan: Plan, records, answers: int, cached: bool, generation_s: float) -> dict:
+def describe(plan: Plan, prepared, answers: int, cached: bool, generation_s: float) -> dict:
     """plan.json's general_val_set: the set, how many tokens the evaluations read, their time (an estimate)."""
+    records, summary = prepared.train, prepared.summary
     tokens, count = int(records.total_tokens), evaluations(plan)
     return {
         "prompts": len(held_out_prompts()),
         "answers": answers,  # the base's answers that ended (kept), of the prompts
         "records": len(records),
+        "shortened": summary.truncated_records,  # answers cut to the run's record length limit
+        "left_out": summary.dropped_records,  # answers that could not fit it
         "tokens": tokens,
         "target_tokens": int(records.total_targets),
         "evaluations": count,

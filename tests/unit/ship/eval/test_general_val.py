@@ -160,7 +160,11 @@ def test_the_plan_says_it_is_on_with_replay_and_what_it_costs(team, toy_model, t
     console = Console(file=io.StringIO(), width=400)
     render_plan(planned.plan, console)
     text = console.file.getvalue()
-    assert f"Forgetting {len(planned.general_val)} general answers of the base model" in text
+    held = len(replay_mix.held_out_prompts())
+    assert (
+        f"Forgetting the base model's answers to {held} held-out general prompts, never trained on ({held} finished)"
+        in text
+    )
     assert "not billed" in text and "generated once for this base" in text
     again = _plan(team, toy_model, tmp_path / "b", replay=0.25, **RUN)
     assert calls["generate"] == 2  # the training slice and the held-out slice, once each; then the cache
@@ -209,3 +213,16 @@ def test_auto_turns_the_curve_on_when_replay_draws_on_the_base():
     off = auto_general_val(replay=True, general_data=True, objective="sft")  # nothing is generated for replay then
     assert off.value is False and "your general conversations" in off.reason
     assert auto_general_val(replay=True, general_data=False, objective="dpo").value is False
+
+
+def test_the_plan_line_counts_what_the_record_limit_did():
+    from finetune.plan.render import _general_val_line
+
+    about = {
+        "prompts": 43, "answers": 28, "records": 27, "shortened": 1, "left_out": 1, "tokens": 3439, "evaluations": 13,
+        "seconds": 80.2, "cached": False, "generation_s": 548.4,
+    }  # fmt: skip
+    line = _general_val_line(about)
+    assert "answers to 43 held-out general prompts, never trained on (28 finished, 1 left out as longer than " in line
+    assert "1 shortened to it): 27 records, 3,439 tokens read at each of 13 evaluations" in line
+    assert "about 80 s in all, not billed; the base's answers generated once for this base in 9 min (cached)" in line
