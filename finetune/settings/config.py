@@ -191,7 +191,7 @@ class RunConfig:
     """With replay: your own general conversations (a chat file) to mix in instead of the base model's answers."""
     general_val: bool | str = about(AUTO, "Forgetting curve", tokens=False, resume="allow")
     """A second validation curve: the loss on held-out general prompts answered by the base model, never trained on
-    (general_val_loss at each evaluation); auto = on when replay is on (docs/retention.md, "Forgetting curve")."""
+    (general_val_loss at each evaluation); auto = on when replay draws on the base's answers (docs/retention.md)."""
 
     def __post_init__(self) -> None:
         for spec in settings():  # types and choices, from the annotations
