@@ -86,6 +86,7 @@ class PlannedRun:
     tokenizer: object
     prepared: object  # PreparedData (supervised) or PreparedPairs (preference tuning)
     plan: Plan
+    general_val: object = None  # the forgetting curve's records (general_val on), else None
 
 
 # ============================================================================ the spine
@@ -130,6 +131,7 @@ def _run(config: RunConfig, plan: Plan | None, on_plan, on_step, objective: Obje
         model, planned.prepared.train, planned.prepared.val, plan, out, ctx,
         objective=objective, pad_id=pad_id, resume=config.resume, on_step=trackers.chain(on_step),
         fingerprint=run_fingerprint(plan), allow_changes=config.allow_changes,
+        general_val=planned.general_val or (),
     )  # fmt: skip
     if not ctx.is_main:
         return TrainResult(out, plan, {}, None, result)
@@ -185,7 +187,8 @@ def plan_run(
     )
     if mixed is not None:
         plan = _with_replay(plan, prepared, mixed)
-    return PlannedRun(config, tokenizer, prepared, plan)
+    plan, general = _general_val(plan, tokenizer, ctx)  # the forgetting curve (off: nothing)
+    return PlannedRun(config, tokenizer, prepared, plan, general)
 
 
 def _replayed(config: RunConfig, out: Path | None, tokenizer, ctx: DistContext | None):
@@ -215,6 +218,17 @@ def _with_replay(plan: Plan, prepared, mixed) -> Plan:
     _, reason = replay_ratio(mixed.config)
     auto = {**plan.auto, "replay": reason} if reason else plan.auto
     return dataclasses.replace(plan, replay_added=added, auto=auto)
+
+
+def _general_val(plan: Plan, tokenizer, ctx: DistContext | None) -> tuple[Plan, object]:
+    """The forgetting curve's records (held-out general prompts answered by the base), and the plan saying what
+    they cost; off (or a plan without a model): the plan as it is, and None."""
+    if not plan.general_val or tokenizer is None:
+        return plan, None
+    from finetune.ship.eval.general_val import general_val_set  # torch: the base model answers the prompts once
+
+    records, about = general_val_set(plan, tokenizer, ctx)
+    return dataclasses.replace(plan, general_val_set=about), records
 
 
 def _speed_for(config: RunConfig, summary, ctx: DistContext | None, measure: bool, speed_of) -> float | None:
@@ -315,7 +329,8 @@ def _executing(plan: Plan, config: RunConfig, ctx: DistContext) -> PlannedRun:
             )
     if prepared.summary.examples != plan.data.examples:
         raise UserError("the data prepares into other records than the plan's: plan the run again")
-    return PlannedRun(run, tokenizer, prepared, dataclasses.replace(plan, run=run))
+    plan = dataclasses.replace(plan, run=run)
+    return PlannedRun(run, tokenizer, prepared, plan, _general_val(plan, tokenizer, ctx)[1])  # the plan says its cost
 
 
 def _prepare_on_every_rank(config: RunConfig, tokenizer, ctx: DistContext | None, facts: ModelFacts | None):

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from finetune.data.chat_template import describe_chat_template
+from finetune.data.replay_mix import replay_on
 from finetune.data.seq_len import model_context_length
 from finetune.data.types import DataSummary
 from finetune.models.source import origin
@@ -39,6 +40,7 @@ from finetune.rules.auto import (
     auto_warmup_steps,
 )
 from finetune.rules.cost import estimate_cost
+from finetune.rules.forgetting import auto_general_val
 from finetune.rules.memory import MemoryEstimate, decide_gradient_checkpointing, decide_shard, estimate_memory
 from finetune.rules.memory import resolve_device as find_device
 from finetune.rules.model_facts import ModelFacts
@@ -275,6 +277,12 @@ def _adapter_scale(r: _Resolving) -> None:
     r.auto["adapter_scale"] = adapter_scale_reason(records, tokens, seconds)
 
 
+def _general_val(r: _Resolving) -> None:
+    """The forgetting curve: on or off (the run's spine measures its set once the plan is made)."""
+    choice = auto_general_val(replay_on(r.config), bool(r.config.general_data), r.config.objective)
+    r.values["general_val"] = bool(r.resolve("general_val", choice))
+
+
 STEPS = (
     _base_and_chat_template,
     _sequence_length,
@@ -286,6 +294,7 @@ STEPS = (
     _memory,
     _tokens_and_cost,
     _adapter_scale,
+    _general_val,
 )
 
 

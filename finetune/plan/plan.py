@@ -72,6 +72,8 @@ class Plan:
     """The GGUF file (and its sha256) the base was converted from; None for any other base."""
     replay_added: dict | None = None
     """Self-replay: the ratio, replay rows and their tokens (counted in tokens processed: billed), their source."""
+    general_val_set: dict | None = None
+    """The forgetting curve's set (general_val on): prompts, records, tokens, evaluations and their time (not billed)."""
     model_facts: ModelFacts | None = field(default=None, repr=False)
     """The model's numbers the plan used (not written to plan.json: they are re-read from the model)."""
 

@@ -100,7 +100,28 @@ def _data_lines(plan: Plan) -> list[str]:
             f"{_n(added['tokens'])} tokens per epoch, counted "
             "in the tokens processed (billed)"
         )
+    if plan.general_val_set:  # the forgetting curve (docs/retention.md)
+        lines.append(_general_val_line(plan.general_val_set))
     return lines
+
+
+def _general_val_line(general: dict) -> str:
+    """What the forgetting curve measures and what it costs (its evaluations are not billed)."""
+    answers = (
+        "read from the cache"
+        if general["cached"]
+        else f"generated once for this base in {_duration(general['generation_s'])} (cached)"
+    )
+    time = f", about {_duration(general['seconds'])} in all" if general.get("seconds") is not None else ""
+    notes = [f"{general['answers']} finished"]
+    notes += [f"{general['left_out']} left out as longer than the record limit"] if general.get("left_out") else []
+    notes += [f"{general['shortened']} shortened to it"] if general.get("shortened") else []
+    return (
+        f"Forgetting the base model's answers to {general['prompts']} held-out general prompts, never trained on "
+        f"({', '.join(notes)}): {general['records']:,} records, "
+        f"{_n(general['tokens'])} tokens read at each of {general['evaluations']} evaluations (the first before "
+        f"step 1){time}, not billed; the base's answers {answers}"
+    )
 
 
 def _memory_line(plan: Plan) -> str:

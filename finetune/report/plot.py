@@ -3,9 +3,10 @@
     plot_loss_curve(read_metrics("OUT/metrics.jsonl"), "OUT/loss_curve.png", steps_per_epoch=100, best_step=120)
 
 Training loss per step (thin) and smoothed (bold), validation loss (markers), dashed lines at epoch
-boundaries, a star on the best validation step. matplotlib is imported inside the function, and the
-figure is drawn on its own Agg canvas (no pyplot global state), so it can be called
-from any thread.
+boundaries, a star on the best validation step; with the forgetting curve on (general_val), the loss on general
+answers of the base beside them (green squares, from the base model's own value, dotted, at step 0).
+matplotlib is imported inside the function, and the figure is drawn on its own Agg canvas (no pyplot global
+state), so it can be called from any thread.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from finetune.report.preference import plot_preference
 
 TRAIN_COLOR = "#1f77b4"
 VAL_COLOR = "#d62728"
+GENERAL_COLOR = "#2ca02c"  # the forgetting curve: loss on general answers of the base
 BEST_COLOR = "#ffbf00"
 MAX_EPOCH_LABELS = 12  # beyond this the labels would overlap
 
@@ -35,6 +37,7 @@ def plot_loss_curve(
 
     train = [(r["step"], r["train_loss"]) for r in rows if r.get("train_loss") is not None]
     val = [(r["step"], r["val_loss"]) for r in rows if r.get("val_loss") is not None]
+    general, general_base = _general(rows)  # the forgetting curve (general_val): none without it
 
     preference = any(r.get("reward_margin") is not None for r in rows)  # a DPO run: margin and accuracy below
     fig = Figure(figsize=(9, 9 if preference else 5.4), dpi=110, layout="constrained")
@@ -50,13 +53,14 @@ def plot_loss_curve(
     else:
         smooth = _plot_train(ax, train)
         _plot_val(ax, val)
+        _plot_general(ax, general, general_base)
         last_step = max(s for s, _ in train + val)
         _mark_epochs(ax, steps_per_epoch, last_step)
         _mark_best(ax, val, best_step)
-        _set_ylim(ax, smooth + [v for _, v in val])
+        _set_ylim(ax, smooth + [v for _, v in val + general] + ([general_base] if general_base is not None else []))
         ax.set_xlim(0, last_step * 1.02)
         # Below the axes: inside, it would cover the epoch labels or the start of the curves.
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=4, frameon=False)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3 if general else 4, frameon=False)
 
     if preference:
         plot_preference(fig.add_subplot(2, 1, 2, sharex=ax), rows)
@@ -142,3 +146,23 @@ def _centred_mean(values: list[float], half: int) -> list[float]:
         h = min(half, i, len(values) - 1 - i)
         out.append((prefix[i + h + 1] - prefix[i - h]) / (2 * h + 1))
     return out
+
+
+def _general(rows: list[dict]) -> tuple[list[tuple[int, float]], float | None]:
+    """The forgetting curve's points (general_val_loss by step) and the starting model's value (before step 1)."""
+    general = [(r["step"], r["general_val_loss"]) for r in rows if r.get("general_val_loss") is not None]
+    base = next((r["general_val_loss_base"] for r in rows if r.get("general_val_loss_base") is not None), None)
+    return general, base
+
+
+def _plot_general(ax, general: list[tuple[int, float]], base: float | None) -> None:
+    """The second validation curve: loss on held-out general prompts answered by the base model, from the base's
+    own value at step 0 (dotted: the level of no forgetting). Comparable across steps, not to the team's loss."""
+    if base is not None:
+        ax.axhline(base, color=GENERAL_COLOR, ls=":", lw=1.2, label="general answers: the base (no forgetting)")
+    points = ([(0, base)] if base is not None else []) + general
+    if general:
+        steps, losses = [s for s, _ in points], [v for _, v in points]
+        ax.plot(
+            steps, losses, color=GENERAL_COLOR, marker="s", ms=4, lw=1.5, label="general answers (forgetting curve)"
+        )

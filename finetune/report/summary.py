@@ -18,6 +18,7 @@ from pathlib import Path
 
 from finetune.plan.plan import Plan
 from finetune.report.diagnosis import REMINDER, Diagnosis
+from finetune.report.forgetting import read_forgetting
 from finetune.settings.wording import rendered
 
 
@@ -76,6 +77,8 @@ def build_report(
         "final_is_best": final_is_best,
         "reminder": diagnosis.reminder or REMINDER,
     }
+    if (forgetting := read_forgetting(rows)) is not None:  # the forgetting curve (general_val); no key without it
+        report["forgetting"] = forgetting
     clash = set(report) & set(extra or {})
     if clash:
         raise ValueError(f"extra keys would replace report keys: {sorted(clash)}")
@@ -143,6 +146,8 @@ def print_summary(report: dict, console=None) -> None:
     d = r["diagnosis"]
     line("diagnosis", f"{d['kind'].replace('_', ' ')}: {d['message']}", _KIND_STYLE.get(d["kind"], ""))
     line("next step", d["next_step"])
+    if r.get("forgetting"):  # the forgetting curve: the team's fit and the general answers' drift
+        line("general", r["forgetting"]["message"])
 
     console.print(Text("Run summary", style="bold underline"))
     console.print(grid)

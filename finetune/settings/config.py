@@ -195,6 +195,9 @@ class RunConfig:
     )  # fmt: skip
     """LoRA: after training, scale the adapter back toward the base (base + scale x update): a number above 0 and at
     most 1, auto (the smallest scale that keeps the fit to the validation set), or off (docs/retention.md)."""
+    general_val: bool | str = about(AUTO, "Forgetting curve", tokens=False, resume="allow")
+    """A second validation curve: the loss on held-out general prompts answered by the base model, never trained on
+    (general_val_loss at each evaluation); auto = on when replay draws on the base's answers (docs/retention.md)."""
 
     def __post_init__(self) -> None:
         for spec in settings():  # types and choices, from the annotations
@@ -261,6 +264,10 @@ class RunConfig:
             raise ConfigError(f"{ref('general_data')} is mixed in by replay: set {ref('replay')} to auto or a ratio")
         if self.replay != "off" and self.method == "dpo":
             raise ConfigError(f"{ref('replay')} mixes supervised answers; it does not apply to {ref('method', 'dpo')}")
+        if self.general_val is True and self.method == "dpo":
+            raise ConfigError(
+                f"{ref('general_val')} scores supervised answers; it does not apply to {ref('method', 'dpo')}"
+            )
 
     def _check_adapter_scale(self) -> None:
         if self.adapter_scale in ("off", AUTO):

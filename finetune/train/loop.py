@@ -90,8 +90,10 @@ def train_loop(
     on_step: Callable[[dict], None] | None = None,
     fingerprint: dict | None = None,
     allow_changes: str | None = None,
+    general_val: Sequence = (),
 ) -> LoopResult:
     """Take plan.total_steps optimizer steps over `train`; evaluate on `val`, checkpoint and log as planned.
+    `general_val`: the forgetting curve's records, evaluated beside `val` (general_val_loss; loop.Validation).
 
     `on_step(row)` gets each metrics row after its checkpoint (with `checkpoint_s` and `checkpoint_cpu_s` when
     one was saved; metrics.jsonl does not have them).
@@ -106,6 +108,7 @@ def train_loop(
     optimizer = build_optimizer(model, plan.learning_rate, plan.weight_decay, fused=how.fused_optimizer)
     lengths = record_lengths(train)
     state, metrics, spikes = _start(out, model, optimizer, plan, len(train), ctx, fingerprint, resume, allow_changes)
+    checks = Validation(loss_of, objective, val, general_val, plan, ctx, how, pad_id, bf16, model, state)
     # the resume cursor is the step count alone: the records of step k follow from (seed, epoch, effective batch)
     steps = StepSchedule(len(train), plan.effective_batch, plan.seed, plan.last_batch, plan.steps_per_epoch)
     tokens_processed = schedule_tokens(lengths, plan.effective_batch, plan.seed, plan.last_batch, state.step)
@@ -139,10 +142,7 @@ def train_loop(
             if spikes.observe(train_loss):
                 row["warning"] = LOSS_SPIKE  # more than 10x the running mean: the report calls the run unstable
             last_step = state.step == plan.total_steps
-            if val and _evaluates_after(state.step, plan):
-                row |= evaluate(loss_of, objective, val, plan, ctx, how, pad_id, bf16, model)
-                if state.best_val_loss is None or row["val_loss"] < state.best_val_loss:
-                    state.best_step, state.best_val_loss = state.step, row["val_loss"]
+            row |= checks.after(state)  # val_loss (and general_val_loss) on evaluation steps; the best step
             if metrics:  # before the checkpoint: a resume drops rows past its checkpoint, never misses one
                 metrics.append(row)
             if state.step % plan.save_every == 0 or last_step or "val_loss" in row or stop_signum is not None:
@@ -260,6 +260,38 @@ def evaluate(
     if total <= 0:
         return {}
     return {"val_loss" if name == "loss" else f"val_{name}": value / total for name, value in totals.items()}
+
+
+class Validation:
+    """A run's evaluations: the team's validation set (val_loss; the best step) and, when the run has one, the
+    forgetting curve's set (held-out general prompts answered by the base: general_val_loss), at the same steps and
+    normalised the same way (`evaluate`). A fresh run also scores the general set before its first step, when the
+    model is still the base (general_val_loss_base, logged in step 1's row). Without a general set every row is
+    what it was before the curve existed."""
+
+    def __init__(
+        self, loss_of, objective: Objective, val: Sequence, general_val: Sequence, plan: Plan, ctx: DistContext,
+        how: Parallelism, pad_id: int, bf16: bool, model, state: TrainState,
+    ) -> None:  # fmt: skip
+        self.val, self.general_val, self.plan = val, general_val, plan
+        self.score = lambda examples: evaluate(loss_of, objective, examples, plan, ctx, how, pad_id, bf16, model)
+        self.pending = {}  # keys for the next row
+        if general_val and state.step == 0:  # every rank takes part, as in every evaluation
+            base = self.score(general_val).get("val_loss")
+            self.pending = {} if base is None else {"general_val_loss_base": base}
+
+    def after(self, state: TrainState) -> dict[str, float]:
+        """The keys this step's row gains (none on a step without evaluation); the best step follows val_loss."""
+        found, self.pending = self.pending, {}
+        if not (self.val or self.general_val) or not _evaluates_after(state.step, self.plan):
+            return found
+        if self.val:
+            found |= self.score(self.val)
+            if "val_loss" in found and (state.best_val_loss is None or found["val_loss"] < state.best_val_loss):
+                state.best_step, state.best_val_loss = state.step, found["val_loss"]
+        if self.general_val and (general := self.score(self.general_val)):
+            found["general_val_loss"] = general["val_loss"]
+        return found
 
 
 # ============================================================================ set-up

@@ -73,11 +73,13 @@ class ProgressReporter:
         )
         if "val_loss" in row and row["val_loss"] is not None:
             status += f"  val {row['val_loss']:.4f}"
+        if row.get("general_val_loss") is not None:  # the forgetting curve (general_val)
+            status += f"  general {row['general_val_loss']:.4f}"
         if self._progress is not None:
             self._progress.update(self._task, completed=row["step"], status=status)
             return
         step = row["step"]
-        if step % self.every == 0 or step == self.total or "val_loss" in row:
+        if step % self.every == 0 or step == self.total or "val_loss" in row or "general_val_loss" in row:
             line = f"step {step}/{self.total}  {status}  eta {_duration(self._eta(step))}"
             print(line, file=self.stream, flush=True)
 

@@ -120,6 +120,22 @@ def test_curve_of_a_10000_step_run_is_downsampled_and_keeps_the_spike(app):
     assert curve["train"]["step"][0] == 1 and curve["train"]["step"][-1] == STEPS
     assert len(curve["val"]["step"]) == 10  # every evaluation is kept
     assert curve["checkpoints"] == [10000] and curve["best_step"] == 10000
+    assert set(curve["val"]) == {"step", "epoch", "val_loss"}  # no forgetting curve in this run: no key for it
+
+
+def test_curve_carries_the_forgetting_curve_beside_validation(app):
+    alice = _client(app, "alice")
+    job_id, run = _job_with_run(app, alice)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rows[0]["general_val_loss_base"] = 0.6
+    for row in rows:
+        if "val_loss" in row:
+            row["general_val_loss"] = 0.6 + row["step"] / STEPS
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    curve = alice.get(f"/v1/dashboard/jobs/{job_id}/curve", params={"points": 500}).json()
+    val = curve["val"]
+    assert val["general_val_loss_base"] == 0.6 and len(val["general_val_loss"]) == len(val["step"]) == 10
+    assert val["general_val_loss"][-1] == pytest.approx(1.6) and val["step"][-1] == STEPS
 
 
 def test_progress_and_download_belong_to_the_tenant(app):

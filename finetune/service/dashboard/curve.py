@@ -21,6 +21,7 @@ from finetune.report.metrics import read_metrics
 
 SPARK_POINTS = 40
 SERIES = ("step", "epoch", "learning_rate", "train_loss", "grad_norm", "tokens_per_s")
+GENERAL, GENERAL_BASE = "general_val_loss", "general_val_loss_base"  # the forgetting curve (general_val)
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:
@@ -131,7 +132,7 @@ class RunView:
         rows = self.rows()
         keep = downsample(len(rows), [r.get("train_loss") for r in rows], points)
         kept = [rows[i] for i in keep]
-        val = [r for r in rows if r.get("val_loss") is not None]
+        val = [r for r in rows if r.get("val_loss") is not None or r.get(GENERAL) is not None]
         plan = self.plan() or {}
         return {
             "object": "dashboard.curve",
@@ -145,7 +146,8 @@ class RunView:
             "val": {
                 "step": [r["step"] for r in val],
                 "epoch": [r.get("epoch") for r in val],
-                "val_loss": [r["val_loss"] for r in val],
+                "val_loss": [r.get("val_loss") for r in val],
+                **_general_series(rows, val),
             },
             "checkpoints": self.checkpoint_steps(),
             "best_step": self.best_step(),
@@ -187,6 +189,15 @@ class RunView:
             "val_loss": next((r["val_loss"] for r in reversed(rows) if r.get("val_loss") is not None), None),
             "spark": [rows[i].get("train_loss") for i in spark_idx],
         }
+
+
+def _general_series(rows: list[dict], val: list[dict]) -> dict:
+    """The forgetting curve beside validation: general_val_loss at each evaluation, and the starting model's value
+    (before step 1); nothing for a run without it."""
+    if not any(r.get(GENERAL) is not None for r in val):
+        return {}
+    base = next((r[GENERAL_BASE] for r in rows if r.get(GENERAL_BASE) is not None), None)
+    return {GENERAL: [r.get(GENERAL) for r in val], GENERAL_BASE: base}
 
 
 class RunViews:

@@ -52,3 +52,29 @@ def test_tolerates_nan_and_empty(tmp_path):
     assert_png(tmp_path / "nan.png")
     plot_loss_curve([], tmp_path / "empty.png", steps_per_epoch=100, best_step=None)
     assert (tmp_path / "empty.png").read_bytes()[:8] == PNG_SIGNATURE
+
+
+def _pixels_of(path, color: str) -> int:
+    """How many pixels of the PNG are drawn in `color` (#rrggbb)."""
+    import numpy as np
+    from matplotlib.image import imread
+
+    image = imread(path)[..., :3]
+    target = np.array([int(color[i : i + 2], 16) / 255 for i in (1, 3, 5)])
+    return int((np.abs(image - target).max(axis=-1) < 0.02).sum())
+
+
+def test_the_forgetting_curve_is_drawn_beside_validation(tmp_path):
+    from finetune.report.plot import GENERAL_COLOR, VAL_COLOR
+
+    rows = run_rows()
+    plot_loss_curve(rows, tmp_path / "off.png", steps_per_epoch=100, best_step=125)
+    assert _pixels_of(tmp_path / "off.png", GENERAL_COLOR) == 0  # without the curve: nothing of its colour
+    rows[0]["general_val_loss_base"] = 0.9
+    for row in rows:
+        if "val_loss" in row:
+            row["general_val_loss"] = 0.9 + row["step"] / 600  # drifting away from the base
+    plot_loss_curve(rows, tmp_path / "on.png", steps_per_epoch=100, best_step=125)
+    assert_png(tmp_path / "on.png")
+    assert _pixels_of(tmp_path / "on.png", GENERAL_COLOR) > 500  # the curve, its markers and the base's level
+    assert _pixels_of(tmp_path / "on.png", VAL_COLOR) > 200  # validation is still drawn

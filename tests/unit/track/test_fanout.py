@@ -135,6 +135,15 @@ def test_rows_split_into_numbers_and_notes_and_the_plan_flattens():
     assert flatten(PLAN) == {"total_steps": 3, "memory.total": 5, "auto.lr": "because", "warnings": '[{"code": "x"}]'}
 
 
+def test_the_forgetting_curve_reaches_the_trackers_as_metrics():
+    """general_val_loss (each evaluation) and general_val_loss_base (step 1's row) are numbers like val_loss."""
+    first = split_row(_row(1, general_val_loss_base=0.61), 1.0)
+    evaluated = split_row(_row(2, val_loss=1.2, general_val_loss=0.64), 2.0)
+    assert first.metrics["general_val_loss_base"] == 0.61
+    assert evaluated.metrics["general_val_loss"] == 0.64 and evaluated.metrics["val_loss"] == 1.2
+    assert not first.notes and not evaluated.notes
+
+
 def test_run_files_are_the_report_the_curve_and_the_card(tmp_path):
     (tmp_path / "report.json").write_text("{}")
     (tmp_path / "loss_curve.png").write_bytes(b"png")

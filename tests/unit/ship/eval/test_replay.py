@@ -66,11 +66,12 @@ def _plan(team: str, model: Path, out: Path, **settings):
 
 
 def test_answers_are_generated_once_per_base_and_cached(team, toy_model, tmp_path, calls):
-    first = _plan(team, toy_model, tmp_path / "a", replay=0.25)
+    # the forgetting curve (on with replay; its own slice, tests/unit/ship/eval/test_general_val.py) left aside
+    first = _plan(team, toy_model, tmp_path / "a", replay=0.25, general_val=False)
     assert calls == {"generate": 1, "load": 1}
     cached = list((tmp_path / "cache" / "replay").glob("*.jsonl"))
     assert len(cached) == 1 and len(cached[0].read_text().splitlines()) == PROMPTS
-    second = _plan(team, toy_model, tmp_path / "b", replay=0.25)
+    second = _plan(team, toy_model, tmp_path / "b", replay=0.25, general_val=False)
     assert calls == {"generate": 1, "load": 1}  # read from the cache: no model loaded, nothing generated
     assert first.plan.replay_added == second.plan.replay_added
 

@@ -91,7 +91,7 @@ export function asPython(body) {
 const PLAN_ROWS = [
   "epochs", "batch_size", "grad_accum", "effective_batch", "learning_rate", "beta", "lora_rank", "lora_alpha",
   "lora_train_head", "warmup_steps", "val_fraction", "eval_every", "save_every", "gradient_checkpointing", "shard",
-  "schedule", "max_seq_len",
+  "schedule", "max_seq_len", "general_val",
 ];
 const DERIVED = { effective_batch: "batch × accumulation × devices", lora_alpha: "2 × rank" };
 

@@ -38,6 +38,15 @@ function retentionView(r, schema) {
   ];
 }
 
+// The forgetting curve: general_val_loss at each evaluation, from the starting model's value at step 0; null without it.
+const GENERAL_COLOR = "#0b7285";
+function forgettingSeries(c, mode, vx) {
+  const y = c.val.general_val_loss;
+  if (!y) return null;
+  const base = c.val.general_val_loss_base;
+  return base === null || base === undefined ? { x: vx, y } : { x: [...xOf(c, mode, [0]), ...vx], y: [base, ...y] };
+}
+
 function xOf(curve, mode, steps) {
   if (mode === "step") return steps;
   const spe = curve.steps_per_epoch;
@@ -163,10 +172,12 @@ export async function render(main, [jobId], signal) {
     const xLabel = state.xMode === "step" ? "step" : "epoch";
     const tx = xOf(c, state.xMode, c.train.step);
     const vx = xOf(c, state.xMode, c.val.step);
+    const general = forgettingSeries(c, state.xMode, vx);  // the forgetting curve (general_val), when the run has it
     const loss = align([
       { x: tx, y: c.train.train_loss },
       { x: tx, y: ema(c.train.train_loss, state.smoothing) },
       { x: vx, y: c.val.val_loss },
+      ...(general ? [general] : []),
     ]);
     const lossChart = makeChart(lossEl, {
       title: "Loss", xLabel, yLabel: "loss", data: loss, sync: jobId, marks,
@@ -174,6 +185,7 @@ export async function render(main, [jobId], signal) {
         { ...line("train (raw)", "#1f5fbf", { faint: true }), show: state.raw },
         line(state.smoothing ? `train (smoothed ${state.smoothing})` : "train", "#1f5fbf"),
         line("validation", "#d9480f", { points: true }),
+        ...(general ? [line("general answers (forgetting)", GENERAL_COLOR, { points: true, dash: [6, 3] })] : []),
       ],
     });
     lossChart.over.addEventListener("click", () => {
@@ -190,7 +202,8 @@ export async function render(main, [jobId], signal) {
       data: [tx, c.train.grad_norm], series: [line("grad norm", "#2b8a3e")] }));
     chartNote.textContent = `${fmt.int(c.steps_logged)} steps logged${c.total_steps ? ` of ${fmt.int(c.total_steps)}` : ""}` +
       (c.downsampled ? `; drawn from ${fmt.int(c.points)} points (lowest and highest loss of each stretch kept)` : "") +
-      `. Dashed grey: checkpoints; green: best step${state.best ? ` (${state.best})` : ""}; orange: picked checkpoint.`;
+      `. Dashed grey: checkpoints; green: best step${state.best ? ` (${state.best})` : ""}; orange: picked checkpoint.` +
+      (general ? " Teal, dashed: the loss on general prompts answered by the base model, never trained on (from the base's own value at step 0): rising means the model drifts from what it knew." : "");
   }
   const redraw = () => drawCharts();
   smoothing.addEventListener("input", () => { state.smoothing = Number(smoothing.value); smoothOut.textContent = smoothing.value; redraw(); });
@@ -307,6 +320,7 @@ export async function render(main, [jobId], signal) {
       diagnosis.replaceChildren(h("h2", {}, "Diagnosis"),
         h("p", { class: d.kind === "good_fit" ? "good" : "note" }, h("strong", {}, `${d.kind.replaceAll("_", " ")}: `), inDashboardTerms(d.message, schema)),
         h("p", {}, h("strong", {}, "Next step: "), d.next_step ? inDashboardTerms(d.next_step, schema) : "–"),
+        report.forgetting ? h("p", { "data-testid": "forgetting" }, h("strong", {}, "General answers: "), report.forgetting.message) : "",
         h("dl", { class: "kv small" },
           h("dt", {}, "best step"), h("dd", {}, `${report.best_step ?? "–"} (validation loss ${fmt.num(report.best_val_loss, 4)})`),
           h("dt", {}, "tokens processed"), h("dd", {}, `${fmt.int(report.tokens_processed)} of ${fmt.int(report.tokens_planned)} planned`),
