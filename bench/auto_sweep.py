@@ -138,7 +138,9 @@ def house_style(model_dir: Path, weights: str, prompts, markers: list[str]) -> f
     return style_rate(answers, markers)
 
 
-def run_point(point: Point, base: Path, data: Path, val: Path, work: Path, prompts, markers) -> dict:
+def run_point(
+    point: Point, base: Path, data: Path, val: Path, work: Path, prompts, markers, retention: bool = False
+) -> dict:
     from finetune.run import train
     from finetune.settings.config import RunConfig
 
@@ -167,7 +169,12 @@ def run_point(point: Point, base: Path, data: Path, val: Path, work: Path, promp
         "best_val_loss": report["best_val_loss"],
         "house_style": house_style(base, str(result.final_weights), prompts, markers),
         "train_seconds": round(seconds, 1),
+        "replay_rows": (plan.get("replay_added") or {}).get("rows", 0),
     }
+    if retention:  # the retention check on the run's final weights (bench/retention_sweep.py's columns)
+        from bench.retention_sweep import retention_row
+
+        row["retention"] = retention_row(out)
     shutil.rmtree(out, ignore_errors=True)
     return row
 
@@ -248,6 +255,7 @@ def run_sweep(
     log=print,
     done: dict | None = None,
     only: tuple[str, ...] = (),
+    retention: bool = False,
 ) -> dict:
     """Every point at every size; `save(results)` after each point, so an interrupted sweep keeps what it ran
     (`done`: such results, whose points are kept and not run again)."""
@@ -273,7 +281,10 @@ def run_sweep(
             results["sizes"][str(n)] = {"rows": rows}
             kept = {r["name"]: r for r in ((done or {}).get("sizes", {}).get(str(n), {}).get("rows", []))}
             for point in points:
-                rows.append(kept.get(point.name) or run_point(point, base, files[n], val, work, prompts, markers))
+                rows.append(
+                    kept.get(point.name)
+                    or run_point(point, base, files[n], val, work, prompts, markers, retention=retention)
+                )
                 if save:
                     save(results)
                 r = rows[-1]
@@ -312,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--points", default="", help="run only these points, by name, comma-separated (e.g. 'Auto,TRL defaults')"
     )
+    parser.add_argument("--retention", action="store_true", help="run the retention check on each point (slower)")
     parser.add_argument("--json", default=None, help="write every run's numbers here")
     parser.add_argument("--markdown", default=None, help="write the result tables here")
     args = parser.parse_args(argv)
@@ -338,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         save=save,
         done=done,
         only=tuple(name.strip() for name in args.points.split(",") if name.strip()),
+        retention=args.retention,
     )
     results["seconds"] = round(time.perf_counter() - started)
     save(results)

@@ -171,7 +171,7 @@ def plan_run(
     config = dataclasses.replace(config, model=resolve_model(config.model)) if config.model else config
     tokenizer = load_tokenizer(config.model, config.trust_remote_code, config.chat_template) if config.model else None
     facts = load_model_facts(config.model)  # once: the data's Auto limit and the plan read the same facts
-    config, mixed = _replayed(config, out, tokenizer, ctx)  # self-replay (off: nothing changes)
+    config, mixed = _replayed(config, out, tokenizer, ctx, facts)  # self-replay (off: nothing changes)
     prepared = _prepare_on_every_rank(config, tokenizer, ctx, facts)
     if prepared.from_cache and _is_main(ctx):
         log.info("tokenized data read from the token cache (%s)", prepared.cache_entry)
@@ -185,38 +185,43 @@ def plan_run(
         ),
         speed=_speed_for(config, prepared.summary, ctx, measure, speed_of) if config.model else None,
     )
-    if mixed is not None:
-        plan = _with_replay(plan, prepared, mixed)
+    plan = _with_replay(plan, prepared, mixed, config, facts)
     plan, general = _general_val(plan, tokenizer, ctx)  # the forgetting curve (off: nothing)
     return PlannedRun(config, tokenizer, prepared, plan, general)
 
 
-def _replayed(config: RunConfig, out: Path | None, tokenizer, ctx: DistContext | None):
+def _replayed(config: RunConfig, out: Path | None, tokenizer, ctx: DistContext | None, facts):
     """The config reading the team's data with replay rows mixed in (rank 0 writes the files), and what was added."""
-    if not replay_on(config):
+    params = facts.total_params if facts else None
+    if not replay_on(config, params):
         return config, None
     from finetune.ship.eval.replay import mix_replay  # torch: replay generates its rows with the base model
 
     mixed, failure = None, None
     if _is_main(ctx):
         try:
-            mixed = mix_replay(config, out, tokenizer)
+            mixed = mix_replay(config, out, tokenizer, total_params=params)
         except Exception as exc:  # the others must not wait for it forever
             failure = exc
     _wait_for_every_rank(ctx)
     if failure is not None:
         raise failure
-    mixed = mixed or mix_replay(config, out, tokenizer, write=False)  # another rank: the files rank 0 wrote
+    mixed = mixed or mix_replay(
+        config, out, tokenizer, write=False, total_params=params
+    )  # another rank: rank 0's files
     return mixed.config, mixed
 
 
-def _with_replay(plan: Plan, prepared, mixed) -> Plan:
-    """The plan records what replay added (rows, tokens: counted in tokens processed) and Auto's ratio."""
+def _with_replay(plan: Plan, prepared, mixed, config: RunConfig, facts) -> Plan:
+    """The plan records what replay added (rows, tokens: counted in tokens processed) and Auto's ratio or why Auto
+    left it off."""
+    _, reason = replay_ratio(config, facts.total_params if facts else None)
+    auto = {**plan.auto, "replay": reason} if reason else plan.auto
+    if mixed is None:
+        return dataclasses.replace(plan, auto=auto)
     from finetune.ship.eval.replay import replay_tokens  # torch: replay's module (loaded already by _replayed)
 
     added = mixed.to_dict(replay_tokens(prepared, mixed.team_rows))
-    _, reason = replay_ratio(mixed.config)
-    auto = {**plan.auto, "replay": reason} if reason else plan.auto
     return dataclasses.replace(plan, replay_added=added, auto=auto)
 
 

@@ -9,7 +9,9 @@
 2. answers the held-out prompts of examples/test.jsonl with it (before),
 3. plans and trains a LoRA adapter on examples/train.jsonl with every value chosen by Auto,
 4. answers the same prompts with the tuned model (after), and measures how often each answer
-   carries the team's house style (its exact greeting and sign-off), before vs after.
+   carries the team's house style (its exact greeting and sign-off), before vs after (the voice gained),
+5. runs the retention check (`finetune eval RUN --retention`) on the general set: the base and the tuned model's
+   accuracy, rule pass-rate and multiple choice, and the KL between them (the general kept).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from finetune.commands.eval import print_retention
 from finetune.data.read import read_file
 from finetune.data.tokenize import load_tokenizer
 from finetune.models.bases import converted, pull
@@ -30,6 +33,9 @@ from finetune.run import train
 from finetune.settings.config import RunConfig
 from finetune.settings.errors import UserError
 from finetune.ship.eval.generate import generate_answers, style_rate
+from finetune.ship.eval.retention import MEASURES, check_retention, points, write_retention
+from finetune.ship.eval.retention import summary as retention_summary
+from finetune.ship.export.card import refresh_run_card
 from finetune.ship.run_folder import load_for_generation, locate_weights
 from finetune.ship.toy import pretrained_base
 from finetune.train.model import load_model
@@ -84,6 +90,17 @@ def _answers(model_dir: Path, weights: Path | None, prompts):
     return generate_answers(model, tokenizer, prompts, max_new_tokens=MAX_NEW_TOKENS)
 
 
+def _kept(retention: dict) -> str:
+    """'accuracy 34% -> 33% (-1), rule pass-rate ..., KL 0.21 nats per token: not flagged'."""
+    rates = [
+        f"{MEASURES[key]} {n['base']['rate']:.0%} -> {n['tuned']['rate']:.0%} ({points(n['change']['value'])})"
+        for key in MEASURES
+        if (n := retention[key])["n"]
+    ]
+    verdict = "flagged: a drop beyond chance" if retention["flag"] else "not flagged"
+    return f"{', '.join(rates)}, KL {retention['kl']['mean_per_token']:.2f} nats per token: {verdict}"
+
+
 def run_demo(out: str = "runs/demo", base: str | None = None) -> int:
     from rich.console import Console
     from rich.panel import Panel
@@ -129,18 +146,25 @@ def run_demo(out: str = "runs/demo", base: str | None = None) -> int:
         f"house style (exact greeting and sign-off) on {len(prompts)} held-out prompts: "
         f"base {rate_before:.0%} -> tuned {rate_after:.0%}"
     )
+    run_dir = root / "run"
+    console.rule("4. general kept: the retention check on the general set (finetune eval RUN --retention)")
+    retention = check_retention(run_dir)
+    retention["file"] = str(write_retention(run_dir, retention))
+    refresh_run_card(run_dir)
+    print_retention(retention)
+    console.print(f"voice gained: house style {rate_before:.0%} -> {rate_after:.0%}; general kept: {_kept(retention)}")
     result = {
         "held_out_prompts": len(prompts),
         "house_style_rate_base": rate_before,
         "house_style_rate_tuned": rate_after,
         "markers": markers,
+        "retention": retention_summary(retention),
         "examples": [  # every held-out pair the rates are measured on (the first SHOWN_PROMPTS are printed)
             {"prompt": p.messages[-2].content if len(p.messages) > 1 else "", "before": b, "after": a}
             for p, b, a in zip(prompts, before, after, strict=True)
         ],
     }
     (root / "demo.json").write_text(json.dumps(result, indent=2, ensure_ascii=False))
-    run_dir = root / "run"
     console.print(
         f"loss curve: {run_dir / 'loss_curve.png'}   report: {run_dir / 'report.json'}   "
         f"before/after: {root / 'demo.json'}"

@@ -275,7 +275,7 @@ def run_eval(request: EvalRequest) -> int:
         print(f"{request.data} has no test set: only the retention check ran (train with --test-fraction F or pass")
         print("--test FILE to compare the answers with the team's too).")
     if retention is not None:
-        _print_retention(retention)
+        print_retention(retention)
     return 0
 
 
@@ -285,7 +285,7 @@ def _refresh_card(run: Path) -> None:
         refresh_run_card(run)
 
 
-def _print_retention(report: dict) -> None:
+def print_retention(report: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 

@@ -1,7 +1,7 @@
 """Self-replay's data side (no torch): the shipped general prompts, the share of replay rows, the mixed files.
 
     prompts = training_prompts()                       # the shipped prompts minus the held-out slice
-    ratio, reason = replay_ratio(config)               # "off" -> 0; "auto" -> AUTO_RATIO; a number as given
+    ratio, reason = replay_ratio(config, params)       # "off" -> 0; "auto" -> rules/replay.py; a number as given
     mixed = write_mixed(config, folder, replay_rows)   # team conversations + replay rows: the files a run trains on
 
 Replay rows are general requests answered by the base model itself (eval/replay.py generates and caches them)
@@ -27,13 +27,13 @@ from finetune.data.convert import conversation_to_openai
 from finetune.data.prepare import read_conversations
 from finetune.data.split import split_conversations
 from finetune.data.types import Conversation
+from finetune.rules.replay import auto_replay
 from finetune.settings.config import AUTO, RunConfig
 from finetune.settings.errors import UserError
 from finetune.settings.wording import ref
 
 PROMPTS_FILE = Path(__file__).resolve().parent / "replay" / "prompts.jsonl"
 OFF = "off"
-AUTO_RATIO = 0.25  # provisional: issue 34 measures the ratio on the real base before Auto relies on it
 HELD_OUT_EVERY = 8  # about one prompt in eight is kept back for a later general validation set
 TRAIN_FILE, VAL_FILE, RECORD_FILE = "train.jsonl", "val.jsonl", "replay.json"
 
@@ -92,20 +92,24 @@ def prompts_digest() -> str:
     return hashlib.sha256(PROMPTS_FILE.read_bytes()).hexdigest()
 
 
-def replay_on(config: RunConfig) -> bool:
-    return config.replay != OFF
-
-
-def replay_ratio(config: RunConfig) -> tuple[float, str | None]:
-    """Replay rows per team training row, and Auto's reason when Auto chose it."""
+def replay_ratio(config: RunConfig, total_params: int | None = None) -> tuple[float, str | None]:
+    """Replay rows per team training row (0: no replay), and Auto's reason when Auto chose it. `total_params`: the
+    base model's size, which Auto's rule reads (rules/replay.py)."""
     if config.replay == OFF:
         return 0.0, None
+    if not config.model and not config.general_data:  # a plan of the data alone: no base to answer the prompts
+        if config.replay == AUTO:
+            return 0.0, "off: no base model to answer the general prompts (a plan of the data alone)"
+        raise UserError(f"{ref('replay')} has the base model answer general prompts: name the model, or give "
+                        f"{ref('general_data')}")  # fmt: skip
     if config.replay == AUTO:
-        return AUTO_RATIO, (
-            f"{AUTO_RATIO} replay rows per team row: a provisional share (1% to 1:1 of general data stops most "
-            "forgetting in published figures); not yet measured on a real base"
-        )
+        choice = auto_replay(total_params, bool(config.general_data), config.objective)
+        return choice.value, choice.reason
     return float(config.replay), None
+
+
+def replay_on(config: RunConfig, total_params: int | None = None) -> bool:
+    return replay_ratio(config, total_params)[0] > 0
 
 
 def replay_count(ratio: float, team_rows: int) -> int:

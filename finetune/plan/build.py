@@ -45,6 +45,7 @@ from finetune.rules.memory import MemoryEstimate, decide_gradient_checkpointing,
 from finetune.rules.memory import resolve_device as find_device
 from finetune.rules.model_facts import ModelFacts
 from finetune.rules.preference import auto_beta, auto_dpo_epochs, auto_dpo_lr
+from finetune.rules.replay import nothing_to_keep
 from finetune.settings.config import AUTO, RunConfig
 from finetune.settings.errors import UserError
 from finetune.settings.version import code_version
@@ -268,6 +269,10 @@ def _adapter_scale(r: _Resolving) -> None:
     if not r.lora or r.dpo:  # nothing to measure: the run says so again in its report
         r.auto["adapter_scale"] = FULL_RUN if not r.lora else PREFERENCE_RUN
         return
+    if (small := nothing_to_keep(r.facts.total_params if r.facts else None)) is not None:
+        r.values["adapter_scale"] = "off"  # the run keeps the adapter as trained and measures nothing
+        r.auto["adapter_scale"] = f"off: {small}"
+        return
     data, cost, processed = r.data, r.numbers["cost"], r.numbers["tokens_processed"]
     records = data.validation_examples
     tokens = round(records * (data.tokens_in_file or 0) / data.examples) if records else None
@@ -279,7 +284,8 @@ def _adapter_scale(r: _Resolving) -> None:
 
 def _general_val(r: _Resolving) -> None:
     """The forgetting curve: on or off (the run's spine measures its set once the plan is made)."""
-    choice = auto_general_val(replay_on(r.config), bool(r.config.general_data), r.config.objective)
+    replay = replay_on(r.config, r.facts.total_params if r.facts else None)
+    choice = auto_general_val(replay, bool(r.config.general_data), r.config.objective)
     r.values["general_val"] = bool(r.resolve("general_val", choice))
 
 

@@ -20,10 +20,13 @@ GRID = (0.25, 0.5, 0.75, 1.0)  # the scales Auto measures (1 is the adapter as t
 REFERENCE = 0.0  # also measured, never chosen: the base itself (how far the adapter moved both losses)
 PASSES = len(GRID) + 1  # forward passes over the validation records (and over the general probe)
 # The fit kept: validation loss at most 10% above the full adapter's (the issue's own yardstick for Auto's fit:
-# "within 10% of the sweep's best") and never less than 0.01 nats per token of room: near zero a 10% band is
-# narrower than a seed moves it, and 0.01 nats is a 1% change in the probability of each of the team's tokens.
+# "within 10% of the sweep's best") and never less than 0.02 nats per token of room: near zero a 10% band is narrower
+# than a seed moves it. 0.02 nats is the least change of a loss the report calls a change (diagnosis.MIN_LOSS_CHANGE),
+# a 2% change in the probability of each of the team's tokens. It was 0.01 before SmolLM2 was measured: there only
+# the full adapter was within 0.01 (0.018) and the run was flagged; 0.75 cost 0.016 nats, kept house style at 100%
+# and was not flagged (bench/AUTO.md, "Retention").
 RELATIVE_TOLERANCE = 0.10
-ABSOLUTE_TOLERANCE = 0.01
+ABSOLUTE_TOLERANCE = 0.02
 
 
 NO_VALIDATION = "no validation set: the fit at a lower scale cannot be measured, so the adapter stays as trained (1)"

@@ -179,22 +179,24 @@ class RunConfig:
 
     # ---- retention
     replay: float | str = about(
-        "off", "Self-replay", tokens=False, resume="refuse", words=("off",),
+        AUTO, "Self-replay", tokens=False, resume="refuse", words=("off",),
         why_not="the checkpoint learned from another mix of general and team conversations",
     )  # fmt: skip
     """Mix general requests answered by the base model itself into training: replay rows per team row (e.g. 0.25),
-    auto, or off (docs/retention.md, "Self-replay")."""
+    auto (1 per team row on a real base; off below 10M parameters and for preference tuning), or off
+    (docs/retention.md, "Self-replay")."""
     general_data: str | None = about(
         None, "General conversations", tokens=False, resume="refuse", api=None,
         why_not="the checkpoint learned from other general conversations",
     )  # fmt: skip
     """With replay: your own general conversations (a chat file) to mix in instead of the base model's answers."""
     adapter_scale: float | str = about(
-        "off", "Adapter scale", tokens=False, resume="refuse", when="lora", words=("off",),
+        AUTO, "Adapter scale", tokens=False, resume="refuse", when="lora", words=("off",),
         why_not="a run's final adapter, report and model card are made with one scale",
     )  # fmt: skip
     """LoRA: after training, scale the adapter back toward the base (base + scale x update): a number above 0 and at
-    most 1, auto (the smallest scale that keeps the fit to the validation set), or off (docs/retention.md)."""
+    most 1, auto (the smallest scale that keeps the fit to the validation set; off below 10M parameters), or off
+    (docs/retention.md)."""
     general_val: bool | str = about(AUTO, "Forgetting curve", tokens=False, resume="allow")
     """A second validation curve: the loss on held-out general prompts answered by the base model, never trained on
     (general_val_loss at each evaluation); auto = on when replay draws on the base's answers (docs/retention.md)."""
@@ -262,7 +264,7 @@ class RunConfig:
             )
         if self.general_data and self.replay == "off":
             raise ConfigError(f"{ref('general_data')} is mixed in by replay: set {ref('replay')} to auto or a ratio")
-        if self.replay != "off" and self.method == "dpo":
+        if self.replay not in ("off", AUTO) and self.method == "dpo":
             raise ConfigError(f"{ref('replay')} mixes supervised answers; it does not apply to {ref('method', 'dpo')}")
         if self.general_val is True and self.method == "dpo":
             raise ConfigError(

@@ -22,6 +22,10 @@ def test_demo_runs_end_to_end(tmp_path, capsys, pretrained_toy_base):
     assert set(plan["auto"]) >= {"epochs", "batch_size", "learning_rate", "lora_rank", "lora_train_head"}
     assert (out / "run" / "loss_curve.png").exists() and (out / "run" / "report.json").exists()
     assert "house style" in printed and "before" in printed and "after" in printed
+    # issue 34: the general kept, printed beside the voice gained, from the retention check on the run
+    assert "voice gained" in printed and "general kept" in printed
+    assert set(result["retention"]) >= {"accuracy", "rule_pass_rate", "choice_accuracy", "kl", "flag"}
+    assert json.loads((out / "run" / "retention.json").read_text())["general_set"] == result["retention"]["general_set"]
     # a second demo replaces its own folder, but never a folder it did not make
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "keep.txt").write_text("user data")

@@ -89,12 +89,15 @@ def _generate(config: RunConfig, tokenizer, held_out: bool = False) -> list[dict
     return rows
 
 
-def mix_replay(config: RunConfig, out: Path | None, tokenizer, write: bool = True) -> replay_mix.Mixed | None:
-    """The run's training files with replay rows mixed in (OUT/replay/), or None when replay is off;
-    `write=False`: what they hold, without writing them (another rank of the run)."""
-    if not replay_mix.replay_on(config):
+def mix_replay(
+    config: RunConfig, out: Path | None, tokenizer, write: bool = True, total_params: int | None = None
+) -> replay_mix.Mixed | None:
+    """The run's training files with replay rows mixed in (OUT/replay/), or None when replay is off (or Auto turned
+    it off for this base, whose size is `total_params`); `write=False`: what they hold, without writing them (another
+    rank of the run)."""
+    ratio, _ = replay_mix.replay_ratio(config, total_params)
+    if ratio <= 0:
         return None
-    ratio, _ = replay_mix.replay_ratio(config)
     if config.general_data:
         rows, source = replay_mix.general_rows(config.general_data), str(config.general_data)
     else:

@@ -153,6 +153,8 @@ def _results(report: dict, step: int | None) -> list[str]:
         lines += ["", f"**Diagnosis ({diagnosis.get('kind', '')}):** {diagnosis['message']}"]
         if diagnosis.get("next_step"):
             lines += ["", f"**Next step:** {diagnosis['next_step']}"]
+    if (report.get("forgetting") or {}).get("message"):  # the team's curve beside the general one (general_val)
+        lines += ["", f"**Voice gained, general kept:** {report['forgetting']['message']}"]
     return [*lines, ""]
 
 

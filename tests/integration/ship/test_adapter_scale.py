@@ -17,6 +17,7 @@ from safetensors.torch import load_file
 from finetune.data.prompting import prompt_ids
 from finetune.plan.render import render_plan
 from finetune.report.summary import print_summary
+from finetune.rules import replay as replay_rule
 from finetune.rules.adapter_scale import GRID, choose_scale
 from finetune.run import plan_run, train
 from finetune.settings.config import RunConfig
@@ -47,6 +48,7 @@ def runs(toy_model, tmp_path_factory) -> dict:
     done = {}
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(adapter_scale, "base_answers", lambda config, tokenizer, held_out=False: PROBE)
+        patch.setattr(replay_rule, "MIN_PARAMETERS", 0)  # Auto as on a real base (it leaves a toy's adapter alone)
         for name, scale in (("off", "off"), ("one", 1.0), ("half", 0.5), ("auto", "auto")):
             done[name] = train(_config(toy_model, root / name, adapter_scale=scale))
     return done
@@ -135,9 +137,12 @@ def test_the_report_card_and_summary_say_it(runs):
     assert "adapter scale" in text and "0.5: set for this run" in text and "(at 1:" in text
 
 
-def test_the_plan_says_auto_chooses_it_after_training_and_off_leaves_the_plan_alone(toy_model, tmp_path):
+def test_the_plan_says_auto_chooses_it_after_training_and_off_leaves_the_plan_alone(toy_model, tmp_path, monkeypatch):
+    toy = plan_run(_config(toy_model, tmp_path / "toy"), tmp_path / "toy", measure=False)  # Auto's, by default
+    assert toy.plan.to_dict()["adapter_scale"] == "off" and toy.plan.auto["adapter_scale"].startswith("off: a model")
+    monkeypatch.setattr(replay_rule, "MIN_PARAMETERS", 0)  # Auto as on a real base
     auto = plan_run(_config(toy_model, tmp_path / "auto", adapter_scale="auto"), tmp_path / "auto", measure=False)
-    off = plan_run(_config(toy_model, tmp_path / "off"), tmp_path / "off", measure=False)
+    off = plan_run(_config(toy_model, tmp_path / "off", adapter_scale="off"), tmp_path / "off", measure=False)
     assert "chosen after training" in auto.plan.auto["adapter_scale"]
     assert "adapter_scale" not in off.plan.auto and off.plan.to_dict()["adapter_scale"] == "off"
     shown = {}

@@ -14,6 +14,7 @@ from rich.console import Console
 
 from finetune.data import replay_mix
 from finetune.plan.render import render_plan
+from finetune.rules import replay as replay_rule
 from finetune.run import plan_run
 from finetune.settings.config import RunConfig
 from finetune.settings.errors import UserError
@@ -95,23 +96,30 @@ def test_replay_rows_are_targets_on_the_training_side_only(team, toy_model, tmp_
         assert "A plain general answer." in on.tokenizer.decode(targets)
 
 
-def test_the_plan_shows_replay_rows_and_tokens(team, toy_model, tmp_path, calls):
+def test_the_plan_shows_replay_rows_and_tokens(team, toy_model, tmp_path, calls, monkeypatch):
+    monkeypatch.setattr(replay_rule, "MIN_PARAMETERS", 0)  # Auto's rule as on a real base (the toy is below it)
     on = _plan(team, toy_model, tmp_path / "on", replay="auto")
     document = on.plan.to_dict()
-    assert document["replay"] == "auto" and document["replay_added"]["ratio"] == replay_mix.AUTO_RATIO
-    assert document["replay_added"]["tokens"] > 0 and "replay" in document["auto"]
+    assert document["replay"] == "auto" and document["replay_added"]["ratio"] == replay_rule.AUTO_RATIO
+    assert document["replay_added"]["tokens"] > 0 and "bench/AUTO.md" in document["auto"]["replay"]
     console = Console(file=io.StringIO(), width=200)
     render_plan(on.plan, console)
     text = console.file.getvalue()
     assert f"Replay     {document['replay_added']['rows']} general rows" in text and "billed" in text
 
 
+def test_auto_leaves_replay_off_on_a_model_too_small_to_know_anything(team, toy_model, tmp_path, calls):
+    toy = _plan(team, toy_model, tmp_path / "toy")  # replay is Auto's by default
+    assert toy.config.replay == "auto" and toy.plan.replay_added is None and calls == {"generate": 0, "load": 0}
+    assert toy.plan.auto["replay"].startswith("off: a model of ") and not (tmp_path / "toy" / "replay").exists()
+
+
 def test_replay_off_leaves_the_run_as_it_was(team, toy_model, tmp_path, calls, monkeypatch):
     import finetune.run as run_module
 
-    off = _plan(team, toy_model, tmp_path / "off")
-    monkeypatch.setattr(run_module, "_replayed", lambda config, out, tokenizer, ctx: (config, None))
-    before = _plan(team, toy_model, tmp_path / "off")  # the spine without the replay step at all
+    off = _plan(team, toy_model, tmp_path / "off", replay="off")
+    monkeypatch.setattr(run_module, "_replayed", lambda config, *rest: (config, None))
+    before = _plan(team, toy_model, tmp_path / "off", replay="off")  # the spine without the replay step at all
     assert calls == {"generate": 0, "load": 0} and not (tmp_path / "off" / "replay").exists()
     assert off.config.data == team and off.plan.replay_added is None
     assert off.plan.to_dict() == before.plan.to_dict()
@@ -119,7 +127,7 @@ def test_replay_off_leaves_the_run_as_it_was(team, toy_model, tmp_path, calls, m
 
 
 def test_a_change_of_replay_is_refused_on_resume(team, toy_model, tmp_path, calls):
-    off = _plan(team, toy_model, tmp_path / "off")
+    off = _plan(team, toy_model, tmp_path / "off", replay="off")
     on = _plan(team, toy_model, tmp_path / "on", replay=0.25)
     saved = run_fingerprint(off.plan)
     now = dataclasses.replace(on.plan, run=dataclasses.replace(on.plan.run, data=team, val_file=None))
@@ -139,12 +147,13 @@ def test_a_teams_general_data_is_used_instead_of_the_base(team, toy_model, tmp_p
 
 
 def test_settings_say_what_is_wrong():
-    assert RunConfig().replay == "off" and RunConfig(replay=False).replay == "off"  # YAML's bare `off`
+    assert RunConfig().replay == "auto" and RunConfig(replay=False).replay == "off"  # YAML's bare `off`
     assert RunConfig(replay="0.5").replay == 0.5
     for bad, said in ((0, "above 0"), ("many", "a number or 'auto', or 'off'")):
         with pytest.raises(UserError, match=said):
             RunConfig(replay=bad)
     with pytest.raises(UserError, match="is mixed in by replay"):
-        RunConfig(general_data="general.jsonl")
+        RunConfig(general_data="general.jsonl", replay="off")
     with pytest.raises(UserError, match="does not apply"):
-        RunConfig(replay="auto", method="dpo")
+        RunConfig(replay=0.5, method="dpo")
+    assert RunConfig(method="dpo").replay == "auto"  # Auto leaves it off for preference tuning (rules/replay.py)
