@@ -10,7 +10,8 @@ only the named values set, and is scored by what the issue names:
 - `finetune eval RUN --retention` on the whole general set: accuracy, rule pass-rate and multiple choice, each with
   its paired 95% interval, the KL to the base per token, and the flag. The general set is the check's, never moved.
 When Auto's adapter scale picked a scale below 1, the same run is also checked at scale 1 (its adapter before
-scaling), so one run shows what the scale bought. Points are written as they finish; `--resume` skips those done.
+scaling), so one run shows what the scale bought; `--at-scale RUN:X` checks a finished run's adapter at X times the
+scale it was written with. Points are written as they finish; `--resume` skips those done.
 """
 
 from __future__ import annotations
@@ -77,16 +78,28 @@ def house_style(run: Path, prompts, markers) -> float:
     return style_rate(generate_answers(model, tokenizer, prompts, max_new_tokens=MAX_NEW_TOKENS), markers)
 
 
-def unscaled_copy(run: Path, scale: float) -> Path:
-    """The run with its adapter at scale 1: lora_alpha divided back (the output layer is tied on a real base)."""
-    copy = run.with_name(run.name + "-scale-1")
+def rescaled_copy(run: Path, factor: float, name: str) -> Path:
+    """A copy of the run (checkpoints left out) with its adapter's lora_alpha times `factor` (the output layer is tied
+    on a real base, so the alpha is the whole scale)."""
+    copy = run.with_name(f"{run.name}-{name}")
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(run, copy, ignore=shutil.ignore_patterns("checkpoints"))
     config_path = copy / "adapter" / "adapter_config.json"
     config = json.loads(config_path.read_text())
-    config["lora_alpha"] = config["lora_alpha"] / scale
+    config["lora_alpha"] = config["lora_alpha"] * factor
     config_path.write_text(json.dumps(config, indent=2))
     return copy
+
+
+def at_scale(run: Path, scale: float) -> dict:
+    """House style and retention of a finished run's adapter at another scale, relative to the one written."""
+    from finetune.data.read import read_file
+
+    copy = rescaled_copy(run, scale, f"scale-{scale:g}")
+    style = json.loads((EXAMPLES / "house_style.json").read_text())
+    prompts = read_file(str(EXAMPLES / "test.jsonl")).conversations
+    rate = house_style(copy, prompts, [style["greeting"], style["sign_off"]])
+    return {"scale": scale, "house_style": rate, "retention": retention_row(copy)}
 
 
 def run_point(name: str, values: dict, model_dir: Path, out: Path) -> dict:
@@ -131,7 +144,7 @@ def run_point(name: str, values: dict, model_dir: Path, out: Path) -> dict:
     }
     scale = (report.get("adapter_scale") or {}).get("value")
     if isinstance(scale, float) and scale < 1:
-        row["retention_at_scale_1"] = retention_row(unscaled_copy(run, scale))
+        row["retention_at_scale_1"] = retention_row(rescaled_copy(run, 1 / scale, "scale-1"))
     row["seconds"] = {"train": round(trained - started), "house_style": round(styled - trained),
                       "total": round(time.perf_counter() - started)}  # fmt: skip
     return row
@@ -144,7 +157,12 @@ def main() -> int:
     parser.add_argument("--json", default="bench/retention_sweep_smollm2.json")
     parser.add_argument("--out", default="runs/retention_sweep", help="where the runs are kept")
     parser.add_argument("--resume", action="store_true", help="keep the points already in --json")
+    parser.add_argument("--at-scale", default=None, metavar="RUN:X", help="check a finished run's adapter at X")
     args = parser.parse_args()
+    if args.at_scale:
+        run, scale = args.at_scale.rsplit(":", 1)
+        print(json.dumps(at_scale(Path(run), float(scale))))
+        return 0
 
     from finetune.models.bases import converted
     from finetune.models.known_bases import find_base
