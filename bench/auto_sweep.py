@@ -171,6 +171,11 @@ def run_point(
         "train_seconds": round(seconds, 1),
         "replay_rows": (plan.get("replay_added") or {}).get("rows", 0),
     }
+    scale = report.get("adapter_scale")
+    if scale:  # the adapter scale kept after training, and the validation loss of the model kept (at that scale)
+        at = {m["alpha"]: m for m in scale.get("measured") or []}
+        row["adapter_scale"] = scale["value"]
+        row["kept_val_loss"] = (at.get(scale["value"]) or {}).get("val_loss", report["best_val_loss"])
     if retention:  # the retention check on the run's final weights (bench/retention_sweep.py's columns)
         from bench.retention_sweep import retention_row
 
