@@ -153,6 +153,12 @@ def run_demo(out: str = "runs/demo", base: str | None = None) -> int:
     refresh_run_card(run_dir)
     print_retention(retention)
     console.print(f"voice gained: house style {rate_before:.0%} -> {rate_after:.0%}; general kept: {_kept(retention)}")
+    replay_reason = json.loads((run_dir / "plan.json").read_text()).get("auto", {}).get("replay", "")
+    if replay_reason.startswith("off"):  # the toy bases: say why Auto did nothing for retention
+        console.print(
+            f"Auto left self-replay and the adapter scale {replay_reason}; on a real base they keep what it knew "
+            "(finetune demo --base smollm2-135m-instruct; docs/retention.md)"
+        )
     result = {
         "held_out_prompts": len(prompts),
         "house_style_rate_base": rate_before,

@@ -24,6 +24,7 @@ def test_demo_runs_end_to_end(tmp_path, capsys, pretrained_toy_base):
     assert "house style" in printed and "before" in printed and "after" in printed
     # issue 34: the general kept, printed beside the voice gained, from the retention check on the run
     assert "voice gained" in printed and "general kept" in printed
+    assert "Auto left self-replay and the adapter scale off: a model of" in " ".join(printed.split())  # the toy
     assert set(result["retention"]) >= {"accuracy", "rule_pass_rate", "choice_accuracy", "kl", "flag"}
     assert json.loads((out / "run" / "retention.json").read_text())["general_set"] == result["retention"]["general_set"]
     # a second demo replaces its own folder, but never a folder it did not make
