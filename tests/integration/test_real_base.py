@@ -59,6 +59,7 @@ def test_train_on_the_real_base(smollm2, small_data, tmp_path, how):
     model = BASE.name if how == "name" else str(gguf_path(BASE))
     out = tmp_path / "run"
     argv = ["train", str(small_data), "--model", model, "--out", str(out), "--max-steps", "2", "--batch-size", "2"]
+    argv += ["--replay", "off", "--adapter-scale", "off"]  # no 7-minute replay generation for a 2-step run
     assert main([*argv, "--val-fraction", "0", "--max-seq-len", "256"]) == 0
     plan = json.loads((out / "plan.json").read_text())
     report = json.loads((out / "report.json").read_text())
