@@ -126,6 +126,7 @@ def train_probe(data: str, model: str, out: str, cache_dir: str, steps: int) -> 
     config = RunConfig(
         data=data, model=model, out=out, cache_dir=cache_dir, max_steps=steps, batch_size=8, epochs=1, lr=1e-4,
         eval_every=10**6, save_every=10**6,  # one evaluation and one checkpoint, at the last step: steps stay steps
+        replay="off", adapter_scale="off",  # the data path as measured before Auto's retention mechanisms
     )  # fmt: skip
     recipe.train(config, on_step=lambda row: step_times.append(time.time()))
     finished = time.time()

@@ -144,6 +144,7 @@ def run_finetune(data: Path, model: Path, work: Path, steps: int, warmup: int, m
         data=str(data), model=str(model), out=str(work / "run-finetune"), method=method, batch_size=16,
         grad_accum=1, max_seq_len=MAX_LEN, max_steps=steps, epochs=1, lr=2e-5, dtype="bf16", packing=True,
         gradient_checkpointing=False, val_fraction=0, save_every=10**6, cache_dir=str(work / "cache"),
+        replay="off", adapter_scale="off",  # the peers' records only
     )  # fmt: skip
     torch.cuda.reset_peak_memory_stats()
     recipe.train(config, on_step=on_step)

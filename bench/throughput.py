@@ -219,6 +219,8 @@ def run_finetune(spec: Spec, rec: StepRecorder) -> None:
         max_steps=spec.total_steps,
         max_seq_len=spec.max_len,
         val_fraction=0,
+        replay="off",  # the same records as the peers: Auto's replay would add general rows on a real base
+        adapter_scale="off",
         save_every=10**6,
         gradient_checkpointing=False,
         dtype="fp32",
