@@ -50,7 +50,12 @@ class Point:
     values: dict = field(default_factory=dict)
 
 
-ADAPTER_ONLY = {"lora_train_head": False}  # LoRA as the peers (and most users) train it: the output layer frozen
+# The peers and the hand sweep run as they were measured before Auto's retention mechanisms: no self-replay, the
+# adapter kept at full scale (no peer does either); their retention columns show what a hand-tuned run forgets.
+AS_BEFORE = {"replay": "off", "adapter_scale": "off"}
+FULL = {"method": "full", **AS_BEFORE}
+# LoRA as the peers (and most users) train it: the output layer frozen
+ADAPTER_ONLY = {"lora_train_head": False, **AS_BEFORE}
 # Published defaults for LoRA SFT (docs/auto.md cites each): learning rate, epochs, effective batch, rank, alpha.
 PEER_DEFAULTS = (
     Point(
@@ -71,6 +76,10 @@ PEER_DEFAULTS = (
 )
 
 
+# Auto's values without its retention mechanisms (Auto as it was before them); not part of the summary's ratio.
+AUTO_BEFORE = Point("Auto without replay or scale", "auto-before", dict(AS_BEFORE))
+
+
 def sweep_grid(kind: str) -> list[Point]:
     """The points a user would try: LoRA (the adapter only, as LoRA usually trains) at three rates x three
     (epochs, batch) shapes, LoRA with the output layer trained too at three rates, full at three rates. LoRA
@@ -81,13 +90,13 @@ def sweep_grid(kind: str) -> list[Point]:
             for lr in (3e-4, 1e-3, 3e-3, 1e-2)  # 1e-2: 3e-3 was the best at 100 conversations, at the grid's edge
         ]
         return points + [
-            Point(f"full lr {lr:g} e3 b8", "sweep", {"method": "full", "lr": lr, "epochs": 3, "batch_size": 8})
+            Point(f"full lr {lr:g} e3 b8", "sweep", {**FULL, "lr": lr, "epochs": 3, "batch_size": 8})
             for lr in (3e-5, 1e-4)
         ]
     if kind == "smoke":
         return [
             Point("lora lr 1e-3 e1 b8", "sweep", {"lr": 1e-3, "epochs": 1, "batch_size": 8, **ADAPTER_ONLY}),
-            Point("full lr 3e-4 e1 b8", "sweep", {"method": "full", "lr": 3e-4, "epochs": 1, "batch_size": 8}),
+            Point("full lr 3e-4 e1 b8", "sweep", {**FULL, "lr": 3e-4, "epochs": 1, "batch_size": 8}),
         ]
     points = [
         Point(
@@ -99,11 +108,15 @@ def sweep_grid(kind: str) -> list[Point]:
         for epochs, batch in ((2, 4), (3, 8), (4, 16))
     ]
     points += [
-        Point(f"lora+head lr {lr:g} e3 b8", "sweep", {"lr": lr, "epochs": 3, "batch_size": 8, "lora_train_head": True})
+        Point(
+            f"lora+head lr {lr:g} e3 b8",
+            "sweep",
+            {"lr": lr, "epochs": 3, "batch_size": 8, "lora_train_head": True, **AS_BEFORE},
+        )
         for lr in (1e-3, 3e-3, 1e-2)
     ]
     points += [
-        Point(f"full lr {lr:g} e3 b8", "sweep", {"method": "full", "lr": lr, "epochs": 3, "batch_size": 8})
+        Point(f"full lr {lr:g} e3 b8", "sweep", {**FULL, "lr": lr, "epochs": 3, "batch_size": 8})
         for lr in (1e-4, 3e-4, 1e-3)
     ]
     return points
@@ -269,7 +282,8 @@ def run_sweep(
     style = json.loads((EXAMPLES / "house_style.json").read_text())
     markers = [style["greeting"], style["sign_off"]]
     prompts = read_file(str(EXAMPLES / "test.jsonl")).conversations[:test_prompts]
-    points = [Point("Auto", "auto"), *(PEER_DEFAULTS if peers else ()), *sweep_grid(grid)]
+    before = (AUTO_BEFORE,) if retention else ()  # the retention columns compare Auto with and without its mechanisms
+    points = [Point("Auto", "auto"), *before, *(PEER_DEFAULTS if peers else ()), *sweep_grid(grid)]
     if only:
         unknown = set(only) - {p.name for p in points}
         if unknown:
