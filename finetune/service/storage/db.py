@@ -108,7 +108,11 @@ jobs = Table(
     # ---- a deleted job (v5): its row stays as a tombstone recording what was removed and when (deletion.py)
     Column("deleted_at", BigInteger),
     Column("removed", JSON),  # [{"what": ..., "bytes": ...}, ...]
+    # ---- (v10) the upload its hyperparameter general_data names (a file id); the run gets the stored upload's path
+    Column("general_data_file", String(64)),
 )
+# the columns of jobs that name an upload the job reads: a file is in use while a job that has not ended names it
+JOB_FILE_COLUMNS = ("training_file", "validation_file", "general_data_file")
 
 events = Table(
     "events",
@@ -323,6 +327,12 @@ def _v9(conn: Connection) -> None:
     evaluations.create(conn, checkfirst=True)
 
 
+def _v10(conn: Connection) -> None:
+    """jobs.general_data_file: a job's own general conversations for self-replay, an upload named by its id."""
+    if "general_data_file" not in {column["name"] for column in inspect(conn).get_columns("jobs")}:
+        conn.execute(text("ALTER TABLE jobs ADD COLUMN general_data_file VARCHAR(64)"))
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _v1),
     (2, _v2),
@@ -333,6 +343,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (7, _v7),
     (8, _v8),
     (9, _v9),
+    (10, _v10),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -2,8 +2,9 @@
 
     delete_file(options, store, tenant, file_id)   the upload, its token cache entries, and in the run folders of
                                                     the ended jobs that used it: the held-out test split, the
-                                                    training copy, skipped lines, evaluation answers (eval.json,
-                                                    eval.html, retention.json); FileInUse while a job still needs it
+                                                    training copy, the replay mix, skipped lines, evaluation answers
+                                                    (eval.json, eval.html, retention.json); FileInUse while a job
+                                                    still needs it (to train, validate or replay on)
     delete_job(options, store, tenant, job_id)     an ended job's run folder (checkpoints, weights), plan, logs,
                                                     results files, token cache entries, events, checkpoint rows,
                                                     fine-tuned model; its row stays as a tombstone (tombstones.py)
@@ -34,7 +35,8 @@ from finetune.service.storage.evaluations import Evaluations
 from finetune.service.storage.store import TERMINAL, Store
 from finetune.service.storage.tombstones import delete_file_row_unless_needed, jobs_using_file, tombstone_job
 
-# what a run folder keeps of its data's content (eval/test_split.py, data/skipped.py, eval/command.py, retention.py)
+# what a run folder keeps of its data's content (eval/test_split.py, data/skipped.py, eval/command.py, retention.py,
+# eval/replay.py: the training conversations with the replay rows, e.g. a job's own general conversations)
 DERIVED_FILES = {
     "test.jsonl": "test split",
     "train.jsonl": "training copy",
@@ -43,6 +45,7 @@ DERIVED_FILES = {
     "eval.json": "evaluation answers",
     "eval.html": "evaluation answers",
     "retention.json": "evaluation answers",
+    "replay": "replay mix",
 }
 # called with a deleted file's id: what keeps a copy of it in memory (the dashboard's previews) forgets it
 FILE_FORGETTERS: list[Callable[[str], None]] = []

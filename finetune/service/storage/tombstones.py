@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import Engine, delete, func, or_, select, update
 
 from finetune.service.storage.db import (
+    JOB_FILE_COLUMNS,
     api_keys,
     checkpoints,
     evaluations,
@@ -24,14 +25,17 @@ def _rows(result) -> list[dict]:
     return [dict(r._mapping) for r in result]
 
 
+def _names(file_id):
+    """A job names the file: as its training or validation file, or as its general conversations."""
+    return or_(*(jobs.c[column] == file_id for column in JOB_FILE_COLUMNS))
+
+
 def _using(tenant: str, file_id: str):
-    return select(jobs).where(
-        jobs.c.tenant == tenant, or_(jobs.c.training_file == file_id, jobs.c.validation_file == file_id)
-    )
+    return select(jobs).where(jobs.c.tenant == tenant, _names(file_id))
 
 
 def jobs_using_file(engine: Engine, tenant: str, file_id: str) -> list[dict]:
-    """The tenant's jobs that train or validate on the file, ended or not (oldest first)."""
+    """The tenant's jobs that read the file (train, validate or replay on it), ended or not (oldest first)."""
     with transaction(engine) as conn:
         return _rows(conn.execute(_using(tenant, file_id).order_by(jobs.c.row)))
 
@@ -189,9 +193,7 @@ def expired_jobs(engine: Engine, cutoff: int) -> list[dict]:
 
 def expired_files(engine: Engine, cutoff: int, results_purpose: str) -> list[dict]:
     """Files uploaded before `cutoff` that no job which has not ended uses (a job's results file goes with its job)."""
-    busy = select(jobs.c.id).where(
-        jobs.c.status.not_in(TERMINAL), or_(jobs.c.training_file == files.c.id, jobs.c.validation_file == files.c.id)
-    )
+    busy = select(jobs.c.id).where(jobs.c.status.not_in(TERMINAL), _names(files.c.id))
     query = select(files).where(files.c.created_at < cutoff, files.c.purpose != results_purpose, ~busy.exists())
     with transaction(engine) as conn:
         return _rows(conn.execute(query.order_by(files.c.row)))
