@@ -186,7 +186,7 @@ class RunConfig:
     auto (1 per team row on a real base; off below 10M parameters and for preference tuning), or off
     (docs/retention.md, "Self-replay")."""
     general_data: str | None = about(
-        None, "General conversations", tokens=False, resume="refuse", api=None,
+        None, "General conversations", tokens=False, resume="refuse", api_file=True,
         why_not="the checkpoint learned from other general conversations",
     )  # fmt: skip
     """With replay: your own general conversations (a chat file) to mix in instead of the base model's answers."""

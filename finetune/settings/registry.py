@@ -57,6 +57,8 @@ class About:
     """Set through a top-level parameter of the job instead (training_file, model, seed, ...)."""
     api_mention: str | None = None
     """How advice to an API caller names it, when not by its own key (the learning rate: its multiplier)."""
+    api_file: bool = False
+    """Its API value is the id of a file the caller uploaded, never a path: the service gives the run that upload."""
     plan_key: str | None = _SAME
     """Its key in plan.json (the resolved value); None: not recorded there."""
     when: Literal["lora", "dpo"] | None = None
@@ -180,6 +182,7 @@ class Setting:
         prop["default"] = default
         prop["x-finetune"] = {
             "setting": self.name, "flag": self.flag, "auto": self.auto, "when": self.about.when, "plan_key": self.plan_key,
+            "file": self.about.api_file,
         }  # fmt: skip
         return prop
 

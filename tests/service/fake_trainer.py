@@ -3,7 +3,8 @@ writes a one-step run folder in milliseconds, so tests can push many jobs throug
 complete. FAKE_TRAINER_LOG: a file to append the run folder's name to (one line per run);
 FAKE_TRAINER_MODE=die: SIGKILL itself at once (a trainer that dies); FAKE_TRAINER_MODE=wait: sleep until stopped
 (at most a minute: a trainer a test cancels or pauses); FAKE_TRAINER_MODE=stubborn: ignore SIGTERM and sleep a
-minute (a trainer in a long step). Its first argument `eval`: the stand-in for `finetune eval` (fake_evaluation.py)."""
+minute (a trainer in a long step); FAKE_TRAINER_MODE=fail: exit 1 on the library's error FAKE_TRAINER_ERROR (its
+`error:` line). Its first argument `eval`: the stand-in for `finetune eval` (fake_evaluation.py)."""
 
 import json
 import os
@@ -20,6 +21,9 @@ if args[0] == "eval":  # `finetune eval RUN [--retention [--retention-only]]`, a
 out = Path(args[args.index("--out") + 1])
 if os.environ.get("FAKE_TRAINER_MODE") == "die":
     os.kill(os.getpid(), signal.SIGKILL)
+if os.environ.get("FAKE_TRAINER_MODE") == "fail":
+    print(f"error: {os.environ['FAKE_TRAINER_ERROR']}", file=sys.stderr)
+    sys.exit(1)
 if os.environ.get("FAKE_TRAINER_MODE") == "stubborn":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     time.sleep(60)

@@ -23,7 +23,7 @@ from finetune.data.validate import validate_file
 from finetune.settings.config import AUTO, RunConfig
 from finetune.settings.errors import DataError, UserError
 from finetune.settings.registry import Setting, settings
-from finetune.settings.wording import render, settings_named
+from finetune.settings.wording import for_api, render, settings_named
 
 if TYPE_CHECKING:
     from finetune.plan.plan import Plan
@@ -82,6 +82,27 @@ def settings_from_hyperparameters(hyper: dict[str, Any], method_type: str = "sup
     return values
 
 
+def file_settings() -> tuple[Setting, ...]:
+    """The settings an API caller sets with the id of a file it uploaded (About.api_file: general_data). The job
+    keeps the id in its column (file_column; storage/db.py); the worker gives the run the stored upload."""
+    return tuple(spec for spec in settings() if spec.about.api_file)
+
+
+def file_column(name: str) -> str:
+    """The jobs column that keeps the id of the upload a file setting names: general_data -> general_data_file."""
+    return f"{name}_file"
+
+
+def file_param(spec: Setting) -> str:
+    """How an error about the file a file setting names points at it: `hyperparameters.general_data`."""
+    return f"hyperparameters.{spec.api_key}"
+
+
+def error_code(param: str) -> str:
+    """An error's code for its param: invalid_training_file, or invalid_hyperparameters for any hyperparameter."""
+    return "invalid_" + param.split(".", 1)[0]
+
+
 def _blamed(template: str, hyper: dict[str, Any], known: dict[str, Setting]) -> str:
     """The caller's key a RunConfig message is about (the settings its template names)."""
     named = settings_named(template)
@@ -94,6 +115,8 @@ def _blamed(template: str, hyper: dict[str, Any], known: dict[str, Setting]) -> 
 def run_config(
     settings: dict[str, Any], data: str, model: str, seed: int, val_file: str | None = None, out: str | None = None
 ) -> RunConfig:
+    """The run of a job: `settings` with every file setting (general_data) a stored upload's path, never a caller's
+    value (the API and the worker translate the ids)."""
     return RunConfig(**settings, data=data, model=model, seed=seed, val_file=val_file, out=out)
 
 
@@ -133,26 +156,44 @@ def validate_training_file(
             result = validate_file(str(path), tokenizer, format=config.format, config=config)  # long: only strict fails
             found = result.sensitive
     except UserError as exc:
-        return {
-            "code": f"invalid_{param}",
-            "message": scrub(in_api_terms(exc, config), path, shown_name),
-            "param": param,
-        }
+        return _error(scrub(in_api_terms(exc, config), path, shown_name), param)
     _note_sensitive(result.warnings, found, path, shown_name, config, notes)
-    if result.ok:
-        return None
-    first = result.errors[:3]
+    return None if result.ok else _unusable(result.errors, path, shown_name, config, param)
+
+
+def screen_general_data(
+    path: Path, shown_name: str, config: RunConfig, param: str, notes: list[dict] | None = None
+) -> dict | None:
+    """A job's own general conversations (general_data) checked before its plan, as `general_rows` reads them:
+    chat conversations, at least one, every problem named like a training file's; their sensitive values go to
+    `notes`. The plan's preparation tokenizes them with the team's rows, in the replay mix."""
+    try:
+        parsed, found = scanned_file(read_file(path), config.sensitive_data)
+    except UserError as exc:
+        return _error(scrub(in_api_terms(exc, config), path, shown_name), param)
+    if not parsed.ok:
+        return _unusable(parsed.errors, path, shown_name, config, param)
+    if not parsed.conversations:
+        return _error(f"{shown_name}: no conversation in {for_api('general_data', method_type(config))}", param)
+    _note_sensitive(parsed.warnings, found, path, shown_name, config, notes)
+    return None
+
+
+def _error(message: str, param: str) -> dict:
+    """OpenAI's `error` object of a job's file."""
+    return {"code": error_code(param), "message": message, "param": param}
+
+
+def _unusable(errors: list[Problem], path: Path, shown_name: str, config: RunConfig, param: str) -> dict:
+    """The error of a file with problems: how many, the first three by line, in the caller's terms."""
+    first = errors[:3]
     lines = "; ".join(
         (f"line {p.line}" if p.line is not None else "file")
         + f" [{p.code}] {scrub(render(p.message, 'api', method_type(config)), path, shown_name)}"
         for p in first
     )
-    more = f" (and {len(result.errors) - len(first)} more)" if len(result.errors) > len(first) else ""
-    return {
-        "code": f"invalid_{param}",
-        "message": f"{shown_name}: {len(result.errors)} problem(s) make it unusable: {lines}{more}",
-        "param": param,
-    }
+    more = f" (and {len(errors) - len(first)} more)" if len(errors) > len(first) else ""
+    return _error(f"{shown_name}: {len(errors)} problem(s) make it unusable: {lines}{more}", param)
 
 
 def _note_sensitive(
@@ -168,18 +209,14 @@ def _note_sensitive(
             notes.append({"message": f"{shown_name}: [sensitive_data] {message}", "level": "warn", "data": data})
 
 
-def planning_error(
-    exc: UserError, config: RunConfig, data: Path, data_name: str, val: Path | None, val_name: str | None
-) -> dict:
-    """OpenAI's `error` object for a plan that failed: the data's problem (DataError) as invalid_training_file or
-    invalid_validation_file, anything else as invalid_hyperparameters; files named as uploaded, settings as API
-    callers set them."""
-    message = scrub(in_api_terms(exc, config), data, data_name)
+def planning_error(exc: UserError, config: RunConfig, files: list[tuple[Path, str, str]]) -> dict:
+    """OpenAI's `error` object for a plan that failed: the data's problem (DataError) as invalid_training_file, a
+    problem of another of the job's `files` ((path, name as uploaded, param), the training file first) as that
+    file's (invalid_validation_file; general_data's as invalid_hyperparameters), anything else as
+    invalid_hyperparameters; files named as uploaded, settings as API callers set them."""
     param = "training_file" if isinstance(exc, DataError) else "hyperparameters"
-    if val is not None and str(val) in str(exc):
-        param = "validation_file"
-        message = scrub(message, val, val_name or val.name)
-    return {"code": f"invalid_{param}", "message": message, "param": param}
+    param = next((named for path, _, named in files[1:] if str(path) in str(exc)), param)
+    return _error(as_uploaded(in_api_terms(exc, config), {path: shown for path, shown, _ in files}), param)
 
 
 def method_type(config: RunConfig) -> str:
@@ -225,11 +262,12 @@ def plan_job(config: RunConfig, out: Path | None = None, speed_of=None):
     return plan_run(config, out, measure=False, speed_of=speed_of)
 
 
-def resolved_hyperparameters(plan: Plan, method_type: str) -> dict:
+def resolved_hyperparameters(plan: Plan, method_type: str, file_ids: dict[str, str]) -> dict:
     """The job object's `hyperparameters`: every setting an API caller may set, as the plan resolved it, under its
-    API key (OpenAI's n_epochs, batch_size, learning_rate_multiplier among them), plus the steps it makes."""
+    API key (OpenAI's n_epochs, batch_size, learning_rate_multiplier among them), plus the steps it makes. A file
+    setting shows the id the caller sent (`file_ids`: setting -> id), never the stored upload's path."""
     resolved = {
-        key: _plain(getattr(plan.run, spec.name))
+        key: file_ids.get(spec.name) if spec.about.api_file else _plain(getattr(plan.run, spec.name))
         for key, spec in api_settings(method_type).items()
         if spec.applies(plan.objective, plan.method)
     }

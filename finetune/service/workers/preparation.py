@@ -1,6 +1,7 @@
 """A claimed job validated and planned, once, before its trainer starts (Worker.run_once calls `prepare`).
 
-    its files screened   what needs no tokenizer: they read, their sensitive values (library.screen_training_file)
+    its files screened   what needs no tokenizer: they read, their sensitive values (library.screen_training_file;
+                         its own general conversations, general_data: library.screen_general_data)
     its plan made        the test set held out, the data prepared (tokenized once, into the token cache its
                          trainer reads), the plan written to RUNS/<job>.plan.json for `finetune train --plan`
     validated, planned   the job's events, in the caller's terms; a file the preparation refused is validated in
@@ -24,6 +25,7 @@ from finetune.service.storage.store import Store, now
 from finetune.service.workers import library as core
 from finetune.settings.config import RunConfig
 from finetune.settings.errors import DataError, UserError
+from finetune.settings.registry import setting
 from finetune.settings.wording import render
 
 
@@ -31,6 +33,12 @@ def job_files(options: ServiceOptions, job: dict) -> tuple[Path, Path | None]:
     """The stored uploads a job trains on: its training file, and its validation file (None: none)."""
     files = options.files_dir
     return files / job["training_file"], files / job["validation_file"] if job["validation_file"] else None
+
+
+def named_files(job: dict) -> dict[str, str]:
+    """The uploads a job's hyperparameters name by id (general_data), kept in their columns: setting -> file id."""
+    columns = {spec.name: core.file_column(spec.name) for spec in core.file_settings()}
+    return {name: job[column] for name, column in columns.items() if job.get(column)}
 
 
 def shown_name(store: Store, tenant: str, file_id: str) -> str:
@@ -65,6 +73,7 @@ class JobPreparation:
         data, val = job_files(self.options, job)
         settings = dict(job["run_settings"], cache_dir=str(self.options.token_cache_dir), gpu=self.device_kind)
         settings |= usage.prices_of(self.options)
+        settings |= {name: str(self.options.files_dir / file_id) for name, file_id in named_files(job).items()}
         if job["lr_multiplier"] and "lr_multiplier" not in settings:  # a job created before it was a setting
             settings["lr_multiplier"] = job["lr_multiplier"]
         run = self.options.runs_dir / job["id"]
@@ -80,16 +89,27 @@ class JobPreparation:
             checks.append((val, shown_name(self.store, job["tenant"], job["validation_file"]), "validation_file"))
         return checks
 
+    def _named_files(self, job: dict) -> list[tuple[Path, str, str]]:
+        """(path, name as uploaded, param) of the uploads its hyperparameters name (general_data)."""
+        return [
+            (self.options.files_dir / file_id, shown_name(self.store, job["tenant"], file_id),
+             core.file_param(setting(name)))
+            for name, file_id in named_files(job).items()
+        ]  # fmt: skip
+
     def _validate(self, job: dict, token: str, config: RunConfig) -> list[dict] | None:
-        """The checks of the job's files that need no tokenizer (core.screen_training_file); the others are the
-        plan's preparation, which tokenizes them once. The events it has for a usable file (the sensitive values
-        found), to be written once the plan has validated the rest; None when the job failed."""
+        """The checks of the job's files that need no tokenizer (core.screen_training_file, and for its general
+        conversations core.screen_general_data); the others are the plan's preparation, which tokenizes them once.
+        The events it has for a usable file (the sensitive values found), to be written once the plan has validated
+        the rest; None when the job failed."""
         notes: list[dict] = []
-        for path, shown, param in self._checked_files(job):
+        checks = [(core.screen_training_file, *checked) for checked in self._checked_files(job)]
+        checks += [(core.screen_general_data, *checked) for checked in self._named_files(job)]
+        for screen, path, shown, param in checks:
             if not path.is_file():
-                self.fail(job, token, f"invalid_{param}", f"{shown}: the file was deleted", param)
+                self.fail(job, token, core.error_code(param), f"{shown}: the file was deleted", param)
                 return None
-            error = core.screen_training_file(path, shown, config, param, notes)
+            error = screen(path, shown, config, param, notes)
             if error:
                 self.fail(job, token, error["code"], error["message"], error["param"])
                 return None
@@ -103,8 +123,12 @@ class JobPreparation:
                 return error
         return None
 
-    def _uploaded_names(self, job: dict) -> dict[Path, str]:
-        return {path: shown for path, shown, _ in self._checked_files(job)}
+    def _all_files(self, job: dict) -> list[tuple[Path, str, str]]:
+        return self._checked_files(job) + self._named_files(job)
+
+    def uploaded_names(self, job: dict) -> dict[Path, str]:
+        """Each stored upload the job reads -> the name it was uploaded as (messages name the files so)."""
+        return {path: shown for path, shown, _ in self._all_files(job)}
 
     def _plan(self, job: dict, token: str, config: RunConfig, plan_path: Path, notes: list[dict] | None = None) -> bool:
         """Plan the job, once: the test set held out into its run folder, the data prepared (tokenized, into the
@@ -123,7 +147,7 @@ class JobPreparation:
         kind = method_type(job)
         core.write_plan(plan, plan_path, kind)
         self._remember_speed(plan)
-        resolved = core.resolved_hyperparameters(plan, kind)
+        resolved = core.resolved_hyperparameters(plan, kind, named_files(job))
         seconds = plan.cost.seconds
         values = {"resolved": resolved, "estimated_finish": now() + int(seconds) if seconds else None}
         values |= usage.planned_values(plan)  # usage: the estimate, and the prices the job is costed at
@@ -140,10 +164,7 @@ class JobPreparation:
         return True
 
     def _planning_error(self, exc: UserError, config: RunConfig, job: dict) -> dict:
-        data, val = job_files(self.options, job)
-        shown_val = shown_name(self.store, job["tenant"], job["validation_file"]) if val else None
-        shown = shown_name(self.store, job["tenant"], job["training_file"])
-        return core.planning_error(exc, config, data, shown, val, shown_val)
+        return core.planning_error(exc, config, self._all_files(job))
 
     def _remember_speed(self, plan: Plan) -> None:
         """The speed the plan was estimated with (this machine's runs' own, cached): the API's next plans use it."""
@@ -163,7 +184,7 @@ class JobPreparation:
         numbers = ("total_steps", "epochs", "effective_batch", "tokens_processed")
         data = {name: getattr(plan, name) for name in numbers} | {"examples": plan.data.examples}
         data["usage"] = usage.job_usage({**job, **values})
-        uploaded = self._uploaded_names(job)  # lines named as the caller uploaded the file, not `file-<id>:N`
+        uploaded = self.uploaded_names(job)  # lines named as the caller uploaded the file, not `file-<id>:N`
         warned = [f"[{w['code']}] {render(w['template'], 'api', method_type(job))}" for w in plan.warnings]
         return [{"message": summary, "data": data}] + [
             {"message": core.as_uploaded(message, uploaded), "level": "warn"} for message in warned

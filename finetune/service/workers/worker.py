@@ -40,7 +40,7 @@ from finetune.service.workers.events import (
     results_csv,
     trainer_error,
 )
-from finetune.service.workers.preparation import JobPreparation, job_files, shown_name
+from finetune.service.workers.preparation import JobPreparation
 from finetune.service.workers.presence import WorkerPresence
 from finetune.service.workers.retention import RetentionSweeper
 from finetune.settings.errors import ERROR_FILE_ENV
@@ -268,9 +268,8 @@ class Worker:
             self.store.release(job["id"], token)
             return
         if code == 1:  # the library's own error for something in the data or settings
-            data, _ = job_files(self.options, job)
-            shown = shown_name(self.store, job["tenant"], job["training_file"])
-            message = core.scrub(trainer_error(log_path, method_type(job)), data, shown)
+            uploaded = self.preparation.uploaded_names(job)  # its files as uploaded: no path on the server
+            message = core.as_uploaded(trainer_error(log_path, method_type(job)), uploaded)
             self._fail(job, token, "training_failed", message)
             return
         job.update(self.store.get_job_any(job["id"]) or {})

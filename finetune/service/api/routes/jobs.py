@@ -28,6 +28,7 @@ from finetune.service.storage.usage import prices_of
 from finetune.service.workers import library as core
 from finetune.service.workers.pool import pool_for
 from finetune.settings.errors import UserError
+from finetune.settings.registry import setting
 
 router = APIRouter(prefix="/v1/fine_tuning", dependencies=[Depends(current_tenant)])
 RESULTS_PURPOSE = "fine-tune-results"  # what a job writes (step_metrics.csv), never what one trains on
@@ -86,19 +87,29 @@ def _model_location(request: Request, model: Any) -> str:
 
 
 def _training_file(request: Request, tenant: str, file_id: str, param: str) -> dict:
-    """The caller's file to train on (or validate with); a results file is what a job wrote, not data."""
+    """The caller's file to train on (or validate with, or replay); a results file is what a job wrote, not data."""
     row = find_file(request, tenant, file_id)
-    if row is None:  # another tenant's file reads exactly like a missing one
-        raise APIError(400, f"Could not find file {file_id!r}.", f"invalid_{param}", param)
+    if row is None:  # another tenant's file reads exactly like a missing one (and a path like any unknown id)
+        raise APIError(400, f"Could not find file {file_id!r}.", core.error_code(param), param)
     if row["purpose"] == RESULTS_PURPOSE:
         raise APIError(
             400,
             f"File {file_id} ({row['filename']}) is a job's results file (purpose {RESULTS_PURPOSE}), not training "
             "data; upload the conversations with purpose fine-tune.",
-            f"invalid_{param}",
+            core.error_code(param),
             param,
         )
     return row
+
+
+def _named_files(request: Request, tenant: str, run_settings: dict) -> dict[str, dict]:
+    """The uploads the hyperparameters name by id (general_data), each checked like training_file and taken out of
+    `run_settings`: setting -> its file's row. Only the worker puts a path there: the stored upload's."""
+    return {
+        spec.name: _training_file(request, tenant, run_settings.pop(spec.name), core.file_param(spec))
+        for spec in core.file_settings()
+        if run_settings.get(spec.name) is not None
+    }
 
 
 @router.post("/jobs")
@@ -122,6 +133,7 @@ def _create_job(request: Request, tenant: str, body: JobCreate, integrations: An
     seed = body.seed if body.seed is not None else secrets.randbelow(MAX_SEED)
     kind, hyper = body.method_and_hyperparameters()
     run_settings = _settings(kind, hyper)
+    named = _named_files(request, tenant, run_settings)
     run_settings |= run_settings_for(integrations)  # report_to and its options (integrations.py)
     return store_of(request).create_job(
         tenant,
@@ -136,7 +148,8 @@ def _create_job(request: Request, tenant: str, body: JobCreate, integrations: An
             "method": {"type": kind, kind: {"hyperparameters": hyper}},
             "run_settings": run_settings,
             "lr_multiplier": None,  # inside run_settings now (lr_multiplier); the column stays for old rows
-        },
+        }
+        | {core.file_column(name): row["id"] for name, row in named.items()},  # general_data_file
         admit=_quotas(request, tenant, training, run_settings),
     )
 
@@ -253,30 +266,39 @@ async def plan(request: Request, tenant: str = Depends(current_tenant)) -> dict:
         validation = _training_file(request, tenant, body.validation_file, "validation_file")
     options = options_of(request)
     run_settings = _settings(*body.method_and_hyperparameters())
+    named = _named_files(request, tenant, run_settings)
     run_settings["cache_dir"] = str(options.token_cache_dir)  # the service's own (deletion.py)
     run_settings |= prices_of(options)  # costed at this server's prices
+    run_settings |= {name: str(options.files_dir / row["id"]) for name, row in named.items()}
     data = options.files_dir / training["id"]
     val = options.files_dir / validation["id"] if validation else None
     config = core.run_config(run_settings, str(data), location, body.seed or 0, str(val) if val else None)
+    files = _plan_files(options.files_dir, training, validation, named)
     pool = pool_for(store_of(request), options, config.devices)  # sized for the workers, never assumed
     if pool.device_kind is not None:
         config = dataclasses.replace(config, gpu=pool.device_kind)
     try:
         plan = (await run_in_threadpool(core.plan_job, config, None, pool.speed_of)).plan
     except UserError as exc:
-        error = core.planning_error(
-            exc, config, data, training["filename"], val, validation["filename"] if validation else None
-        )
+        error = core.planning_error(exc, config, files)
         raise APIError(400, error["message"], error["code"], error["param"]) from None
-    shown = {location: body.model, str(data): training["filename"]} | (
-        {str(val): validation["filename"]} if val else {}
-    )
-    uploaded = {data: training["filename"]} | ({val: validation["filename"]} if val else {})
+    uploaded = {path: shown for path, shown, _ in files}
     answer = core.as_uploaded(core.plan_answer(plan, body.model, {}), uploaded)  # `file-<id>:N` -> `name.jsonl:N`
     answer |= {"object": "fine_tuning.plan", "training_file": training["id"]}
+    answer |= {setting(name).plan_key: row["id"] for name, row in named.items()}  # as the caller sent it
     if pool.problem:
         answer["warnings"].append({"code": "no_worker_can_run_it", "message": pool.problem, "settings": []})
+    shown = {location: body.model} | {str(path): name for path, name in uploaded.items()}
     return without_server_paths(answer, shown, options.data_dir)
+
+
+def _plan_files(
+    files_dir: Path, training: dict, validation: dict | None, named: dict[str, dict]
+) -> list[tuple[Path, str, str]]:
+    """(stored path, name as uploaded, param) of each file a plan reads: the training file first."""
+    rows = [(training, "training_file")] + ([(validation, "validation_file")] if validation else [])
+    rows += [(row, core.file_param(setting(name))) for name, row in named.items()]
+    return [(files_dir / row["id"], row["filename"], param) for row, param in rows]
 
 
 def without_server_paths(value: Any, shown: dict[str, str], data_dir: Path) -> Any:
