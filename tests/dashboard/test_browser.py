@@ -334,6 +334,42 @@ def test_advice_names_the_fields_label_and_links_to_it(alice, tmp_path):
     assert field.is_visible()  # "More settings" opened to show it
 
 
+def test_general_conversations_are_a_select_of_files_sent_as_their_id(alice, tmp_path):
+    """The New job form offers the caller's files as its own general conversations for self-replay, once, in the
+    Data section: the plan and the job get hyperparameters.general_data, the file's id; without replay the plan
+    says why in the fields' labels."""
+    page = alice
+    page.get_by_role("navigation").get_by_role("link", name="New job").click()
+    page.set_input_files("#upload", str(_small_file(tmp_path)))
+    page.get_by_role("button", name="Upload").click()
+    page.get_by_text("Uploaded small.jsonl").wait_for()
+    general = page.get_by_label("General conversations")
+    expect(general).to_have_value("")
+    assert "none: the base model answers general requests itself" in general.inner_text()
+    assert page.locator("#nj-general_data").count() == 1 and general.is_visible()  # not again in "More settings"
+    file_id = page.locator("#nj-train").input_value()
+    assert file_id in general.inner_text()  # the file just uploaded is offered too
+
+    def sends_it(response) -> bool:
+        return response.url.endswith("/v1/fine_tuning/plan") and file_id in (response.request.post_data or "")
+
+    with page.expect_response(sends_it, timeout=60_000) as planned:
+        general.select_option(file_id)
+    assert planned.value.ok, planned.value.text()
+    sent = json.loads(planned.value.request.post_data)["method"]["supervised"]["hyperparameters"]
+    assert sent["general_data"] == file_id
+    assert planned.value.json()["general_data"] == file_id
+    expect(page.locator("pre[aria-label='curl command']")).to_contain_text(f'"general_data": "{file_id}"')
+
+    page.locator("details.more-settings").evaluate("details => { details.open = true; }")  # open, whatever it was
+    page.get_by_label("Self-replay").fill("off")
+    alert = page.locator("#plan [role=alert]")
+    expect(alert).to_contain_text("“General conversations” is mixed in by replay", timeout=60_000)
+    assert "--" not in alert.inner_text()
+    page.get_by_label("Self-replay").fill("")  # the form as the next test expects it
+    general.select_option("")
+
+
 def test_the_usage_page_shows_the_apis_numbers_per_day_and_model(alice, service, screenshots):
     page = alice
     page.get_by_role("navigation").get_by_role("link", name="Usage").click()

@@ -6,7 +6,8 @@ import { loadAllJobs } from "./jobs.js";
 
 // Rows: the job's parameters, the plan's settings and numbers (labelled by the server's schema), the report's outcome.
 const JOB = [["model", (j) => j.model], ["training_file", (j) => j.training_file],
-  ["validation_file", (j) => j.validation_file || "held out"], ["seed", (j) => j.seed], ["suffix", (j) => j.suffix || ""]];
+  ["validation_file", (j) => j.validation_file || "held out"], ["general_data", (j) => j.hyperparameters?.general_data || "none"],
+  ["seed", (j) => j.seed], ["suffix", (j) => j.suffix || ""]];
 const PLAN = ["method", "epochs", "batch_size", "grad_accum", "effective_batch", "learning_rate", "schedule", "warmup_steps",
   "lora_rank", "lora_alpha", "max_seq_len", "val_fraction", "total_steps", "tokens_processed"];
 const REPORT = [["best step", (r) => r?.best_step], ["best validation loss", (r) => r?.best_val_loss], ["diagnosis", (r) => r?.diagnosis?.kind]];
@@ -16,7 +17,7 @@ const lower = (label) => (/^[A-Z][a-z]*( |$)/.test(label) ? label[0].toLowerCase
 
 function rowsOf(schema) {
   return [
-    ...JOB.map(([key, get]) => [lower(schema.job_parameters[key] || key), (j) => get(j)]),
+    ...JOB.map(([key, get]) => [lower(schema.job_parameters[key] || schema.schema.properties[key]?.title || key), (j) => get(j)]),
     ...PLAN.map((key) => [lower(schema.plan_labels[key] || key), (_j, p) => p[key]]),
     ...REPORT.map(([name, get]) => [name, (_j, _p, r) => get(r)]),
   ];

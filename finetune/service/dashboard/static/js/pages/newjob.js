@@ -10,14 +10,27 @@ export async function baseModels() {
 
 // The form's fields come from the server's schema (RunConfig's declarations): the common ones first, every other
 // hyperparameter an API caller may set under "More settings". Empty = the default ("auto" where Auto chooses).
+// A hyperparameter whose value is an uploaded file's id (x-finetune.file: general_data) is a select of the
+// caller's files, in the Data section.
 const COMMON = ["n_epochs", "batch_size", "learning_rate_multiplier", "lora_rank", "beta"];
 const BY_METHOD = "method";  // chosen with the Method select (LoRA / full, supervised / DPO)
+const NO_FILE = { general_data: "none: the base model answers general requests itself" };
+
+const isFile = (prop) => Boolean((prop["x-finetune"] || {}).file);
 
 function fieldsOf(schema) {
   const props = schema.schema.properties;
   const keys = Object.keys(props).filter((k) => k !== BY_METHOD);
+  const files = keys.filter((k) => isFile(props[k]));
+  const settings = keys.filter((k) => !isFile(props[k]));
   const common = COMMON.filter((k) => props[k]);
-  return { props, common, more: keys.filter((k) => !COMMON.includes(k)) };
+  return { props, common, files, more: settings.filter((k) => !COMMON.includes(k)) };
+}
+
+const fileOption = (f) => h("option", { value: f.id }, `${f.filename} (${f.id})`);
+
+function fileSelect(key, files) {
+  return h("select", { id: `nj-${key}` }, h("option", { value: "" }, NO_FILE[key] || "none"), files.map(fileOption));
 }
 
 function inputFor(key, prop) {
@@ -139,11 +152,11 @@ export function planView(plan, given = null, schema = null) {
 
 export async function render(main, [presetFile], signal) {
   const [models, files, schema] = await Promise.all([baseModels(), listFiles(), settingsSchema()]);
-  const { props, common, more } = fieldsOf(schema);
+  const { props, common, files: fileKeys, more } = fieldsOf(schema);
   const el = {
     model: h("select", { id: "nj-model", required: true }, models.map((m) => h("option", { value: m.id }, m.id))),
-    training_file: h("select", { id: "nj-train", required: true }, h("option", { value: "" }, "choose a file"), files.map((f) => h("option", { value: f.id }, `${f.filename} (${f.id})`))),
-    validation_file: h("select", { id: "nj-val" }, h("option", { value: "" }, "none: hold out part of the training file"), files.map((f) => h("option", { value: f.id }, `${f.filename} (${f.id})`))),
+    training_file: h("select", { id: "nj-train", required: true }, h("option", { value: "" }, "choose a file"), files.map(fileOption)),
+    validation_file: h("select", { id: "nj-val" }, h("option", { value: "" }, "none: hold out part of the training file"), files.map(fileOption)),
     suffix: h("input", { id: "nj-suffix", type: "text", maxlength: 64, placeholder: "e.g. support-v1", autocomplete: "off" }),
     seed: h("input", { id: "nj-seed", type: "text", inputmode: "numeric", placeholder: "random", autocomplete: "off" }),
     method: h("select", { id: "nj-method" },
@@ -151,6 +164,7 @@ export async function render(main, [presetFile], signal) {
       h("option", { value: "dpo" }, "preference tuning (DPO), LoRA adapter"), h("option", { value: "dpo-full" }, "preference tuning (DPO), full")),
   };
   for (const key of [...common, ...more]) el[key] = inputFor(key, props[key]);
+  for (const key of fileKeys) el[key] = fileSelect(key, files);
   if (presetFile) el.training_file.value = presetFile;
   else if (files.length) el.training_file.value = files[0].id;
 
@@ -195,6 +209,7 @@ export async function render(main, [presetFile], signal) {
     h("h2", {}, "Data"),
     h("div", { class: "field" }, h("label", { for: "nj-train" }, "Training file"), el.training_file, h("div", { class: "small" }, previewLink)),
     h("div", { class: "field" }, h("label", { for: "nj-val" }, "Validation file"), el.validation_file),
+    fileKeys.map((key) => settingField(key, props[key], el[key])),
     h("h2", {}, "Model"),
     h("div", { class: "field" }, h("label", { for: "nj-model" }, "Base model"), el.model),
     h("div", { class: "field" }, h("label", { for: "nj-method" }, "Method"), el.method),
@@ -212,6 +227,7 @@ export async function render(main, [presetFile], signal) {
     ev.preventDefault();
     if (!lastPlan) return;
     const body = jobBody(values(), schema);
+    const hyper = body.method[body.method.type].hyperparameters;
     const start = h("button", { type: "button", class: "primary", autofocus: true }, "Start training");
     const err = h("p", { class: "alert", role: "alert", hidden: true });
     dialog.replaceChildren(
@@ -219,6 +235,7 @@ export async function render(main, [presetFile], signal) {
       h("dl", { class: "kv" },
         h("dt", {}, "model"), h("dd", {}, body.model),
         h("dt", {}, "training file"), h("dd", { class: "mono" }, body.training_file),
+        fileKeys.filter((k) => hyper[k]).map((k) => [h("dt", {}, props[k].title.toLowerCase()), h("dd", { class: "mono" }, hyper[k])]),
         h("dt", {}, "steps"), h("dd", {}, fmt.int(lastPlan.total_steps)),
         h("dt", {}, "epochs"), h("dd", {}, String(lastPlan.epochs)),
         h("dt", {}, "tokens processed"), h("dd", {}, fmt.int(lastPlan.tokens_processed)),
@@ -242,7 +259,7 @@ export async function render(main, [presetFile], signal) {
   });
 
   const addFile = (file) => {
-    for (const sel of [el.training_file, el.validation_file]) sel.append(h("option", { value: file.id }, `${file.filename} (${file.id})`));
+    for (const sel of [el.training_file, el.validation_file, ...fileKeys.map((k) => el[k])]) sel.append(fileOption(file));
     el.training_file.value = file.id;
     schedule();
   };

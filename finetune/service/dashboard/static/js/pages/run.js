@@ -62,6 +62,13 @@ function costVersusEstimate(report, plan) {
   return `${fmt.money(actual)} (estimated ${fmt.money(estimate)})`;
 }
 
+// The files its hyperparameters name by id (general_data: its own general conversations), as the job shows them.
+function namedFiles(job, schema) {
+  return Object.entries(schema.schema.properties)
+    .filter(([key, prop]) => (prop["x-finetune"] || {}).file && job.hyperparameters?.[key])
+    .map(([key, prop]) => [h("dt", {}, prop.title.toLowerCase()), h("dd", { class: "mono" }, job.hyperparameters[key])]);
+}
+
 export async function render(main, [jobId], signal) {
   const schema = await settingsSchema();  // settings named by their form fields' labels (util.js inDashboardTerms)
   let job = await api(`/v1/fine_tuning/jobs/${jobId}`);
@@ -338,7 +345,8 @@ export async function render(main, [jobId], signal) {
     if (run.plan) {
       settingsBox.replaceChildren(
         h("dl", { class: "kv" }, h("dt", {}, "base model"), h("dd", {}, job.model), h("dt", {}, "training file"), h("dd", { class: "mono" }, job.training_file),
-          h("dt", {}, "validation file"), h("dd", { class: "mono" }, job.validation_file || "held out from the training file"), h("dt", {}, "seed"), h("dd", {}, String(job.seed)),
+          h("dt", {}, "validation file"), h("dd", { class: "mono" }, job.validation_file || "held out from the training file"),
+          namedFiles(job, schema), h("dt", {}, "seed"), h("dd", {}, String(job.seed)),
           h("dt", {}, "method"), h("dd", {}, run.plan.method)),
         planView(run.plan, null, schema));
     } else {
