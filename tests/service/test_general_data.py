@@ -6,6 +6,7 @@ not ended. The worker tests use the stand-in trainer (fake_trainer.py): the real
 from __future__ import annotations
 
 import json
+import tempfile
 import time
 
 import pytest
@@ -106,7 +107,8 @@ def test_general_data_without_replay_is_refused_in_api_terms(app, files):
                                                                                          PARAM)  # fmt: skip
 
 
-def test_the_plan_mixes_them_in_and_names_them_as_uploaded(app, files):
+def test_the_plan_mixes_them_in_and_names_them_as_uploaded(app, files, tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the plan mixes its replay rows
     alice = api_client(app)
     answer = alice.post("/v1/fine_tuning/plan", json=_body(files["training"], {"general_data": files["general"]}))
     assert answer.status_code == 200, answer.text
@@ -115,6 +117,7 @@ def test_the_plan_mixes_them_in_and_names_them_as_uploaded(app, files):
     assert plan["replay_added"]["source"] == "general.jsonl" and plan["replay_added"]["rows"] > 0
     text = json.dumps(plan)
     assert str(app.state.options.data_dir) not in text and "/files/" not in text
+    assert not list(tmp_path.glob("finetune-replay-*"))  # the mix (the team's and the general conversations) is gone
 
 
 def test_the_worker_gives_the_run_the_stored_upload_and_the_job_shows_the_id(app, files, monkeypatch):

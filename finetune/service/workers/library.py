@@ -11,11 +11,13 @@ metrics.jsonl, checkpoints/, report.json, adapter/ or model/) is what the servic
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from finetune.data.preference import read_preferences
 from finetune.data.read import read_file
+from finetune.data.replay_mix import scratch_mix
 from finetune.data.sensitive import scanned_file
 from finetune.data.tokenize import load_tokenizer
 from finetune.data.types import Problem
@@ -259,7 +261,10 @@ def plan_job(config: RunConfig, out: Path | None = None, speed_of=None):
     or the pool's (`speed_of`, the API), else the plan's FLOP-based guess, which says so."""
     from finetune.run import plan_run  # torch, transformers: run.py is the whole run; loaded when a job is planned
 
-    return plan_run(config, out, measure=False, speed_of=speed_of)
+    planned = plan_run(config, out, measure=False, speed_of=speed_of)
+    if out is None and (scratch := scratch_mix(planned.plan.run)) is not None:
+        shutil.rmtree(scratch, ignore_errors=True)  # the API's plan: nothing executes it, so no copy may stay behind
+    return planned
 
 
 def resolved_hyperparameters(plan: Plan, method_type: str, file_ids: dict[str, str]) -> dict:

@@ -102,7 +102,7 @@ def mix_replay(
         rows, source = replay_mix.general_rows(config.general_data), str(config.general_data)
     else:
         rows, source = base_answers(config, tokenizer), "base model"
-    folder = out / FOLDER if out is not None else Path(tempfile.mkdtemp(prefix="finetune-replay-"))
+    folder = out / FOLDER if out is not None else Path(tempfile.mkdtemp(prefix=replay_mix.SCRATCH_PREFIX))
     return replay_mix.write_mixed(config, folder, rows, ratio, source, write)
 
 
