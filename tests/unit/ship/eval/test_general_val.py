@@ -4,13 +4,13 @@ plot and the report; refused as a change on resume; and `off` leaving the run ex
 
 from __future__ import annotations
 
-import importlib
 import io
 import json
 from pathlib import Path
 
 import pytest
 import torch
+from replay_fixtures import counting_base
 from rich.console import Console
 
 from finetune.data import replay_mix
@@ -20,7 +20,7 @@ from finetune.run import plan_run, train
 from finetune.settings.config import RunConfig
 from finetune.settings.errors import UserError
 from finetune.settings.fingerprint import check_resume, run_fingerprint
-from finetune.ship.eval import general_val, replay
+from finetune.ship.eval import general_val
 
 EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
 TODAY = {"step", "epoch", "learning_rate", "train_loss", "grad_norm", "target_tokens", "tokens_per_s", "val_loss"}
@@ -28,37 +28,11 @@ RUN = {"max_steps": 6, "eval_every": 2, "epochs": 1, "batch_size": 4, "gpu": "cp
 
 
 @pytest.fixture
-def team(tmp_path) -> str:
-    lines = (EXAMPLES / "train.jsonl").read_text(encoding="utf-8").splitlines()[:48]
-    path = tmp_path / "team.jsonl"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return str(path)
-
-
-@pytest.fixture
 def calls(monkeypatch, tmp_path):
-    """A cache root of the test's own; the base's answers are a sentence about the prompt closed by the stop token
-    (the untrained toy rarely stops); every model load and generate call counted, with the prompts asked."""
-    monkeypatch.setenv("FINETUNE_CACHE", str(tmp_path / "cache"))
-    counted = {"generate": 0, "load": 0, "asked": []}
-    model_module = importlib.import_module("finetune.train.model")
-    real_load = model_module.load_model
-
-    def load(*args, **kwargs):
-        counted["load"] += 1
-        return real_load(*args, **kwargs)
-
-    def generate(model, tokenizer, prompts, max_new_tokens=96, batch_size=32):
-        from finetune.data.prompting import stop_ids
-
-        counted["generate"] += 1
-        counted["asked"] += [p[-1]["content"] for p in prompts]
-        answers = [f"Here is a plain answer: {p[-1]['content'][:40].lower()}" for p in prompts]
-        return [[*tokenizer(a, add_special_tokens=False)["input_ids"], stop_ids(tokenizer)[0]] for a in answers]
-
-    monkeypatch.setattr(replay, "load_model", load)
-    monkeypatch.setattr(replay, "generate_ids", generate)
-    return counted
+    """The base's answers are a sentence about the prompt; its loads and generations counted (conftest.py)."""
+    return counting_base(
+        monkeypatch, tmp_path / "cache", lambda prompt: f"Here is a plain answer: {prompt[:40].lower()}"
+    )
 
 
 def _train(team: str, model: Path, out: Path, **settings):

@@ -4,12 +4,12 @@ shown in the plan, refused as a change on resume, and `off` leaving the run exac
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import io
 import json
 from pathlib import Path
 
 import pytest
+from replay_fixtures import counting_base
 from rich.console import Console
 
 from finetune.data import replay_mix
@@ -19,46 +19,17 @@ from finetune.run import plan_run
 from finetune.settings.config import RunConfig
 from finetune.settings.errors import UserError
 from finetune.settings.fingerprint import check_resume, run_fingerprint
-from finetune.ship.eval import replay
 
 EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
 PROMPTS = 6  # the tests answer a few of the shipped prompts, not all of them
 
 
 @pytest.fixture
-def team(tmp_path) -> str:
-    lines = (EXAMPLES / "train.jsonl").read_text(encoding="utf-8").splitlines()[:48]
-    path = tmp_path / "team.jsonl"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return str(path)
-
-
-@pytest.fixture
 def calls(monkeypatch, tmp_path):
-    """A cache root of the test's own; few prompts; every model load and generate call counted. The answers are
-    a fixed sentence closed by the stop token (the untrained toy rarely stops), so caching and mixing are tested
-    on answers the product keeps."""
-    monkeypatch.setenv("FINETUNE_CACHE", str(tmp_path / "cache"))
+    """Few prompts; the answers a fixed sentence, so caching and mixing are tested on answers the product keeps;
+    every model load and generate call counted (conftest.py)."""
     monkeypatch.setattr(replay_mix, "training_prompts", lambda: replay_mix.replay_prompts()[:PROMPTS])
-    counted = {"generate": 0, "load": 0}
-    model_module = importlib.import_module("finetune.train.model")
-    real_load = model_module.load_model
-
-    def load(*args, **kwargs):
-        counted["load"] += 1
-        return real_load(*args, **kwargs)
-
-    def generate(model, tokenizer, prompts, max_new_tokens=96, batch_size=32):
-        from finetune.data.prompting import stop_ids
-
-        counted["generate"] += 1
-        ids = tokenizer("A plain general answer.", add_special_tokens=False)["input_ids"]
-        return [[*ids, stop_ids(tokenizer)[0]] for _ in prompts]
-
-    monkeypatch.setattr(model_module, "load_model", load)
-    monkeypatch.setattr(replay, "load_model", load)  # replay's own name for it
-    monkeypatch.setattr(replay, "generate_ids", generate)
-    return counted
+    return counting_base(monkeypatch, tmp_path / "cache", lambda _prompt: "A plain general answer.", every_load=True)
 
 
 def _plan(team: str, model: Path, out: Path, **settings):
@@ -69,11 +40,11 @@ def _plan(team: str, model: Path, out: Path, **settings):
 def test_answers_are_generated_once_per_base_and_cached(team, toy_model, tmp_path, calls):
     # the forgetting curve (on with replay; its own slice, tests/unit/ship/eval/test_general_val.py) left aside
     first = _plan(team, toy_model, tmp_path / "a", replay=0.25, general_val=False)
-    assert calls == {"generate": 1, "load": 1}
+    assert calls["generate"] == calls["load"] == 1
     cached = list((tmp_path / "cache" / "replay").glob("*.jsonl"))
     assert len(cached) == 1 and len(cached[0].read_text().splitlines()) == PROMPTS
     second = _plan(team, toy_model, tmp_path / "b", replay=0.25, general_val=False)
-    assert calls == {"generate": 1, "load": 1}  # read from the cache: no model loaded, nothing generated
+    assert calls["generate"] == calls["load"] == 1  # read from the cache: no model loaded, nothing generated
     assert first.plan.replay_added == second.plan.replay_added
 
 
@@ -110,7 +81,7 @@ def test_the_plan_shows_replay_rows_and_tokens(team, toy_model, tmp_path, calls,
 
 def test_auto_leaves_replay_off_on_a_model_too_small_to_know_anything(team, toy_model, tmp_path, calls):
     toy = _plan(team, toy_model, tmp_path / "toy")  # replay is Auto's by default
-    assert toy.config.replay == "auto" and toy.plan.replay_added is None and calls == {"generate": 0, "load": 0}
+    assert toy.config.replay == "auto" and toy.plan.replay_added is None and calls["generate"] == calls["load"] == 0
     assert toy.plan.auto["replay"].startswith("off: a model of ") and not (tmp_path / "toy" / "replay").exists()
 
 
@@ -120,7 +91,7 @@ def test_replay_off_leaves_the_run_as_it_was(team, toy_model, tmp_path, calls, m
     off = _plan(team, toy_model, tmp_path / "off", replay="off")
     monkeypatch.setattr(run_module, "_replayed", lambda config, *rest: (config, None))
     before = _plan(team, toy_model, tmp_path / "off", replay="off")  # the spine without the replay step at all
-    assert calls == {"generate": 0, "load": 0} and not (tmp_path / "off" / "replay").exists()
+    assert calls["generate"] == calls["load"] == 0 and not (tmp_path / "off" / "replay").exists()
     assert off.config.data == team and off.plan.replay_added is None
     assert off.plan.to_dict() == before.plan.to_dict()
     assert (off.plan.total_steps, off.plan.tokens_processed) == (before.plan.total_steps, before.plan.tokens_processed)
@@ -142,7 +113,7 @@ def test_a_teams_general_data_is_used_instead_of_the_base(team, toy_model, tmp_p
             for i in range(5)]  # fmt: skip
     general.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     on = _plan(team, toy_model, tmp_path / "on", replay=0.5, general_data=str(general))
-    assert calls == {"generate": 0, "load": 0}
+    assert calls["generate"] == calls["load"] == 0
     assert on.plan.replay_added["source"] == str(general) and on.plan.replay_added["distinct_rows"] == 5
 
 
