@@ -291,14 +291,16 @@ def run_sweep(
                 f"no such point: {', '.join(sorted(unknown))} (points: {', '.join(p.name for p in points)})"
             )
         points = [p for p in points if p.name in only]
-    results: dict = {"base": str(base), "grid": grid, "test_prompts": len(prompts), "sizes": {}}
+    earlier = (done or {}).get("sizes", {})
+    # what an earlier run measured stays in the file while this one runs (a size not reached yet, a point not asked)
+    results: dict = {"base": str(base), "grid": grid, "test_prompts": len(prompts), "sizes": dict(earlier)}
     with tempfile.TemporaryDirectory(prefix="auto-sweep-") as tmp:
         work = Path(tmp)
         files, val = split_examples(work, sizes, val_size)
         for n in sizes:
-            rows: list[dict] = []
+            kept = {r["name"]: r for r in earlier.get(str(n), {}).get("rows", [])}
+            rows: list[dict] = [r for name, r in kept.items() if name not in {p.name for p in points}]
             results["sizes"][str(n)] = {"rows": rows}
-            kept = {r["name"]: r for r in ((done or {}).get("sizes", {}).get(str(n), {}).get("rows", []))}
             for point in points:
                 rows.append(
                     kept.get(point.name)

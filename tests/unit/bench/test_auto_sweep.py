@@ -52,3 +52,11 @@ def test_two_point_sweep_runs_and_scores_every_point(toy_model, tmp_path, capsys
     printed = capsys.readouterr().out
     assert "Auto ÷ best" in printed and f"{summary['ratio']:.3f}" in printed
     assert markdown(results) == (tmp_path / "AUTO.md").read_text() and "| 20 |" in markdown(results)
+
+    # --resume with --points: the points asked are kept (nothing trains again), every other row and size stays
+    results["sizes"]["999"] = {"rows": [dict(rows[1], name="measured elsewhere")]}
+    out.write_text(json.dumps(results))
+    assert main([*args, "--points", "Auto", "--resume", str(out), "--json", str(out)]) == 0
+    again = json.loads(out.read_text())
+    assert sorted(r["name"] for r in again["sizes"]["20"]["rows"]) == sorted(r["name"] for r in rows)
+    assert again["sizes"]["999"] == results["sizes"]["999"]
