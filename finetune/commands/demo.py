@@ -32,6 +32,7 @@ from finetune.report.summary import print_summary
 from finetune.run import train
 from finetune.settings.config import RunConfig
 from finetune.settings.errors import UserError
+from finetune.settings.wording import rendered
 from finetune.ship.eval.generate import generate_answers, style_rate
 from finetune.ship.eval.retention import MEASURES, check_retention, points, write_retention
 from finetune.ship.eval.retention import summary as retention_summary
@@ -150,6 +151,7 @@ def run_demo(out: str = "runs/demo", base: str | None = None) -> int:
     console.rule("4. general kept: the retention check on the general set (finetune eval RUN --retention)")
     retention = check_retention(run_dir)
     retention["file"] = str(write_retention(run_dir, retention))
+    retention = rendered(retention)  # demo.json and the printout name settings as flags
     refresh_run_card(run_dir)
     print_retention(retention)
     console.print(f"voice gained: house style {rate_before:.0%} -> {rate_after:.0%}; general kept: {_kept(retention)}")

@@ -289,6 +289,7 @@ def print_retention(report: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    report = rendered(report)  # its message and remedies name settings as flags here
     console = Console(highlight=False)
     table = Table(title="Retention: the base and the tuned model on the general set (95% intervals)")
     for column in ("", "prompts", "base", "tuned", "change (points)"):

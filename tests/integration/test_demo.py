@@ -27,6 +27,8 @@ def test_demo_runs_end_to_end(tmp_path, capsys, pretrained_toy_base):
     assert "Auto left self-replay and the adapter scale off: a model of" in " ".join(printed.split())  # the toy
     assert set(result["retention"]) >= {"accuracy", "rule_pass_rate", "choice_accuracy", "kl", "flag"}
     assert json.loads((out / "run" / "retention.json").read_text())["general_set"] == result["retention"]["general_set"]
+    # the retention advice names settings as flags, in the printout and in demo.json (the toy's run is flagged)
+    assert result["retention"]["remedies"] and "⦃" not in printed + (out / "demo.json").read_text()
     # a second demo replaces its own folder, but never a folder it did not make
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "keep.txt").write_text("user data")
