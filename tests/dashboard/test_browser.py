@@ -78,6 +78,14 @@ def alice(browser, service):
     assert not errors, f"JavaScript errors: {errors}"
 
 
+def _new_job_with_small_file(page, tmp_path) -> None:
+    """Open New job and upload a small training file there (the form selects it)."""
+    page.get_by_role("navigation").get_by_role("link", name="New job").click()
+    page.set_input_files("#upload", str(_small_file(tmp_path)))
+    page.get_by_role("button", name="Upload").click()
+    page.get_by_text("Uploaded small.jsonl").wait_for()
+
+
 def test_sign_in_keeps_the_key_in_an_httponly_cookie(alice, service):
     page = alice
     page.goto(service.base + "/")
@@ -135,10 +143,7 @@ def test_a_bad_file_shows_its_problem_and_line(alice, service, tmp_path):
 
 def test_live_plan_start_a_job_and_watch_it(alice, service, tmp_path, screenshots):
     page = alice
-    page.get_by_role("navigation").get_by_role("link", name="New job").click()
-    page.set_input_files("#upload", str(_small_file(tmp_path)))
-    page.get_by_role("button", name="Upload").click()
-    page.get_by_text("Uploaded small.jsonl").wait_for()
+    _new_job_with_small_file(page, tmp_path)
     plan = page.locator("[data-testid=plan]")
     plan.wait_for(timeout=60_000)
 
@@ -339,10 +344,7 @@ def test_general_conversations_are_a_select_of_files_sent_as_their_id(alice, tmp
     Data section: the plan and the job get hyperparameters.general_data, the file's id; without replay the plan
     says why in the fields' labels."""
     page = alice
-    page.get_by_role("navigation").get_by_role("link", name="New job").click()
-    page.set_input_files("#upload", str(_small_file(tmp_path)))
-    page.get_by_role("button", name="Upload").click()
-    page.get_by_text("Uploaded small.jsonl").wait_for()
+    _new_job_with_small_file(page, tmp_path)
     general = page.get_by_label("General conversations")
     expect(general).to_have_value("")
     assert "none: the base model answers general requests itself" in general.inner_text()
