@@ -22,28 +22,51 @@ def generate_ids(
 ) -> list[list[int]]:
     """Greedy new tokens for each prompt (chat messages), up to and including the first stop token.
 
-    Left-padded batches, prompts built as training built them (prompting.prompt_ids)."""
+    Prompts built as training built them (prompting.prompt_ids), left-padded, `batch_size` at a time in order of
+    length (less padding); a row leaves its batch as soon as it has stopped, so a batch costs the tokens its rows
+    write, not its longest answer times its rows."""
     model.eval()
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    stops = stop_ids(tokenizer)
-    new_ids: list[list[int]] = []
-    for start in range(0, len(prompts), batch_size):
-        encoded = [prompt_ids(tokenizer, messages) for messages in prompts[start : start + batch_size]]
-        width = max(len(ids) for ids in encoded)
-        input_ids = torch.tensor([[pad_id] * (width - len(ids)) + list(ids) for ids in encoded], device=model.device)
-        attention = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in encoded], device=model.device)
-        output = model.generate(
-            input_ids=input_ids,
-            attention_mask=attention,
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            eos_token_id=stops,
-            pad_token_id=pad_id,
-        )
-        for row in output[:, width:].tolist():
-            end = next((i + 1 for i, token in enumerate(row) if token in stops), len(row))
-            new_ids.append(row[:end])
+    encoded = [prompt_ids(tokenizer, messages) for messages in prompts]
+    order = sorted(range(len(encoded)), key=lambda i: (len(encoded[i]), i))
+    new_ids: list[list[int]] = [[] for _ in encoded]
+    for start in range(0, len(order), batch_size):
+        chosen = order[start : start + batch_size]
+        rows = _greedy([encoded[i] for i in chosen], model, pad_id, set(stop_ids(tokenizer)), max_new_tokens)
+        for index, row in zip(chosen, rows, strict=True):
+            new_ids[index] = row
     return new_ids
+
+
+def _greedy(encoded: list[list[int]], model, pad_id: int, stops: set[int], max_new_tokens: int) -> list[list[int]]:
+    """One left-padded batch decoded greedily with the model's key/value cache; finished rows are dropped from the
+    batch (and from the cache) at once."""
+    from transformers import DynamicCache
+
+    device, width = model.device, max(len(ids) for ids in encoded)
+    input_ids = torch.tensor([[pad_id] * (width - len(ids)) + list(ids) for ids in encoded], device=device)
+    mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in encoded], device=device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    cache, alive = DynamicCache(), torch.arange(len(encoded), device=device)
+    written: list[list[int]] = [[] for _ in encoded]
+    for _ in range(max_new_tokens):
+        logits = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                       use_cache=True).logits[:, -1, :]  # fmt: skip
+        tokens = logits.argmax(-1)
+        done = []
+        for row, token in zip(alive.tolist(), tokens.tolist(), strict=True):
+            written[row].append(token)
+            done.append(token in stops)
+        if all(done):
+            break
+        if any(done):  # the finished rows leave the batch and the cache
+            keep = torch.tensor([slot for slot, d in enumerate(done) if not d], device=device)
+            cache.batch_select_indices(keep)
+            alive, tokens, mask, positions = alive[keep], tokens[keep], mask[keep], positions[keep]
+        input_ids = tokens[:, None]
+        mask = torch.cat([mask, mask.new_ones(len(alive), 1)], dim=-1)
+        positions = positions[:, -1:] + 1
+    return written
 
 
 def generate_answers(
