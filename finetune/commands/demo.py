@@ -34,7 +34,7 @@ from finetune.settings.config import RunConfig
 from finetune.settings.errors import UserError
 from finetune.settings.wording import rendered
 from finetune.ship.eval.generate import generate_answers, style_rate
-from finetune.ship.eval.retention import MEASURES, check_retention, points, write_retention
+from finetune.ship.eval.retention import LABELS, check_retention, points, write_retention
 from finetune.ship.eval.retention import summary as retention_summary
 from finetune.ship.export.card import refresh_run_card
 from finetune.ship.run_folder import load_for_generation, locate_weights
@@ -94,9 +94,9 @@ def _answers(model_dir: Path, weights: Path | None, prompts):
 def _kept(retention: dict) -> str:
     """'accuracy 34% -> 33% (-1), rule pass-rate ..., KL 0.21 nats per token: not flagged'."""
     rates = [
-        f"{MEASURES[key]} {n['base']['rate']:.0%} -> {n['tuned']['rate']:.0%} ({points(n['change']['value'])})"
-        for key in MEASURES
-        if (n := retention[key])["n"]
+        f"{LABELS[key]} {n['base']['rate']:.0%} -> {n['tuned']['rate']:.0%} ({points(n['change']['value'])})"
+        for key in LABELS
+        if (n := retention.get(key) or {"n": 0})["n"]
     ]
     verdict = "flagged: a drop beyond chance" if retention["flag"] else "not flagged"
     return f"{', '.join(rates)}, KL {retention['kl']['mean_per_token']:.2f} nats per token: {verdict}"

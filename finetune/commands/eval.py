@@ -30,7 +30,7 @@ from finetune.settings.wording import rendered
 from finetune.ship.eval.generate import generate_answers, style_rate
 from finetune.ship.eval.html import render_html
 from finetune.ship.eval.metrics import parse_rules, rule_win_rate, score, summarize, token_f1  # noqa: F401 (API)
-from finetune.ship.eval.retention import MEASURES, check_retention, points, write_retention
+from finetune.ship.eval.retention import LABELS, check_retention, points, write_retention
 from finetune.ship.eval.retention import summary as retention_summary
 from finetune.ship.eval.test_split import TEST_FILE
 from finetune.ship.export.card import refresh_run_card
@@ -294,8 +294,8 @@ def print_retention(report: dict) -> None:
     table = Table(title="Retention: the base and the tuned model on the general set (95% intervals)")
     for column in ("", "prompts", "base", "tuned", "change (points)"):
         table.add_column(column, justify="left" if not column else "right")
-    for key, name in MEASURES.items():
-        numbers = report[key]
+    for key, name in LABELS.items():
+        numbers = report.get(key) or {"n": 0}
         if not numbers["n"]:
             continue
         base, tuned, change = numbers["base"], numbers["tuned"], numbers["change"]
@@ -305,9 +305,12 @@ def print_retention(report: dict) -> None:
             f"{base['rate']:.0%} ({base['low']:.0%}-{base['high']:.0%})",
             f"{tuned['rate']:.0%} ({tuned['low']:.0%}-{tuned['high']:.0%})",
             f"{points(change['value'])} ({points(change['low'])} to {points(change['high'])})"
-            + (" DROP" if numbers["dropped"] else ""),
+            + (" DROP" if numbers.get("dropped") else "")
+            + (" RISE" if numbers.get("rose") else ""),
         )
     console.print(table)
+    if moved := _instructions_moved(report.get("by_instruction") or {}):
+        console.print(f"instructions kept, by kind (base -> tuned): {moved}")
     console.print(
         f"mean KL(tuned || base) per token on the base's own answers: {report['kl']['mean_per_token']:.4g} nats"
     )
@@ -315,6 +318,12 @@ def print_retention(report: dict) -> None:
     for remedy in report["remedies"]:
         console.print(f"  - {remedy}")
     console.print(f"written: {report['file']} ({report['seconds']['total']:.0f} s)", soft_wrap=True)  # a whole path
+
+
+def _instructions_moved(by_instruction: dict, most: int = 6) -> str:
+    """The instruction kinds whose keeping changed most, largest drop first: 'postscript 64% -> 27%, ...'."""
+    moved = sorted(by_instruction.items(), key=lambda kv: kv[1]["tuned"] - kv[1]["base"])[:most]
+    return ", ".join(f"{kind} {v['base']:.0%} -> {v['tuned']:.0%}" for kind, v in moved)
 
 
 def _numbers_table(result: dict):

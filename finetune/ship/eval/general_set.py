@@ -2,6 +2,7 @@
 
     prompts, choices = load_general_set()
     passed(prompt, "The capital of Peru is Lima.")    # -> True
+    requests = load_instructions()                    # longer answers with rules on their form (instructions.py)
 
 Written by examples/generate_retention.py (seeded; the files are committed, reviewable, never trained on).
 A prompt's check is one of:
@@ -22,8 +23,10 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from finetune.ship.eval.instructions import Instruction
+
 GENERAL_DIR = Path(__file__).resolve().parent / "general"
-PROMPTS_FILE, CHOICES_FILE = "prompts.jsonl", "choices.jsonl"
+PROMPTS_FILE, CHOICES_FILE, INSTRUCTIONS_FILE = "prompts.jsonl", "choices.jsonl", "instructions.jsonl"
 ANSWER_KINDS = ("arithmetic", "conversion", "fact")  # scored for accuracy; "rule" prompts for the rule pass-rate
 
 
@@ -51,6 +54,19 @@ class Choice:
         return [{"role": "user", "content": self.question}]
 
 
+@dataclass(frozen=True)
+class InstructionRequest:
+    """A request for a longer answer with one or two instructions on its form (examples/generate_instructions.py)."""
+
+    id: str
+    task: str
+    prompt: str
+    instructions: tuple[Instruction, ...]
+
+    def messages(self) -> list[dict]:
+        return [{"role": "user", "content": self.prompt}]
+
+
 def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
@@ -68,10 +84,21 @@ def load_general_set(folder: Path = GENERAL_DIR) -> tuple[tuple[GeneralPrompt, .
     return prompts, choices
 
 
+@cache
+def load_instructions(folder: Path = GENERAL_DIR) -> tuple[InstructionRequest, ...]:
+    return tuple(
+        InstructionRequest(
+            row["id"], row["task"], row["prompt"],
+            tuple(Instruction(i["kind"], i.get("args", {})) for i in row["instructions"]),
+        )
+        for row in _rows(folder / INSTRUCTIONS_FILE)
+    )  # fmt: skip
+
+
 def set_digest(folder: Path = GENERAL_DIR) -> str:
-    """A short fingerprint of the set's two files: numbers from different sets are not comparable."""
+    """A short fingerprint of the set's files: numbers from different sets are not comparable."""
     digest = hashlib.sha256()
-    for name in (PROMPTS_FILE, CHOICES_FILE):
+    for name in (PROMPTS_FILE, CHOICES_FILE, INSTRUCTIONS_FILE):
         digest.update((folder / name).read_bytes())
     return digest.hexdigest()[:12]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from html import escape
 
-from finetune.ship.eval.retention import MEASURES, points
+from finetune.ship.eval.retention import LABELS, points
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1200px; color: #222; }
@@ -82,8 +82,8 @@ def _retention(retention: dict | None) -> str:
         return f"{side['rate']:.0%} ({side['low']:.0%}&ndash;{side['high']:.0%})"
 
     rows = []
-    for key, name in MEASURES.items():
-        numbers = retention[key]
+    for key, name in LABELS.items():
+        numbers = retention.get(key) or {"n": 0}
         if not numbers["n"]:
             continue
         change = numbers["change"]
@@ -91,7 +91,8 @@ def _retention(retention: dict | None) -> str:
         rows.append(
             f"<tr><th>{escape(name)}</th><td class='num'>{numbers['n']}</td><td class='num'>{rate(numbers['base'])}</td>"
             f"<td class='num'>{rate(numbers['tuned'])}</td><td class='num'>{text}"
-            f"{' <strong>drop</strong>' if numbers['dropped'] else ''}</td></tr>"
+            f"{' <strong>drop</strong>' if numbers.get('dropped') else ''}"
+            f"{' <strong>rise</strong>' if numbers.get('rose') else ''}</td></tr>"
         )
     head = "<tr><th></th><th>prompts</th><th>base</th><th>tuned</th><th>change, points (95% interval)</th></tr>"
     remedies = "".join(f"<li>{escape(r)}</li>" for r in retention.get("remedies") or [])

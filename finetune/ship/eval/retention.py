@@ -4,10 +4,19 @@
     write_retention("runs/one", report)         # RUN/retention.json
 
 The base and the tuned model answer the general set that ships with the package (general_set.py: arithmetic,
-unit conversions, facts, instructions with a checkable rule, and multiple-choice questions), never trained on:
+unit conversions, facts, instructions with a checkable rule, requests for longer answers with instructions on their
+form, and multiple-choice questions), never trained on:
 
 accuracy          share of arithmetic, conversion and fact prompts answered right (greedy answers, checked)
 rule_pass_rate    share of instructions whose rule the answer keeps ("answer in exactly three words", ...)
+instruction_following
+                  share of requests for a longer answer (100-200 words) whose every instruction on its form the
+                  answer keeps (a title, a postscript, placeholders, bullet points, JSON, words to avoid, a letter's
+                  frequency, a length, lowercase or capitals, no commas, ...: instructions.py), strict
+instructions_kept share of those instructions kept, one by one (by_instruction: per kind)
+team_voice        share of all general answers that carry one of the team's own recurring lines (a greeting, a
+                  sign-off: team_voice.py): a general request answered in the team's voice, not as asked. A rise
+                  beyond chance is flagged like a drop of the others
 choice_accuracy   share of multiple-choice questions whose right option the model finds most likely: each
                   option is scored as the reply to the question (after the reply's first words, `lead`) by
                   its mean log-likelihood per token; a total would favour the option with the fewest tokens
@@ -19,7 +28,8 @@ kl                mean over tokens of KL(tuned || base), in nats: on the base's 
 Each rate has a 95% Wilson interval per model, and the change (tuned - base) Newcombe's interval for paired
 outcomes (intervals.py). A change whose whole interval is below 0 is a drop beyond chance: it sets `flag`,
 and the report names it with the usual remedies. One loaded base serves both sides of a LoRA run (its adapter
-switched off, then on); a full run loads the base beside the tuned model.
+switched off, then on); a full run loads the base beside the tuned model. The base's answers are the same for
+every run of that base: they are computed once and cached (general_answers.py).
 """
 
 from __future__ import annotations
@@ -32,20 +42,45 @@ from functools import partial
 from pathlib import Path
 
 from finetune.data.prompting import prompt_ids
+from finetune.settings.fingerprint import model_identity
 from finetune.settings.wording import act, ref, rendered
-from finetune.ship.eval.general_set import ANSWER_KINDS, Choice, GeneralPrompt, load_general_set, passed, set_digest
+from finetune.ship.eval.general_answers import (
+    Answers,
+    GeneralItems,
+    Settings,
+    answers_of,
+    base_answers_cached,
+    cache_key,
+)
+from finetune.ship.eval.general_set import (
+    ANSWER_KINDS,
+    Choice,
+    GeneralPrompt,
+    InstructionRequest,
+    load_general_set,
+    load_instructions,
+    passed,
+    set_digest,
+)
+from finetune.ship.eval.instructions import follows
 from finetune.ship.eval.intervals import paired_difference, wilson
+from finetune.ship.eval.team_voice import signature_lines, speaks_as_team, team_replies
 from finetune.ship.run_folder import load_for_generation, locate_weights, read_json
 
 RETENTION_FILE = "retention.json"
 MAX_NEW_TOKENS = 48
+REQUEST_TOKENS = 320  # a longer answer: 100-200 words asked, about 130-270 tokens
 BATCH = 64
 SCORE_BATCH = 16
-MEASURES = {  # key in retention.json: what a reader calls it
+MEASURES = {  # key in retention.json: what a reader calls it (a drop beyond chance flags)
     "accuracy": "accuracy",
     "rule_pass_rate": "rule pass-rate",
     "choice_accuracy": "multiple-choice accuracy",
+    "instruction_following": "instruction following",
+    "instructions_kept": "instructions kept",
 }
+TEAM_VOICE = "general answers in the team's voice"  # team_voice: a rise beyond chance flags
+LABELS = {**MEASURES, "team_voice": TEAM_VOICE}
 REMEDIES = {  # settings named for each reader (wording.py): write_retention and the command line render them
     "epochs": f"Train fewer epochs ({ref('epochs')}), or keep an earlier checkpoint ({act('compare_checkpoints')}).",
     "lr": f"Lower the learning rate ({ref('lr')}).",
@@ -137,25 +172,27 @@ def describe(key: str, numbers: dict) -> str:
     """'accuracy 62% -> 31% (change -31 points, 95% interval -38 to -24)'."""
     change = numbers["change"]
     return (
-        f"{MEASURES[key]} {numbers['base']['rate']:.0%} -> {numbers['tuned']['rate']:.0%} "
+        f"{LABELS[key]} {numbers['base']['rate']:.0%} -> {numbers['tuned']['rate']:.0%} "
         f"(change {points(change['value'])} points, 95% interval {points(change['low'])} to {points(change['high'])})"
     )
 
 
 def verdict(report: dict) -> tuple[bool, list[str], str]:
     """(flag, the measures that dropped beyond their interval, the verdict in plain words)."""
-    measured = [m for m in MEASURES if report[m]["n"]]
+    measured = [m for m in MEASURES if m in report and report[m]["n"]]
     flagged = [m for m in measured if report[m]["dropped"]]
+    voice = report.get("team_voice") or {}
+    if voice.get("rose"):
+        flagged.append("team_voice")
     if flagged:
-        drops = "; ".join(describe(m, report[m]) for m in flagged)
+        drops = "; ".join(describe(m, voice if m == "team_voice" else report[m]) for m in flagged)
         message = (
-            f"Tuning cost the model some of what it knew: {drops}. The whole interval is below zero, so the drop "
-            "is more than chance."
+            f"Tuning cost the model some of what it knew: {drops}. The whole interval is "
+            f"{'above' if flagged == ['team_voice'] else 'beyond'} zero, so the change is more than chance."
         )
     else:
-        message = (
-            "No drop beyond chance on the general set: " + "; ".join(describe(m, report[m]) for m in measured) + "."
-        )
+        parts = [describe(m, report[m]) for m in measured] + ([describe("team_voice", voice)] if voice.get("n") else [])
+        message = "No drop beyond chance on the general set: " + "; ".join(parts) + "."
     return bool(flagged), flagged, message
 
 
@@ -164,28 +201,30 @@ def check_retention(
 ) -> dict:
     """Compare a run's final weights with its base on the general set; returns retention.json's content.
 
-    `max_new_tokens` bounds each greedy answer (default MAX_NEW_TOKENS, 48); `batch_size` prompts are answered
-    together (BATCH, 64: on SmolLM2-135M, one CPU thread, 17% less CPU time than 32); teacher-forced scoring runs
-    SCORE_BATCH rows at a time (its logits span the whole vocabulary). `limit` asks only that many prompts and
-    that many multiple-choice questions (spread over the set): quicker, with wider intervals."""
+    `max_new_tokens` bounds each short greedy answer (default MAX_NEW_TOKENS, 48; the longer answers to the
+    instruction requests get REQUEST_TOKENS); `batch_size` prompts are answered together (BATCH, 64: on
+    SmolLM2-135M, one CPU thread, 17% less CPU time than 32); teacher-forced scoring runs SCORE_BATCH rows at a time
+    (its logits span the whole vocabulary). `limit` asks only that many prompts, requests and multiple-choice
+    questions (spread over the set): quicker, with wider intervals. The base's side comes from the cache when this
+    base answered the same set with the same settings before (general_answers.py)."""
     started = time.perf_counter()
-    max_new_tokens = max_new_tokens or MAX_NEW_TOKENS
-    all_prompts, all_choices = load_general_set()
-    prompts: list[GeneralPrompt] = _subset(all_prompts, limit)
-    choices: list[Choice] = _subset(all_choices, limit)
+    prompts, choices = load_general_set()
+    items = GeneralItems(_subset(prompts, limit), _subset(load_instructions(), limit), _subset(choices, limit))
+    settings = Settings(max_new_tokens or MAX_NEW_TOKENS, REQUEST_TOKENS, batch_size, SCORE_BATCH)
     weights, sides, tokenizer = _load(Path(run))
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    choice_rows = _choice_rows(tokenizer, items.choices)
     loaded = time.perf_counter()
-    new_ids, answers = _answer(sides, tokenizer, prompts, max_new_tokens, batch_size)
-    ok = {name: [passed(p, a) for p, a in zip(prompts, got, strict=True)] for name, got in answers.items()}
+    answers, base_cached = _both_sides(weights, sides, tokenizer, items, settings, choice_rows, pad_id)
     generated = time.perf_counter()
-    kl_rows = _kl_on_base_answers(sides, tokenizer, prompts, new_ids["base"], pad_id)
-    picks = _pick_options(sides, tokenizer, choices, pad_id)
+    kl_rows = _kl_on_base_answers(sides, tokenizer, items.prompts, answers["base"].prompt_ids, pad_id)
     scored = time.perf_counter()
 
-    report = _numbers(weights, prompts, choices, ok, picks, kl_rows, limit)
+    texts = {name: _decoded(tokenizer, side) for name, side in answers.items()}
+    report = _numbers(weights, items, texts, answers, kl_rows, limit, team_replies(weights.run))
     report["settings"] = {
-        "max_new_tokens": max_new_tokens,
+        "max_new_tokens": settings.max_new_tokens,
+        "request_tokens": settings.request_tokens,
         "batch_size": batch_size,
         "choice_score": "mean log-likelihood per option token, after the question and the reply's lead",
         "interval": "95%: Wilson per model; Newcombe's paired score interval (method 10) for the change",
@@ -194,31 +233,35 @@ def check_retention(
     plan = read_json(weights.run / "plan.json")
     head_trained, objective = bool(plan.get("lora_train_head")), plan.get("objective", "sft")
     report["remedies"] = remedies(report["method"], head_trained, objective) if report["flag"] else []
-    report["rows"] = _prompt_rows(prompts, answers, ok, kl_rows)
-    report["choices"] = _picked_choices(choices, picks)
+    report["rows"] = _prompt_rows(items.prompts, texts, kl_rows)
+    report["requests"] = _request_rows(items.requests, texts)
+    report["choices"] = _picked_choices(items.choices, {name: a.picks for name, a in answers.items()})
     report["seconds"] = {
         "load": round(loaded - started, 2),
         "generate": round(generated - loaded, 2),
         "score": round(scored - generated, 2),
         "total": round(scored - started, 2),
+        "base_cached": base_cached,  # the base's answers were read from the cache (computed once per base)
     }
     return report
 
 
-def _answer(sides: dict, tokenizer, prompts: list[GeneralPrompt], max_new_tokens: int, batch_size: int):
-    """The greedy answers of both sides: ({side: new token ids per prompt}, {side: decoded answer per prompt})."""
-    from finetune.ship.eval.generate import generate_ids  # torch: the dashboard and the card read this module
+def _both_sides(weights, sides: dict, tokenizer, items: GeneralItems, settings: Settings, choice_rows, pad_id: int):
+    """({"base": Answers, "tuned": Answers}, whether the base's came from the cache)."""
 
-    messages = [p.messages() for p in prompts]
-    new_ids = {}
-    for name, side in sides.items():
+    def answer(side) -> Answers:
         with side() as model:
-            new_ids[name] = generate_ids(model, tokenizer, messages, max_new_tokens, batch_size)
-    answers = {
-        name: [tokenizer.decode(ids, skip_special_tokens=True).strip() for ids in rows]
-        for name, rows in new_ids.items()
-    }
-    return new_ids, answers
+            return answers_of(model, tokenizer, items, settings, choice_rows, pad_id)
+
+    key = cache_key(model_identity(weights.base), tokenizer, set_digest(), items, settings)
+    base, cached = base_answers_cached(key, lambda: answer(sides["base"]))
+    return {"base": base, "tuned": answer(sides["tuned"])}, cached
+
+
+def _decoded(tokenizer, answers: Answers) -> dict[str, list[str]]:
+    decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=True).strip()  # noqa: E731
+    return {"prompts": [decode(ids) for ids in answers.prompt_ids],
+            "requests": [decode(ids) for ids in answers.request_ids]}  # fmt: skip
 
 
 def _kl_on_base_answers(sides: dict, tokenizer, prompts: list[GeneralPrompt], base_ids: list, pad_id: int) -> list:
@@ -229,49 +272,44 @@ def _kl_on_base_answers(sides: dict, tokenizer, prompts: list[GeneralPrompt], ba
     return kl_per_row(sides["tuned"], sides["base"], rows, pad_id, batch_size=SCORE_BATCH)
 
 
-def _pick_options(sides: dict, tokenizer, choices: list[Choice], pad_id: int) -> dict[str, list[int]]:
-    """Multiple choice: each side's most likely option per question (mean log-likelihood per option token)."""
-    from finetune.ship.eval.likelihood import target_log_probs  # torch: the dashboard and the card read this module
-
-    option_rows = _choice_rows(tokenizer, choices)
-    picks: dict[str, list[int]] = {}
-    for name, side in sides.items():
-        with side() as model:
-            scores = target_log_probs(model, option_rows, pad_id, batch_size=SCORE_BATCH)
-        means, at = [sum(s) / len(s) for s in scores], 0
-        picks[name] = []
-        for choice in choices:
-            options = means[at : at + len(choice.options)]
-            picks[name].append(max(range(len(options)), key=options.__getitem__))
-            at += len(choice.options)
-    return picks
-
-
-def _numbers(weights, prompts: list[GeneralPrompt], choices: list[Choice], ok: dict, picks: dict, kl_rows: list,
-             limit: int | None) -> dict:  # fmt: skip
+def _numbers(weights, items: GeneralItems, texts: dict, answers: dict, kl_rows: list, limit: int | None,
+             team: list[str]) -> dict:  # fmt: skip
     """The report's measures: what was compared, each rate of both models with its intervals, per kind, and KL."""
-    right = {name: [pick == c.answer for pick, c in zip(got, choices, strict=True)] for name, got in picks.items()}
+    prompts, choices, requests = items.prompts, items.choices, items.requests
+    ok = {name: [passed(p, a) for p, a in zip(prompts, t["prompts"], strict=True)] for name, t in texts.items()}
+    kept = {name: [[follows(i, a) for i in r.instructions] for r, a in zip(requests, t["requests"], strict=True)]
+            for name, t in texts.items()}  # fmt: skip
+    right = {name: [a.picks[i] == c.answer for i, c in enumerate(choices)] for name, a in answers.items()}
     answer_items = [i for i, p in enumerate(prompts) if p.kind in ANSWER_KINDS]
     rule_items = [i for i, p in enumerate(prompts) if p.kind == "rule"]
     kl_sum, kl_tokens = sum(s for s, _ in kl_rows), sum(n for _, n in kl_rows)
+    side = lambda name, items: [ok[name][i] for i in items]  # noqa: E731
     return {
         "base_model": weights.base,
         "tuned": str(weights.adapter or weights.model),
         "method": "lora" if weights.is_lora else "full",
-        "general_set": {"digest": set_digest(), "prompts": len(prompts), "choices": len(choices), "limit": limit},
-        "n": {"answers": len(answer_items), "rules": len(rule_items), "choices": len(choices)},
-        "accuracy": measure([ok["base"][i] for i in answer_items], [ok["tuned"][i] for i in answer_items]),
-        "rule_pass_rate": measure([ok["base"][i] for i in rule_items], [ok["tuned"][i] for i in rule_items]),
+        "general_set": {
+            "digest": set_digest(),
+            "prompts": len(prompts),
+            "choices": len(choices),
+            "requests": len(requests),
+            "limit": limit,
+        },  # fmt: skip
+        "n": {
+            "answers": len(answer_items),
+            "rules": len(rule_items),
+            "choices": len(choices),
+            "requests": len(requests),
+            "instructions": sum(len(r.instructions) for r in requests),
+        },  # fmt: skip
+        "accuracy": measure(side("base", answer_items), side("tuned", answer_items)),
+        "rule_pass_rate": measure(side("base", rule_items), side("tuned", rule_items)),
         "choice_accuracy": measure(right["base"], right["tuned"]),
-        "by_kind": {
-            kind: {
-                "n": len(items),
-                "base": sum(ok["base"][i] for i in items) / len(items),
-                "tuned": sum(ok["tuned"][i] for i in items) / len(items),
-            }
-            for kind in dict.fromkeys(p.kind for p in prompts)
-            if (items := [i for i, p in enumerate(prompts) if p.kind == kind])
-        },
+        "instruction_following": measure([all(k) for k in kept["base"]], [all(k) for k in kept["tuned"]]),
+        "instructions_kept": measure(_flat(kept["base"]), _flat(kept["tuned"])),
+        "team_voice": _team_voice(texts, team),
+        "by_kind": _by_kind(prompts, ok),
+        "by_instruction": _by_instruction(requests, kept),
         "kl": {
             "mean_per_token": kl_sum / kl_tokens if kl_tokens else 0.0,
             "tokens": kl_tokens,
@@ -281,21 +319,66 @@ def _numbers(weights, prompts: list[GeneralPrompt], choices: list[Choice], ok: d
     }
 
 
-def _prompt_rows(prompts: list[GeneralPrompt], answers: dict, ok: dict, kl_rows: list) -> list[dict]:
+def _flat(rows: list[list[bool]]) -> list[bool]:
+    return [value for row in rows for value in row]
+
+
+def _team_voice(texts: dict, team: list[str]) -> dict:
+    """The share of every general answer (short and long) that carries one of the team's recurring lines."""
+    lines = signature_lines(team)
+    if not lines:
+        return {"n": 0, "lines": [], "why": "no line recurs in the team's replies (or the training file is gone)"}
+    voiced = {name: [speaks_as_team(a, lines) for a in t["prompts"] + t["requests"]] for name, t in texts.items()}
+    numbers = measure(voiced["base"], voiced["tuned"])
+    return {**numbers, "rose": numbers["change"]["low"] > 0, "lines": lines}
+
+
+def _by_kind(prompts: list[GeneralPrompt], ok: dict) -> dict:
+    kinds = {}
+    for kind in dict.fromkeys(p.kind for p in prompts):
+        items = [i for i, p in enumerate(prompts) if p.kind == kind]
+        kinds[kind] = {"n": len(items), "base": sum(ok["base"][i] for i in items) / len(items),
+                       "tuned": sum(ok["tuned"][i] for i in items) / len(items)}  # fmt: skip
+    return kinds
+
+
+def _by_instruction(requests: list[InstructionRequest], kept: dict) -> dict:
+    """Per instruction kind: how many were asked, and the share each model kept."""
+    counts: dict[str, dict] = {}
+    for r, row in enumerate(requests):
+        for j, instruction in enumerate(row.instructions):
+            entry = counts.setdefault(instruction.kind, {"n": 0, "base": 0, "tuned": 0})
+            entry["n"] += 1
+            entry["base"] += kept["base"][r][j]
+            entry["tuned"] += kept["tuned"][r][j]
+    return {kind: {"n": e["n"], "base": e["base"] / e["n"], "tuned": e["tuned"] / e["n"]} for kind, e in counts.items()}
+
+
+def _prompt_rows(prompts: list[GeneralPrompt], texts: dict, kl_rows: list) -> list[dict]:
     return [
         {
             "id": p.id,
             "kind": p.kind,
             **({"rule": p.rule} if p.rule else {}),
             "prompt": p.prompt,
-            "base": answers["base"][i],
-            "tuned": answers["tuned"][i],
-            "base_passed": ok["base"][i],
-            "tuned_passed": ok["tuned"][i],
+            "base": texts["base"]["prompts"][i],
+            "tuned": texts["tuned"]["prompts"][i],
+            "base_passed": passed(p, texts["base"]["prompts"][i]),
+            "tuned_passed": passed(p, texts["tuned"]["prompts"][i]),
             "kl": kl_rows[i][0] / kl_rows[i][1] if kl_rows[i][1] else 0.0,
         }
         for i, p in enumerate(prompts)
     ]
+
+
+def _request_rows(requests: list[InstructionRequest], texts: dict) -> list[dict]:
+    rows = []
+    for i, r in enumerate(requests):
+        base, tuned = texts["base"]["requests"][i], texts["tuned"]["requests"][i]
+        rows.append({"id": r.id, "task": r.task, "prompt": r.prompt, "instructions": [x.to_dict() for x in r.instructions],
+                     "base": base, "tuned": tuned, "base_kept": [follows(x, base) for x in r.instructions],
+                     "tuned_kept": [follows(x, tuned) for x in r.instructions]})  # fmt: skip
+    return rows
 
 
 def _picked_choices(choices: list[Choice], picks: dict) -> list[dict]:

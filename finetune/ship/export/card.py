@@ -14,7 +14,7 @@ from pathlib import Path
 from finetune.models.source import origin
 from finetune.plan.plan import derived_labels
 from finetune.settings.registry import in_a_sentence, plan_labels, setting, settings
-from finetune.ship.eval.retention import MEASURES, points
+from finetune.ship.eval.retention import LABELS, points
 from finetune.ship.run_folder import RunWeights, locate_weights, read_json
 
 # the plan keys the card shows, in this order (their labels are declared with each setting, or on Plan)
@@ -221,17 +221,18 @@ def _retention(retention: dict) -> list[str]:
         "## Retention",
         "",
         f"`finetune eval --retention`: the base and this model on {general.get('prompts', '?')} general prompts "
-        f"and {general.get('choices', '?')} multiple-choice questions never trained on (95% intervals).",
+        f"{general.get('requests', 0)} requests for longer answers with instructions on their form, and "
+        f"{general.get('choices', '?')} multiple-choice questions never trained on (95% intervals).",
         "",
         "| measure | prompts | base | tuned | change (points) |",
         "|---|---|---|---|---|",
     ]
-    for key, name in MEASURES.items():
+    for key, name in LABELS.items():
         numbers = retention.get(key) or {}
         if not numbers.get("n"):
             continue
         change = numbers["change"]
-        mark = " **drop**" if numbers.get("dropped") else ""
+        mark = " **drop**" if numbers.get("dropped") else " **rise**" if numbers.get("rose") else ""
         lines.append(
             f"| {name} | {numbers['n']} | {_percent(numbers['base'])} | {_percent(numbers['tuned'])} | "
             f"{points(change['value'])} ({points(change['low'])} to {points(change['high'])}){mark} |"

@@ -24,6 +24,7 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 KEYS = {
     "method", "general_set", "n", "accuracy", "rule_pass_rate", "choice_accuracy", "by_kind", "kl", "settings",
     "flag", "flagged", "message", "remedies", "rows", "choices", "seconds", "base_model", "tuned",
+    "instruction_following", "instructions_kept", "team_voice", "by_instruction", "requests",
 }  # fmt: skip
 MEASURE_KEYS = {"n", "base", "tuned", "change", "dropped"}
 
@@ -36,6 +37,7 @@ def run_copy(lora_run, tmp_path) -> Path:
 
 def test_eval_retention_writes_every_number_and_refreshes_the_card(run_copy, monkeypatch, capsys):
     monkeypatch.setattr(retention, "MAX_NEW_TOKENS", 6)  # the whole set, short answers: seconds on the toy
+    monkeypatch.setattr(retention, "REQUEST_TOKENS", 8)
     args = ["eval", str(run_copy), "--retention", "--limit", "2", "--max-new-tokens", "4"]
     assert main(args) == 0
     printed = capsys.readouterr().out
@@ -44,7 +46,7 @@ def test_eval_retention_writes_every_number_and_refreshes_the_card(run_copy, mon
     prompts, choices = load_general_set()
     assert report["general_set"]["prompts"] == len(prompts) and report["n"]["choices"] == len(choices)
     assert report["n"]["answers"] + report["n"]["rules"] == len(prompts) == len(report["rows"])
-    for key in ("accuracy", "rule_pass_rate", "choice_accuracy"):
+    for key in retention.MEASURES:
         numbers = report[key]
         assert set(numbers) == MEASURE_KEYS
         for side in ("base", "tuned"):
@@ -124,7 +126,7 @@ def test_a_zero_adapter_is_the_base(run_copy):
     assert report["kl"]["mean_per_token"] == pytest.approx(0.0, abs=1e-6)
     assert all(row["base"] == row["tuned"] for row in report["rows"])
     assert all(c["base"] == c["tuned"] for c in report["choices"])
-    for key in ("accuracy", "rule_pass_rate", "choice_accuracy"):
+    for key in retention.MEASURES:
         assert report[key]["base"] == report[key]["tuned"] and report[key]["change"]["value"] == 0
     assert report["flag"] is False
 

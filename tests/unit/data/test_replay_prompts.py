@@ -12,7 +12,11 @@ from finetune.data.replay_mix import PROMPTS_FILE, held_out_prompts, replay_prom
 
 ROOT = Path(__file__).resolve().parents[3]
 GENERAL = ROOT / "finetune" / "ship" / "eval" / "general"
-GENERATORS = (ROOT / "examples" / "generate_retention.py", ROOT / "examples" / "generate_general.py")
+GENERATORS = (
+    ROOT / "examples" / "generate_retention.py",
+    ROOT / "examples" / "generate_general.py",
+    ROOT / "examples" / "generate_instructions.py",
+)
 LONG = 8  # words: a shared run this long is overlap
 TEMPLATE = 6  # words: a run this long of a generator's own text is borrowing
 
@@ -37,6 +41,8 @@ def _retention_texts() -> list[str]:
     for line in (GENERAL / "choices.jsonl").read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
         texts += [row["question"], row["lead"]]
+    for line in (GENERAL / "instructions.jsonl").read_text(encoding="utf-8").splitlines():
+        texts.append(json.loads(line)["prompt"])
     return texts
 
 

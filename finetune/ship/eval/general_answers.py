@@ -1,0 +1,96 @@
+"""One model's answers to the retention check's general set: greedy answers, longer answers, multiple-choice picks.
+
+    items = GeneralItems(prompts, requests, choices)
+    answers = answers_of(model, tokenizer, items, settings)             # one side, computed
+    answers, cached = base_answers_cached(key, lambda: answers_of(...))  # the base's, once per base and set
+
+The base model's side of the check is the same for every run of that base (a LoRA run's base is its adapter
+switched off, whose weights are the base's), so it is computed once and cached under
+`<cache root>/retention/<key>.json`, the key covering the base's identity, its chat template, its vocabulary, the
+set's digest and the generation settings. The tuned side is computed every time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from finetune.settings import caches
+from finetune.ship.eval.general_set import Choice, GeneralPrompt, InstructionRequest
+
+FOLDER = "retention"
+VERSION = 1  # of the answers' computation: a change that alters them changes it
+
+
+@dataclass(frozen=True)
+class GeneralItems:
+    prompts: list[GeneralPrompt]
+    requests: list[InstructionRequest]
+    choices: list[Choice]
+
+
+@dataclass(frozen=True)
+class Settings:
+    max_new_tokens: int  # short answers (the general prompts)
+    request_tokens: int  # longer answers (the instruction requests)
+    batch_size: int
+    score_batch: int
+
+
+@dataclass
+class Answers:
+    prompt_ids: list[list[int]]  # new token ids per general prompt (the base's are the KL's teacher-forced answers)
+    request_ids: list[list[int]]  # new token ids per instruction request
+    picks: list[int]  # the option found most likely, per multiple-choice question
+
+
+def answers_of(model, tokenizer, items: GeneralItems, settings: Settings, choice_rows: list, pad_id: int) -> Answers:
+    """Greedy answers of `model` to the prompts and requests, and its multiple-choice picks."""
+    from finetune.ship.eval.generate import generate_ids  # torch: the dashboard and the card read the report side
+    from finetune.ship.eval.likelihood import target_log_probs  # torch: as above
+
+    prompt_ids = generate_ids(model, tokenizer, [p.messages() for p in items.prompts], settings.max_new_tokens,
+                              settings.batch_size)  # fmt: skip
+    request_ids = generate_ids(model, tokenizer, [r.messages() for r in items.requests], settings.request_tokens,
+                               settings.batch_size)  # fmt: skip
+    scores = target_log_probs(model, choice_rows, pad_id, batch_size=settings.score_batch) if choice_rows else []
+    means, at, picks = [sum(s) / len(s) for s in scores], 0, []
+    for choice in items.choices:
+        options = means[at : at + len(choice.options)]
+        picks.append(max(range(len(options)), key=options.__getitem__))
+        at += len(choice.options)
+    return Answers(prompt_ids, request_ids, picks)
+
+
+def cache_key(base_identity: dict, tokenizer, digest: str, items: GeneralItems, settings: Settings) -> str:
+    identity = {
+        "base": base_identity,
+        "chat_template": getattr(tokenizer, "chat_template", None),
+        "vocabulary": len(tokenizer),
+        "set": digest,
+        "items": [[p.id for p in items.prompts], [r.id for r in items.requests], [c.id for c in items.choices]],
+        "settings": asdict(settings),
+        "version": VERSION,
+    }
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+def base_answers_cached(key: str, compute: Callable[[], Answers]) -> tuple[Answers, bool]:
+    """(the base's answers, whether they came from the cache): computed and cached when not there yet."""
+    path = caches.root() / FOLDER / f"{key}.json"
+    if path.is_file():
+        try:
+            return Answers(**json.loads(path.read_text(encoding="utf-8"))), True
+        except (ValueError, TypeError):
+            pass  # a damaged entry: computed again and replaced
+    answers = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=caches.TEMP_SUFFIX)
+    with open(fd, "w", encoding="utf-8") as handle:
+        handle.write(json.dumps(asdict(answers)))
+    os.replace(tmp, path)
+    return answers, False
