@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING
 
 from finetune.data.arrays import record_lengths
 from finetune.data.dispatch import prepare
-from finetune.data.replay_mix import replay_on, replay_ratio
+from finetune.data.replay_mix import billed_lengths, replay_on, replay_ratio
 from finetune.data.skipped import write_skipped
 from finetune.data.tokenize import load_tokenizer
 from finetune.models.facts import load_model_facts
 from finetune.models.source import model_name, resolve_model
-from finetune.plan.build import build_plan
+from finetune.plan.build import Billed, build_plan
 from finetune.plan.plan import Plan
 from finetune.report.metrics import read_metrics
 from finetune.report.plot import plot_loss_curve
@@ -143,7 +143,8 @@ def _run(config: RunConfig, plan: Plan | None, on_plan, on_step, objective: Obje
         model, planned.tokenizer, plan, objective, planned.prepared.val, pad_id, final, ctx.device,
         use_bf16(plan.dtype, ctx.device),
     )  # fmt: skip  # adapter_scale (ship/adapter_scale.py): None when off, and the adapter stays as written
-    report = write_run_report(out, plan, result, final, objective, scale)  # report.json, loss_curve.png
+    billed = _billed_tokens(planned.prepared.train, plan, result.steps)
+    report = write_run_report(out, plan, result, final, objective, scale, billed)  # report.json, loss_curve.png
     kind = "adapter" if plan.method == "lora" else "full"
     (final / "README.md").write_text(model_card(locate_weights(out), kind), encoding="utf-8")  # the model card
     trackers.finish(out, report)  # report_to: the report, loss curve and card; waits a few seconds at most
@@ -176,6 +177,7 @@ def plan_run(
     if prepared.from_cache and _is_main(ctx):
         log.info("tokenized data read from the token cache (%s)", prepared.cache_entry)
     train = prepared.train
+    billed = billed_lengths(train, mixed.team_rows if mixed else None)  # a replay row's tokens are not billed
     plan = build_plan(
         config,
         prepared.summary,
@@ -184,8 +186,10 @@ def plan_run(
             record_lengths(train), effective, config.seed, config.last_batch, steps
         ),
         speed=_speed_for(config, prepared.summary, ctx, measure, speed_of) if config.model else None,
-    )
-    plan = _with_replay(plan, prepared, mixed, config, facts)
+        billed=Billed(sum(billed), lambda effective, steps: schedule_tokens(
+            billed, effective, config.seed, config.last_batch, steps)) if mixed else None,
+    )  # fmt: skip
+    plan = _with_replay(plan, mixed, config, facts, sum(billed))
     plan, general = _general_val(plan, tokenizer, ctx)  # the forgetting curve (off: nothing)
     return PlannedRun(config, tokenizer, prepared, plan, general)
 
@@ -212,17 +216,16 @@ def _replayed(config: RunConfig, out: Path | None, tokenizer, ctx: DistContext |
     return mixed.config, mixed
 
 
-def _with_replay(plan: Plan, prepared, mixed, config: RunConfig, facts) -> Plan:
-    """The plan records what replay added (rows, tokens: counted in tokens processed) and Auto's ratio or why Auto
+def _with_replay(plan: Plan, mixed, config: RunConfig, facts, team_tokens: int) -> Plan:
+    """The plan records what replay added (rows, their tokens: trained on, not billed) and Auto's ratio or why Auto
     left it off."""
     _, reason = replay_ratio(config, facts.total_params if facts else None)
     auto = {**plan.auto, "replay": reason} if reason else plan.auto
     if mixed is None:
         return dataclasses.replace(plan, auto=auto)
-    from finetune.ship.eval.replay import replay_tokens  # torch: replay's module (loaded already by _replayed)
-
-    added = mixed.to_dict(replay_tokens(prepared, mixed.team_rows))
-    return dataclasses.replace(plan, replay_added=added, auto=auto)
+    in_file = plan.data.tokens_in_file - team_tokens if plan.data.tokens_in_file is not None else None
+    trained = plan.tokens_trained - plan.tokens_processed if plan.tokens_trained is not None else None
+    return dataclasses.replace(plan, replay_added=mixed.to_dict(in_file, trained), auto=auto)
 
 
 def _general_val(plan: Plan, tokenizer, ctx: DistContext | None) -> tuple[Plan, object]:
@@ -403,11 +406,19 @@ def _resume_note(out: Path, devices: int) -> str | None:
     )
 
 
+def _billed_tokens(records, plan: Plan, steps: int) -> int:
+    """The tokens of the team's records the run's `steps` read: what is billed (replay rows are the product's)."""
+    team_rows = (plan.replay_added or {}).get("team_rows")
+    lengths = billed_lengths(records, team_rows)
+    return schedule_tokens(lengths, plan.effective_batch, plan.seed, plan.last_batch, steps)
+
+
 def write_run_report(
-    out: Path, plan: Plan, result: LoopResult, final: Path, objective: Objective, adapter_scale: dict | None = None
-) -> dict:
+    out: Path, plan: Plan, result: LoopResult, final: Path, objective: Objective, adapter_scale: dict | None = None,
+    billed_tokens: int | None = None,
+) -> dict:  # fmt: skip
     """metrics.jsonl -> the objective's diagnosis, loss_curve.png and report.json (with the adapter's scale, when
-    adapter_scale is on)."""
+    adapter_scale is on). `billed_tokens`: the team's tokens the run read (None: every token it read)."""
     rows = read_metrics(out / "metrics.jsonl")
     plot_loss_curve(rows, out / "loss_curve.png", plan.steps_per_epoch, result.best_step, title=model_name(plan.model))
     report = build_report(
@@ -417,7 +428,8 @@ def write_run_report(
         wall_time_s=result.wall_time_s,
         final_weights=str(final),
         final_is_best=result.best_step is not None,
-        tokens_processed=result.tokens_processed,
+        tokens_processed=result.tokens_processed if billed_tokens is None else billed_tokens,
+        tokens_trained=result.tokens_processed,
         extra={
             "out_dir": str(out),
             "method": plan.method,

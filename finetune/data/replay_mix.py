@@ -7,7 +7,8 @@
 Replay rows are general requests answered by the base model itself (eval/replay.py generates and caches them)
 or a team's own general conversations (`general_data`). They join the training side only: the team's
 validation conversations are cut first, by the same rule and seed the data path uses (split.py), so the
-validation loss stays the team's. The prompts file (prompts.jsonl beside this module, written by
+validation loss stays the team's. They are the product's own work: the tokens billed are the team's file x epochs
+(`billed_lengths`), the replay rows' tokens are shown beside them and counted in the time. The prompts file (prompts.jsonl beside this module, written by
 examples/make_replay_prompts.py) must not overlap the retention check's general set (eval/general/), whole or
 in part; tests/unit/data/test_replay_prompts.py holds it to that.
 """
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from finetune.data.arrays import record_lengths
 from finetune.data.combine import val_fraction
 from finetune.data.convert import conversation_to_openai
 from finetune.data.prepare import read_conversations
@@ -62,10 +64,12 @@ class Mixed:
     team_rows: int  # the team's training conversations
     source: str  # "base model" or the general-data file
 
-    def to_dict(self, tokens: int | None) -> dict:
+    def to_dict(self, tokens: int | None, tokens_processed: int | None) -> dict:
+        """`tokens`: the replay rows' tokens in the mixed file; `tokens_processed`: those the run trains on (x epochs,
+        cut like the run): the product's own work, shown in the plan and the time, never billed."""
         return {
-            "ratio": self.ratio, "rows": self.rows, "distinct_rows": self.distinct_rows, "team_rows": self.team_rows, "tokens": tokens,
-            "source": self.source, "billed": True,
+            "ratio": self.ratio, "rows": self.rows, "distinct_rows": self.distinct_rows, "team_rows": self.team_rows,
+            "tokens": tokens, "tokens_processed": tokens_processed, "source": self.source, "billed": False,
         }  # fmt: skip
 
 
@@ -170,6 +174,23 @@ def write_mixed(
         (folder / RECORD_FILE).write_text(json.dumps(record | {"from": source}, indent=2), encoding="utf-8")
     distinct = len({json.dumps(row, sort_keys=True) for row in chosen})
     return Mixed(dataclasses.replace(config, **changes), ratio, len(chosen), distinct, len(train), source)
+
+
+def replay_tokens(records, team_rows: int) -> int:
+    """Tokens of the replay records among prepared training records (they come after the team's rows)."""
+    if hasattr(records, "line"):
+        return int(records.lengths[records.line > team_rows].sum())
+    return sum(len(r.input_ids) for r in records if r.line > team_rows)
+
+
+def billed_lengths(records, team_rows: int | None) -> list[int]:
+    """Each training record's tokens as billed: the team's as they are, a replay row's (after the team's `team_rows`
+    lines of the mixed file) 0. Without replay (`team_rows` None), every record's."""
+    lengths = record_lengths(records)
+    if team_rows is None:
+        return lengths
+    lines = records.line.tolist() if hasattr(records, "line") else [r.line for r in records]
+    return [0 if line > team_rows else length for line, length in zip(lines, lengths, strict=True)]
 
 
 def _write(path: Path, rows: list[dict]) -> None:

@@ -52,6 +52,15 @@ from finetune.settings.version import code_version
 from finetune.settings.wording import ref, render, settings_named
 
 
+@dataclass(frozen=True)
+class Billed:
+    """What a run with the product's own rows mixed in (replay) bills: the team's tokens in the file, and the team's
+    tokens of the first `steps` steps (`step_tokens(effective_batch, steps)`)."""
+
+    tokens_in_file: int
+    step_tokens: Callable[[int, int], int]
+
+
 @dataclass
 class _Resolving:
     """The plan while it is being built: the user's config, what is resolved so far, and Auto's reasons."""
@@ -61,6 +70,7 @@ class _Resolving:
     facts: ModelFacts | None
     step_tokens: Callable[[int, int], int] | None
     speed: float | None  # training tokens/s of one device, measured on this machine with this model (train/speed.py)
+    billed: Billed | None = None  # replay mixed in: what the team is billed (None: every token is the team's)
     values: dict[str, Any] = field(default_factory=dict)  # setting name -> resolved value
     auto: dict[str, str] = field(default_factory=dict)  # plan.json name -> Auto's reason
     numbers: dict[str, Any] = field(default_factory=dict)  # derived numbers (Plan fields)
@@ -238,27 +248,39 @@ def _memory(r: _Resolving) -> None:
 
 
 def _tokens_and_cost(r: _Resolving) -> None:
-    """Tokens the run reads (exact for a run whose records are at hand) and what they cost."""
+    """Tokens the run reads (exact for a run whose records are at hand), those billed, and what they cost."""
     c, data, n = r.config, r.data, r.data.examples
     effective, total, planned = r.numbers["effective_batch"], r.numbers["total_steps"], r.numbers["planned_steps"]
     epochs = r.values["epochs"]
     share = (arithmetic.records_used_per_epoch(n, effective, c.last_batch) / n) * (total / planned)
-    tokens, exact = None, data.counted_with_tokenizer and share == 1 and data.tokens_in_file is not None
-    if data.tokens_in_file is not None:
-        whole = arithmetic.tokens_processed(data.tokens_in_file, epochs)
-        tokens = whole if share == 1 else round(whole * share)
+    exact = data.counted_with_tokenizer and share == 1 and data.tokens_in_file is not None
+    tokens = _tokens_read(data.tokens_in_file, epochs, share, r.step_tokens, effective, total)
+    billed = tokens
+    if r.billed is not None:  # the product's own replay rows are read, not billed
+        billed = _tokens_read(r.billed.tokens_in_file, epochs, share, r.billed.step_tokens, effective, total)
     if r.step_tokens is not None and share != 1:
-        tokens, exact = r.step_tokens(effective, total), data.counted_with_tokenizer
+        exact = data.counted_with_tokenizer
     seen = round(epochs * share, 2)
-    r.numbers |= {"tokens_processed": tokens, "tokens_exact": exact, "times_each_example_seen": _number(seen)}
+    r.numbers |= {"tokens_processed": billed, "tokens_trained": tokens, "tokens_exact": exact,
+                  "times_each_example_seen": _number(seen)}  # fmt: skip
     evaluations = total // r.values["eval_every"] + epochs  # every eval_every steps and at each epoch's end
     per_record = (data.tokens_in_file or 0) / n
     eval_tokens = round(evaluations * (data.validation_examples or 0) * per_record)
     r.numbers["cost"] = estimate_cost(
-        tokens, exact, r.facts.total_params if r.facts else None, c.trained_weights, r.device, r.device_assumed,
+        billed, exact, r.facts.total_params if r.facts else None, c.trained_weights, r.device, r.device_assumed,
         c.devices, r.get("gradient_checkpointing") is True, c.price_per_million_tokens, c.gpu_hour_price,
-        measured_tokens_per_s=r.speed, eval_tokens=eval_tokens,
+        measured_tokens_per_s=r.speed, eval_tokens=eval_tokens, work_tokens=tokens,
     )  # fmt: skip
+
+
+def _tokens_read(in_file: int | None, epochs: int, share: float, step_tokens, effective: int, total: int) -> int | None:
+    """in_file x epochs, cut like the steps (exact from the records when a run reads part of them)."""
+    if step_tokens is not None and share != 1:
+        return step_tokens(effective, total)
+    if in_file is None:
+        return None
+    whole = arithmetic.tokens_processed(in_file, epochs)
+    return whole if share == 1 else round(whole * share)
 
 
 def _adapter_scale(r: _Resolving) -> None:
@@ -273,7 +295,7 @@ def _adapter_scale(r: _Resolving) -> None:
         r.values["adapter_scale"] = "off"  # the run keeps the adapter as trained and measures nothing
         r.auto["adapter_scale"] = f"off: {small}"
         return
-    data, cost, processed = r.data, r.numbers["cost"], r.numbers["tokens_processed"]
+    data, cost, processed = r.data, r.numbers["cost"], r.numbers["tokens_trained"]
     records = data.validation_examples
     tokens = round(records * (data.tokens_in_file or 0) / data.examples) if records else None
     seconds = None
@@ -310,18 +332,20 @@ def build_plan(
     model_facts: ModelFacts | None = None,
     step_tokens: Callable[[int, int], int] | None = None,
     speed: float | None = None,
+    billed: Billed | None = None,
 ) -> Plan:
     """Resolve every Auto value, do the arithmetic, estimate memory and cost, and give the advice.
 
     `data` comes from prepare (`prepared.summary`) or what_if_summary. `step_tokens(effective_batch, steps)`,
     when the records are at hand (a run), gives the exact tokens of the planned steps, so a run cut by
     max_steps or a dropped last batch plans the tokens it reads. `speed`: training tokens/s of one device measured
-    on the machine the run will train on (train/speed.py), for the time estimate. Raises UserError when no step could be
-    taken (no records, or only a partial batch that is dropped).
+    on the machine the run will train on (train/speed.py), for the time estimate. `billed`: when the product mixed
+    rows of its own into the data (replay), the team's share, which alone is billed. Raises UserError when no step
+    could be taken (no records, or only a partial batch that is dropped).
     """
     if data.examples < 1:
         raise UserError("there are no training records, so there is nothing to train on")
-    r = _Resolving(config, data, model_facts, step_tokens, speed)
+    r = _Resolving(config, data, model_facts, step_tokens, speed, billed)
     if data.val_fraction_reason and config.val_fraction == AUTO and not config.val_file:
         r.auto["val_fraction"] = data.val_fraction_reason
     for step in STEPS:

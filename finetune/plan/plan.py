@@ -51,7 +51,8 @@ class Plan:
     planned_steps: int = field(metadata={"label": "Planned steps"})
     """steps_per_epoch x epochs, before any max_steps cut."""
     tokens_processed: int | None = field(metadata={"label": "Tokens processed"})
-    """Tokens the run reads: tokens_in_file x epochs, cut like the steps by a dropped last batch or max_steps."""
+    """Tokens billed: the team's tokens in the file x epochs, cut like the steps by a dropped last batch or max_steps
+    (the product's own replay rows are not counted: tokens_trained)."""
     tokens_exact: bool
     """False when tokens are estimated (no tokenizer, a dropped last batch, or a max_steps cut)."""
     times_each_example_seen: float
@@ -70,8 +71,11 @@ class Plan:
     """The chat template the data is rendered with: "model" (its own), "chatml", or a Jinja file's path."""
     base_origin: dict | None = None
     """The GGUF file (and its sha256) the base was converted from; None for any other base."""
+    tokens_trained: int | None = None
+    """Tokens the loop reads: tokens_processed plus the product's own replay rows (equal to it without replay)."""
     replay_added: dict | None = None
-    """Self-replay: the ratio, replay rows and their tokens (counted in tokens processed: billed), their source."""
+    """Self-replay: the ratio, replay rows and their tokens (trained on, not billed: the product's own), their
+    source."""
     general_val_set: dict | None = None
     """The forgetting curve's set (general_val on): prompts, records, tokens, evaluations and their time (not billed)."""
     model_facts: ModelFacts | None = field(default=None, repr=False)

@@ -83,9 +83,11 @@ def _data_lines(plan: Plan) -> list[str]:
         lines.append("Tokens     unknown (give --tokens)")
     else:
         approx = "~" if not plan.tokens_exact else ""
+        replayed = (plan.replay_added or {}).get("tokens") or 0
         lines.append(
-            f"Tokens     {approx}{plan.data.tokens_in_file:,} in the file x {plan.epochs} epochs = "
-            f"{approx}{_n(plan.tokens_processed)} processed (billed); each record seen {plan.times_each_example_seen}x"
+            f"Tokens     {approx}{plan.data.tokens_in_file - replayed:,} in {'your' if replayed else 'the'} file x "
+            f"{plan.epochs} epochs = {approx}{_n(plan.tokens_processed)} processed (billed); each record seen "
+            f"{plan.times_each_example_seen}x"
         )
         if plan.data.target_tokens is not None and plan.data.context_tokens is not None:
             lines.append(
@@ -96,9 +98,10 @@ def _data_lines(plan: Plan) -> list[str]:
         added = plan.replay_added
         lines.append(
             f"Replay     {added['rows']:,} general rows ({added['distinct_rows']:,} distinct) from "
-            f"{'the ' if added['source'] == 'base model' else ''}{added['source']}, {added['ratio']:g} per team row: "
-            f"{_n(added['tokens'])} tokens per epoch, counted "
-            "in the tokens processed (billed)"
+            f"{'the ' if added['source'] == 'base model' else ''}{added['source']}, {added['ratio']:g} per team row, "
+            f"mixed among your {added['team_rows']:,} (the records and steps above count them): "
+            f"{_n(added['tokens'])} tokens per epoch, {_n(added.get('tokens_processed'))} trained in all, in the time "
+            "estimate; the product's own work, not billed"
         )
     if plan.general_val_set:  # the forgetting curve (docs/retention.md)
         lines.append(_general_val_line(plan.general_val_set))

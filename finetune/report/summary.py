@@ -31,10 +31,13 @@ def build_report(
     final_is_best: bool,
     tokens_processed: int,
     extra: dict | None = None,
+    tokens_trained: int | None = None,
 ) -> dict:
     """The content of `report.json`: what the run did against what the plan said, and what its curves show.
 
-    `tokens_match` is None when the plan does not know its tokens (planned without a tokenizer).
+    `tokens_processed` are the tokens billed (the team's), `tokens_trained` every token the loop read (with the
+    product's own replay rows; None: the same). `tokens_match` is None when the plan does not know its tokens
+    (planned without a tokenizer).
     `extra` keys are added at the top level (e.g. `out_dir`, which print_summary shows); they may not
     replace a key of the report.
     """
@@ -65,6 +68,7 @@ def build_report(
             "overfit_from_step": diagnosis.overfit_from_step,
         },
         "tokens_processed": tokens_processed,
+        "tokens_trained": tokens_processed if tokens_trained is None else tokens_trained,
         "tokens_planned": tokens_planned,
         "tokens_match": None if tokens_planned is None else tokens_processed == tokens_planned,
         "wall_time_s": wall_time_s,
@@ -175,9 +179,12 @@ def _scale(scale: dict) -> str:
 def _tokens(r: dict) -> str:
     text = f"{r['tokens_processed']:,}"
     if r.get("tokens_match") is True:
-        return text + " (as planned)"
-    if r.get("tokens_match") is False:
-        return text + f" (the plan said {r['tokens_planned']:,}: mismatch)"
+        text += " (as planned)"
+    elif r.get("tokens_match") is False:
+        text += f" (the plan said {r['tokens_planned']:,}: mismatch)"
+    extra = (r.get("tokens_trained") or 0) - r["tokens_processed"]
+    if extra > 0:
+        text += f"; {extra:,} more trained on the product's own replay rows (not billed)"
     return text
 
 

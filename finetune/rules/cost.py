@@ -83,12 +83,16 @@ def estimate_cost(
     gpu_hour_price: float | None = None,
     measured_tokens_per_s: float | None = None,
     eval_tokens: int = 0,
+    work_tokens: int | None = None,
 ) -> CostEstimate:
     """Token cost (exact when the tokens are) and time cost (an estimate) of one run.
 
     With `measured_tokens_per_s` (this machine, this model) the time is tokens / speed, the validation passes
     (`eval_tokens`, forward only: a third of a training token's work) included; otherwise FLOPs / an assumed rate.
+    `work_tokens`: the tokens the run trains on when they are more than the billed ones (the product's own replay
+    rows): the time and the FLOPs count them, the token cost does not.
     """
+    trained = tokens_processed if work_tokens is None else work_tokens
     notes = []
     token_cost = None
     if tokens_processed is None:
@@ -98,10 +102,10 @@ def estimate_cost(
     flops = seconds = hours = time_cost = mfu = None
     if params is None:
         notes.append("model size unknown: no time estimate")
-    elif tokens_processed is not None:
-        flops = training_flops(params, tokens_processed, method, gradient_checkpointing)
-    if tokens_processed is not None and measured_tokens_per_s:
-        seconds = (tokens_processed + eval_tokens / 3) / (measured_tokens_per_s * devices)
+    elif trained is not None:
+        flops = training_flops(params, trained, method, gradient_checkpointing)
+    if trained is not None and measured_tokens_per_s:
+        seconds = (trained + eval_tokens / 3) / (measured_tokens_per_s * devices)
         notes.append(
             f"time from {measured_tokens_per_s:,.0f} training tokens/s measured on this machine with this model"
         )

@@ -104,6 +104,7 @@ def _seconds(plan: Plan, tokens_read: int) -> float | None:
     cost = plan.cost
     if cost.tokens_per_s:
         return round(tokens_read / 3 / (cost.tokens_per_s * cost.devices), 1)
-    if cost.seconds and cost.billed_tokens:
-        return round(cost.seconds * tokens_read / 3 / cost.billed_tokens, 1)
+    trained = plan.tokens_trained or cost.billed_tokens  # the time estimate covers every token trained on
+    if cost.seconds and trained:
+        return round(cost.seconds * tokens_read / 3 / trained, 1)
     return None

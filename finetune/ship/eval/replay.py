@@ -8,8 +8,8 @@ came) are kept, so no row teaches the model to stop mid-sentence. The answers ar
 `<cache root>/replay/<key>.jsonl`, the key covering the model's identity, the chat template, the prompts' digest
 and these generation settings: the next run on the same base reads them and loads no model. A team's own
 general conversations (`general_data`) are used instead when given. The rows then join the team's training
-conversations at the run's ratio (data/replay_mix.write_mixed): ordinary targets, counted in the tokens
-processed (billed).
+conversations at the run's ratio (data/replay_mix.write_mixed): ordinary targets, trained on like the team's, but
+the product's own work: not billed (the plan shows their tokens and time).
 """
 
 from __future__ import annotations
@@ -104,11 +104,3 @@ def mix_replay(
         rows, source = base_answers(config, tokenizer), "base model"
     folder = out / FOLDER if out is not None else Path(tempfile.mkdtemp(prefix=replay_mix.SCRATCH_PREFIX))
     return replay_mix.write_mixed(config, folder, rows, ratio, source, write)
-
-
-def replay_tokens(prepared, team_rows: int) -> int:
-    """Tokens of the replay records in the prepared training data (they come after the team's rows)."""
-    records = prepared.train
-    if hasattr(records, "line"):
-        return int(records.lengths[records.line > team_rows].sum())
-    return sum(len(r.input_ids) for r in records if r.line > team_rows)

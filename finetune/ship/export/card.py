@@ -100,8 +100,13 @@ def _data(plan: dict, test_split: dict) -> list[str]:
         ("training records", plan.get("examples")),
         ("validation conversations", plan.get("validation_conversations")),
         ("validation records", plan.get("validation_examples")),
-        ("tokens per epoch", plan.get("tokens_in_file")),
+        (
+            "tokens per epoch (replay rows included)" if plan.get("replay_added") else "tokens per epoch",
+            plan.get("tokens_in_file"),
+        ),
         ("tokens processed (billed)", plan.get("tokens_processed")),
+        ("general rows of the base's own mixed in (replay; not billed)", (plan.get("replay_added") or {}).get("rows")),
+        ("tokens trained on them", (plan.get("replay_added") or {}).get("tokens_processed")),
         ("test conversations (held out before training)", test_split.get("conversations")),
     ]
     lines = ["## Training data", "", "| | |", "|---|---|"]

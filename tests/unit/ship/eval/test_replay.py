@@ -15,7 +15,7 @@ from rich.console import Console
 from finetune.data import replay_mix
 from finetune.plan.render import render_plan
 from finetune.rules import replay as replay_rule
-from finetune.run import plan_run
+from finetune.run import plan_run, train
 from finetune.settings.config import RunConfig
 from finetune.settings.errors import UserError
 from finetune.settings.fingerprint import check_resume, run_fingerprint
@@ -56,7 +56,12 @@ def test_replay_rows_are_targets_on_the_training_side_only(team, toy_model, tmp_
     assert added["team_rows"] == team_rows and added["rows"] == round(0.25 * team_rows)
     assert on.plan.data.conversations == team_rows + added["rows"]
     assert on.plan.data.validation_conversations == off.plan.data.validation_conversations > 0
-    assert added["billed"] is True and added["source"] == "base model"
+    assert added["billed"] is False and added["source"] == "base model"
+    # the bill is the team's file x epochs (the seeds' definition); the replay rows are trained on, not billed
+    assert on.plan.tokens_processed == (on.plan.data.tokens_in_file - added["tokens"]) * on.plan.epochs
+    assert on.plan.tokens_processed == off.plan.tokens_processed == on.plan.cost.billed_tokens
+    assert on.plan.tokens_trained == on.plan.data.tokens_in_file * on.plan.epochs
+    assert on.plan.tokens_trained == on.plan.tokens_processed + added["tokens_processed"]
     # validation is the team's own, exactly as without replay
     assert [r.input_ids for r in on.prepared.val] == [r.input_ids for r in off.prepared.val]
     assert on.plan.data.tokens_in_file == off.plan.data.tokens_in_file + added["tokens"]
@@ -76,7 +81,9 @@ def test_the_plan_shows_replay_rows_and_tokens(team, toy_model, tmp_path, calls,
     console = Console(file=io.StringIO(), width=200)
     render_plan(on.plan, console)
     text = console.file.getvalue()
-    assert f"Replay     {document['replay_added']['rows']} general rows" in text and "billed" in text
+    assert f"Replay     {document['replay_added']['rows']} general rows" in text and "not billed" in text
+    team_tokens = document["tokens_in_file"] - document["replay_added"]["tokens"]
+    assert f"Tokens     {team_tokens:,} in your file x {document['epochs']} epochs = " in text
 
 
 def test_auto_leaves_replay_off_on_a_model_too_small_to_know_anything(team, toy_model, tmp_path, calls):
@@ -128,3 +135,18 @@ def test_settings_say_what_is_wrong():
     with pytest.raises(UserError, match="does not apply"):
         RunConfig(replay=0.5, method="dpo")
     assert RunConfig(method="dpo").replay == "auto"  # Auto leaves it off for preference tuning (rules/replay.py)
+
+
+def test_the_run_bills_the_teams_tokens_and_trains_on_the_replay_rows_too(team, toy_model, tmp_path, calls):
+    run = {"replay": 0.5, "general_val": False, "adapter_scale": "off", "epochs": 1, "batch_size": 4, "gpu": "cpu"}
+    off = train(RunConfig(data=team, model=str(toy_model), out=str(tmp_path / "off"), **(run | {"replay": "off"})))
+    on = train(RunConfig(data=team, model=str(toy_model), out=str(tmp_path / "on"), **run))
+    added = on.plan.replay_added
+    # the whole run: billed what the same run without replay is billed, the team's file x epochs
+    assert on.report["tokens_processed"] == off.report["tokens_processed"] == on.plan.tokens_processed
+    assert on.report["tokens_match"] is True
+    assert on.report["tokens_trained"] == on.plan.tokens_trained == on.plan.tokens_processed + added["tokens_processed"]
+    assert off.report["tokens_trained"] == off.report["tokens_processed"]
+    # cut short: the team's tokens of the steps taken, as the plan said
+    cut = train(RunConfig(data=team, model=str(toy_model), out=str(tmp_path / "cut"), max_steps=2, **run))
+    assert cut.report["tokens_match"] is True and 0 < cut.report["tokens_processed"] < cut.report["tokens_trained"]

@@ -134,6 +134,7 @@ export function planView(plan, given = null, schema = null) {
   const stats = [
     ["steps", fmt.int(plan.total_steps), `${fmt.int(plan.steps_per_epoch)} per epoch`],
     ["tokens processed", `${about}${fmt.int(plan.tokens_processed)}`, "billed"],
+    ...(plan.replay_added ? [["replay", fmt.int(plan.replay_added.rows), `general rows, ${fmt.int(plan.replay_added.tokens_processed)} tokens: not billed`]] : []),
     ["time", time ? (time < 1 ? "< 1 s" : `≈ ${fmt.duration(time)}`) : "–", device],
     ["memory", mem.total ? fmt.bytes(mem.total) : "–", mem.device ? `${mem.fits_device === false ? "does NOT fit" : "per device"} ${mem.device}` : ""],
     ["cost", money !== null ? fmt.money(money + (cost.time_cost || 0)) : cost.time_cost ? fmt.money(cost.time_cost) : "–", "tokens + device time"],
