@@ -186,7 +186,7 @@ def plan_run(
             record_lengths(train), effective, config.seed, config.last_batch, steps
         ),
         speed=_speed_for(config, prepared.summary, ctx, measure, speed_of) if config.model else None,
-        billed=Billed(sum(billed), lambda effective, steps: schedule_tokens(
+        billed=Billed(_team_records(train, mixed), sum(billed), lambda effective, steps: schedule_tokens(
             billed, effective, config.seed, config.last_batch, steps)) if mixed else None,
     )  # fmt: skip
     plan = _with_replay(plan, mixed, config, facts, sum(billed))
@@ -214,6 +214,12 @@ def _replayed(config: RunConfig, out: Path | None, tokenizer, ctx: DistContext |
         config, out, tokenizer, write=False, total_params=params
     )  # another rank: rank 0's files
     return mixed.config, mixed
+
+
+def _team_records(records, mixed) -> int:
+    """The training records of the team's own conversations (the mixed file's first `team_rows` lines)."""
+    lines = records.line.tolist() if hasattr(records, "line") else [r.line for r in records]
+    return sum(1 for line in lines if line <= mixed.team_rows)
 
 
 def _with_replay(plan: Plan, mixed, config: RunConfig, facts, team_tokens: int) -> Plan:

@@ -54,9 +54,11 @@ from finetune.settings.wording import ref, render, settings_named
 
 @dataclass(frozen=True)
 class Billed:
-    """What a run with the product's own rows mixed in (replay) bills: the team's tokens in the file, and the team's
-    tokens of the first `steps` steps (`step_tokens(effective_batch, steps)`)."""
+    """The team's share of a run with the product's own rows mixed in (replay): its training records (Auto sizes
+    epochs and the batch by them, as without replay), its tokens in the file, and its tokens of the first `steps`
+    steps (`step_tokens(effective_batch, steps)`): what is billed."""
 
+    records: int
     tokens_in_file: int
     step_tokens: Callable[[int, int], int]
 
@@ -87,6 +89,13 @@ class _Resolving:
 
     def get(self, name: str) -> Any:
         return self.values.get(name, getattr(self.config, name))
+
+    def team_data(self) -> tuple[int, int | None]:
+        """(training records, tokens in the file) of the team's own data: replay rows are rehearsal, and Auto's
+        passes and batch are for the team's data whether they are mixed in or not."""
+        if self.billed is None:
+            return self.data.examples, self.data.tokens_in_file
+        return self.billed.records, self.billed.tokens_in_file
 
     def resolve(self, name: str, choice: Choice, plan_key: str | None = None) -> Any:
         """The user's value, or Auto's choice (its reason filed under the plan.json name)."""
@@ -134,7 +143,7 @@ def _sequence_length(r: _Resolving) -> None:
 
 def _epochs_and_adapter(r: _Resolving) -> None:
     """Epochs and the LoRA adapter's shape: from the data alone."""
-    n, tokens = r.data.examples, r.data.tokens_in_file
+    n, tokens = r.team_data()
     choice = auto_dpo_epochs(n) if r.dpo else auto_epochs(n, tokens)
     r.resolve("epochs", choice)
     r.auto_choices["epochs"] = choice.value
@@ -168,7 +177,7 @@ def _batch(r: _Resolving) -> None:
 
     can_check = r.facts is not None and r.device.memory_bytes is not None
     choice = auto_batch_size(
-        r.data.examples, r.values["epochs"], c.grad_accum, c.devices, micro_batch_fits if can_check else None,
+        r.team_data()[0], r.values["epochs"], c.grad_accum, c.devices, micro_batch_fits if can_check else None,
         r.device.name,
     )  # fmt: skip
     batch = r.resolve("batch_size", choice)

@@ -150,3 +150,11 @@ def test_the_run_bills_the_teams_tokens_and_trains_on_the_replay_rows_too(team, 
     # cut short: the team's tokens of the steps taken, as the plan said
     cut = train(RunConfig(data=team, model=str(toy_model), out=str(tmp_path / "cut"), max_steps=2, **run))
     assert cut.report["tokens_match"] is True and 0 < cut.report["tokens_processed"] < cut.report["tokens_trained"]
+
+
+def test_auto_sizes_passes_and_batch_by_the_teams_records_whatever_replay_adds(team, toy_model, tmp_path, calls):
+    off = _plan(team, toy_model, tmp_path / "off", replay="off")
+    on = _plan(team, toy_model, tmp_path / "on", replay=3.0)  # 48 team rows (4 passes under 100) + 3 x as many
+    assert on.plan.data.examples > 100 > off.plan.data.examples
+    assert (on.plan.epochs, on.plan.effective_batch) == (off.plan.epochs, off.plan.effective_batch)
+    assert on.plan.auto["epochs"] == off.plan.auto["epochs"]
