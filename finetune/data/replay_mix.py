@@ -63,6 +63,7 @@ class Mixed:
     distinct_rows: int  # of them different (rows go round again when fewer answers than rows were found)
     team_rows: int  # the team's training conversations
     source: str  # "base model" or the general-data file
+    generated: dict | None = None  # the base's answers the run read: from the cache or answered now, and the time
 
     def to_dict(self, tokens: int | None, tokens_processed: int | None) -> dict:
         """`tokens`: the replay rows' tokens in the mixed file; `tokens_processed`: those the run trains on (x epochs,
@@ -70,6 +71,7 @@ class Mixed:
         return {
             "ratio": self.ratio, "rows": self.rows, "distinct_rows": self.distinct_rows, "team_rows": self.team_rows,
             "tokens": tokens, "tokens_processed": tokens_processed, "source": self.source, "billed": False,
+            **({"generated": self.generated} if self.generated else {}),
         }  # fmt: skip
 
 
@@ -156,12 +158,14 @@ def scratch_mix(config: RunConfig) -> Path | None:
 
 
 def write_mixed(
-    config: RunConfig, folder: Path, replay_rows: list[dict], ratio: float, source: str, write: bool = True
-) -> Mixed:
-    """Write FOLDER/train.jsonl (the team's training conversations, then the replay rows) and, unless a
-    validation file is given, FOLDER/val.jsonl (the team's validation conversations); the config reading them."""
+    config: RunConfig, folder: Path, replay_rows: list[dict], ratio: float, source: str, write: bool = True,
+    count: int | None = None,
+) -> Mixed:  # fmt: skip
+    """Write FOLDER/train.jsonl (the team's training conversations, then `count` replay rows: by default `ratio` per
+    team row) and, unless a validation file is given, FOLDER/val.jsonl (the team's validation conversations); the
+    config reading them."""
     train, val, _ = team_split(config)
-    chosen = pick(replay_rows, replay_count(ratio, len(train)), config.seed)
+    chosen = pick(replay_rows, replay_count(ratio, len(train)) if count is None else count, config.seed)
     changes: dict = {"data": str(folder / TRAIN_FILE), "format": "chat"}
     if not config.val_file:  # the team's validation conversations, as the data path would have cut them
         changes |= {"val_file": str(folder / VAL_FILE), "val_fraction": AUTO} if val else {"val_fraction": 0.0}

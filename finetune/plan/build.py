@@ -40,7 +40,7 @@ from finetune.rules.auto import (
     auto_warmup_steps,
 )
 from finetune.rules.cost import estimate_cost
-from finetune.rules.forgetting import auto_general_val
+from finetune.rules.forgetting import auto_general_val, short_run
 from finetune.rules.memory import MemoryEstimate, decide_gradient_checkpointing, decide_shard, estimate_memory
 from finetune.rules.memory import resolve_device as find_device
 from finetune.rules.model_facts import ModelFacts
@@ -300,7 +300,8 @@ def _adapter_scale(r: _Resolving) -> None:
     if not r.lora or r.dpo:  # nothing to measure: the run says so again in its report
         r.auto["adapter_scale"] = FULL_RUN if not r.lora else PREFERENCE_RUN
         return
-    if (small := nothing_to_keep(r.facts.total_params if r.facts else None)) is not None:
+    small = nothing_to_keep(r.facts.total_params if r.facts else None) or short_run(r.numbers["total_steps"])
+    if small is not None:
         r.values["adapter_scale"] = "off"  # the run keeps the adapter as trained and measures nothing
         r.auto["adapter_scale"] = f"off: {small}"
         return
@@ -316,7 +317,7 @@ def _adapter_scale(r: _Resolving) -> None:
 def _general_val(r: _Resolving) -> None:
     """The forgetting curve: on or off (the run's spine measures its set once the plan is made)."""
     replay = replay_on(r.config, r.facts.total_params if r.facts else None)
-    choice = auto_general_val(replay, bool(r.config.general_data), r.config.objective)
+    choice = auto_general_val(replay, bool(r.config.general_data), r.config.objective, r.numbers["total_steps"])
     r.values["general_val"] = bool(r.resolve("general_val", choice))
 
 

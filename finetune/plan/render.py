@@ -101,11 +101,25 @@ def _data_lines(plan: Plan) -> list[str]:
             f"{'the ' if added['source'] == 'base model' else ''}{added['source']}, {added['ratio']:g} per team row, "
             f"mixed among your {added['team_rows']:,} (the records and steps above count them): "
             f"{_n(added['tokens'])} tokens per epoch, {_n(added.get('tokens_processed'))} trained in all, in the time "
-            "estimate; the product's own work, not billed"
+            f"estimate; the product's own work, not billed{_answered(added.get('generated'))}"
         )
     if plan.general_val_set:  # the forgetting curve (docs/retention.md)
         lines.append(_general_val_line(plan.general_val_set))
     return lines
+
+
+def _answered(generated: dict | None) -> str:
+    """What the base's answers for replay cost this run: '; the base answered 40 prompts for them now (2m 10s, once
+    per base: cached)' or '; the base's answers read from the cache'."""
+    if not generated:
+        return ""
+    if not generated["answered_now"]:
+        return f"; the base's answers to {generated['prompts']} prompts read from the cache"
+    cached = f", {generated['from_cache']} read from the cache" if generated["from_cache"] else ""
+    return (
+        f"; the base answered {generated['answered_now']} prompts for them now ({_duration(generated['seconds'])}, "
+        f"once per base: cached{cached}; {generated['finished']} finished)"
+    )
 
 
 def _general_val_line(general: dict) -> str:

@@ -19,6 +19,7 @@ from finetune.settings.wording import ref
 
 GPU_MFU = 0.35  # model FLOPs utilisation a well-fed fine-tuning run reaches on a datacenter GPU
 CPU_FLOPS = 1e11  # effective FLOP/s of one CPU training process (fp32): very rough
+CALL_S = 0.01  # the fixed cost of one forward call of a batch (Python, kernel launches), whatever the model's size
 
 
 @dataclass
@@ -60,6 +61,17 @@ class CostEstimate:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def generation_seconds(params: int, forward_tokens: int, calls: int, flops_per_s: float) -> float:
+    """Greedy generation (an estimate): 2 x parameters x every token the forward calls read, at `flops_per_s`, plus
+    each call's fixed cost (a small model's time is mostly calls, a large one's FLOPs)."""
+    return 2 * params * forward_tokens / flops_per_s + calls * CALL_S
+
+
+def device_flops(device: DeviceSpec) -> float:
+    """The FLOP/s one process of `device` is assumed to reach: CPU_FLOPS on a CPU, GPU_MFU of a GPU's peak."""
+    return CPU_FLOPS if device.peak_flops is None else device.peak_flops * GPU_MFU
 
 
 def training_flops(params: int, tokens: int, method: str, gradient_checkpointing: bool = False) -> float:

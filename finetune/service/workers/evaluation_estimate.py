@@ -28,14 +28,13 @@ import math
 from functools import cache
 from pathlib import Path
 
-from finetune.rules.cost import CPU_FLOPS
+from finetune.rules.cost import CALL_S, CPU_FLOPS, generation_seconds
 from finetune.ship.eval.general_set import load_general_set
 from finetune.ship.eval.retention import BATCH, MAX_NEW_TOKENS, SCORE_BATCH
 from finetune.ship.eval.test_split import TEST_FILE
 
 MODELS = 2  # the base and the tuned model
 STARTUP_S = 10.0  # a Python process importing torch and loading both models (a small model; a large one: more)
-CALL_S = 0.01  # the fixed cost of one forward call of a batch (Python, kernel launches), whatever the model's size
 TEMPLATE_TOKENS = 30  # a chat template's tokens around one user message (roles, markers, a default system prompt)
 BYTES_PER_TOKEN = 4
 TEST_MAX_NEW_TOKENS = 128  # finetune eval's default --max-new-tokens
@@ -94,7 +93,7 @@ def evaluation_estimate(run: Path, retention: bool, test: bool) -> dict | None:
     tokens = sum(p["tokens"] for p in parts.values() if p)
     calls = sum(p["calls"] for p in parts.values() if p)
     rate, source = _rate(plan)
-    seconds = STARTUP_S + MODELS * (2 * params * tokens / rate + calls * CALL_S)
+    seconds = STARTUP_S + MODELS * generation_seconds(params, tokens, calls, rate)
     return {
         "seconds": round(seconds),
         "estimate": True,

@@ -23,7 +23,6 @@ from finetune.data.read import parse_bytes
 from finetune.data.replay_mix import held_out_prompts
 from finetune.data.skipped import usable_conversations
 from finetune.plan.plan import Plan
-from finetune.settings import caches
 from finetune.settings.config import RunConfig
 from finetune.ship.eval import replay
 from finetune.train.distributed import DistContext, barrier
@@ -36,7 +35,7 @@ def general_val_set(plan: Plan, tokenizer, ctx: DistContext | None = None) -> tu
     """The records (TokenizedRecord-like, as the loop's validation set) and what they cost, for plan.json. Rank 0
     generates the answers when they are not cached yet; the other ranks then read the cache."""
     config = plan.run
-    cached = answers_path(config, tokenizer).is_file()
+    cached = replay.all_cached(config, tokenizer, [p.text for p in held_out_prompts()])
     started = time.perf_counter()
     rows, failure = None, None
     if ctx is None or ctx.is_main:
@@ -52,11 +51,6 @@ def general_val_set(plan: Plan, tokenizer, ctx: DistContext | None = None) -> tu
     generation_s = 0.0 if cached else round(time.perf_counter() - started, 1)
     prepared = tokenized(rows, config, tokenizer, plan.max_seq_len)
     return prepared.train, describe(plan, prepared, len(rows), cached, generation_s)
-
-
-def answers_path(config: RunConfig, tokenizer):
-    """Where the base's answers to the held-out prompts are cached."""
-    return caches.root() / replay.FOLDER / f"{replay.cache_key(config, tokenizer, held_out=True)}.jsonl"
 
 
 def tokenized(rows: list[dict], config: RunConfig, tokenizer, max_seq_len: int):

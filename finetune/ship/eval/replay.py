@@ -1,30 +1,40 @@
-"""Self-replay's model side: the shipped general prompts answered by the base model itself, once, cached.
+"""Self-replay's model side: the shipped general prompts answered by the base model itself, as many as the run needs.
 
     mixed = mix_replay(config, out, tokenizer)     # None when replay is off; else the config reading the mix
 
-The base answers each training prompt (data/replay_mix.py: the shipped prompts minus the held-out slice)
-greedily with the run's chat template, at most MAX_NEW_TOKENS new tokens; only answers that end (a stop token
-came) are kept, so no row teaches the model to stop mid-sentence. The answers are cached under
-`<cache root>/replay/<key>.jsonl`, the key covering the model's identity, the chat template, the prompts' digest
-and these generation settings: the next run on the same base reads them and loads no model. A team's own
-general conversations (`general_data`) are used instead when given. The rows then join the team's training
-conversations at the run's ratio (data/replay_mix.write_mixed): ordinary targets, trained on like the team's, but
-the product's own work: not billed (the plan shows their tokens and time).
+The run needs `replay_count(ratio, team rows it reads)` replay rows (data/replay_mix.py). The base answers the training
+prompts (the shipped prompts minus the held-out slice) in a seeded order, CHUNK at a time, until that many answers
+have finished (a stop token came within MAX_NEW_TOKENS: no row teaches the model to stop mid-sentence); the held-out
+slice (the forgetting curve, the adapter scale's probe) is answered whole. Every answer, finished or not, is cached
+per prompt under `<cache root>/replay/<key>.jsonl`, the key covering the model's identity, the chat template and these
+generation settings: a later run on the same base reads what it needs and answers only prompts never asked. Before
+answering, the log says how many prompts and about how long (an estimate); the plan records what was answered and how
+long it took. A team's own general conversations (`general_data`) are used instead when given. The rows then join the
+team's training conversations at the run's ratio (data/replay_mix.write_mixed): trained on like the team's, but the
+product's own work: not billed (the plan shows their tokens and time).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
 import os
+import random
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from finetune.data import replay_mix
-from finetune.data.prompting import stop_ids
+from finetune.data.prompting import prompt_ids, stop_ids
+from finetune.models.facts import load_model_facts
+from finetune.rules.auto import MAX_EFFECTIVE_BATCH
+from finetune.rules.cost import device_flops, generation_seconds
+from finetune.rules.memory import resolve_device
 from finetune.settings import caches
-from finetune.settings.config import RunConfig
+from finetune.settings.config import AUTO, RunConfig
 from finetune.settings.errors import UserError
 from finetune.settings.fingerprint import model_identity
 from finetune.settings.wording import ref
@@ -33,60 +43,159 @@ from finetune.train.model import load_model
 
 log = logging.getLogger("finetune")
 MAX_NEW_TOKENS = 256
-GENERATION = {"decoding": "greedy", "max_new_tokens": MAX_NEW_TOKENS, "kept": "finished answers", "version": 1}
+CHUNK = 32  # prompts answered at a time (one generation batch) until enough answers have finished
+GENERATION = {
+    "decoding": "greedy",
+    "max_new_tokens": MAX_NEW_TOKENS,
+    "cached": "every answer, per prompt",
+    "version": 2,
+}
 FOLDER = "replay"
 
 
-def cache_key(config: RunConfig, tokenizer, held_out: bool = False) -> str:
-    """The model, its chat template (as the run renders it), the prompts (and which slice) and the generation
-    settings."""
+@dataclass
+class Answered:
+    """The base's answers a run asked for: chat rows of the finished ones, and what answering cost."""
+
+    rows: list[dict]  # {"messages": [user prompt, the base's answer]}, in the order asked
+    asked: int  # prompts whose answers the run read (from the cache or answered now)
+    answered: int  # of them answered now (0: every one from the cache)
+    seconds: float  # spent answering now
+
+    def to_dict(self) -> dict:
+        return {"prompts": self.asked, "answered_now": self.answered, "from_cache": self.asked - self.answered,
+                "finished": len(self.rows), "seconds": round(self.seconds, 1)}  # fmt: skip
+
+
+def cache_key(config: RunConfig, tokenizer) -> str:
+    """The model, its chat template (as the run renders it) and the generation settings."""
     identity = {
         "model": model_identity(config.model),
         "chat_template": [config.chat_template, getattr(tokenizer, "chat_template", None)],
-        "prompts": replay_mix.prompts_digest(),
         "generation": GENERATION,
     }
-    if held_out:  # a key of its own; the training slice's key is what it always was (its cache stays valid)
-        identity["slice"] = "held out"
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
+def cache_path(config: RunConfig, tokenizer) -> Path:
+    return caches.root() / FOLDER / f"{cache_key(config, tokenizer)}.jsonl"
+
+
+def all_cached(config: RunConfig, tokenizer, prompts: list[str]) -> bool:
+    """Whether the base's answers to every one of `prompts` are cached already."""
+    cached = _read_cache(cache_path(config, tokenizer))
+    return all(p in cached for p in prompts)
+
+
 def base_answers(config: RunConfig, tokenizer, held_out: bool = False) -> list[dict]:
-    """Chat rows (a user prompt, the base's answer): from the cache, else generated once and cached. The
-    training slice by default; `held_out`: the slice never trained on (a general validation set: how far the
-    tuned model drifts from the base's own answers)."""
-    path = caches.root() / FOLDER / f"{cache_key(config, tokenizer, held_out)}.jsonl"
-    if path.is_file():
-        log.info("replay answers read from the cache (%s)", path)
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-    rows = _generate(config, tokenizer, held_out)
+    """Chat rows (a user prompt, the base's finished answer): the held-out slice whole (the forgetting curve and the
+    adapter scale's probe: never trained on), or the training slice whole."""
+    prompts = replay_mix.held_out_prompts() if held_out else replay_mix.training_prompts()
+    return answer_prompts(config, tokenizer, [p.text for p in prompts], None).rows
+
+
+def answer_prompts(config: RunConfig, tokenizer, prompts: list[str], needed: int | None) -> Answered:
+    """The base's answers to `prompts`, in order, until `needed` have finished (all of them: None); cached ones are
+    read, the others answered (CHUNK at a time while only some are needed) and added to the cache."""
+    path = cache_path(config, tokenizer)
+    cached = _read_cache(path)
+    rows, asked, new, model, started = [], 0, {}, None, time.perf_counter()
+    size = len(prompts) if needed is None else CHUNK  # every prompt is needed: one go
+    while asked < len(prompts) and (needed is None or len(rows) < needed):
+        chunk = prompts[asked : asked + size]
+        missing = [p for p in chunk if p not in cached]
+        if missing:
+            if model is None:
+                _say_cost(config, tokenizer, prompts[asked:], cached, needed, len(rows))
+                model = load_model(config.model, trust_remote_code=config.trust_remote_code, vocab_size=len(tokenizer))
+            new |= _answer(model, tokenizer, missing)
+            cached |= new
+        rows += [_row(p, cached[p]) for p in chunk if cached[p] is not None]
+        asked += len(chunk)
+    if new:
+        _write_cache(path, cached)
+    if not rows:
+        raise UserError(
+            f"{ref('replay')}: the base model finished none of {asked} general answers within "
+            f"{MAX_NEW_TOKENS} tokens; give your own general conversations with {ref('general_data')}"
+        )
+    return Answered(rows, asked, len(new), time.perf_counter() - started if new else 0.0)
+
+
+def _row(prompt: str, answer: str) -> dict:
+    return {"messages": [{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}]}
+
+
+def _answer(model, tokenizer, prompts: list[str]) -> dict[str, str | None]:
+    """{prompt: the base's answer, or None when it did not finish within MAX_NEW_TOKENS}."""
+    stops = set(stop_ids(tokenizer))
+    messages = [[{"role": "user", "content": p}] for p in prompts]
+    answers = {}
+    for prompt, ids in zip(prompts, generate_ids(model, tokenizer, messages, MAX_NEW_TOKENS), strict=True):
+        answer = tokenizer.decode(ids, skip_special_tokens=True).strip()
+        answers[prompt] = answer if ids and ids[-1] in stops and answer else None
+    return answers
+
+
+def _say_cost(config: RunConfig, tokenizer, left: list[str], cached: dict, needed: int | None, have: int) -> None:
+    """Log, before paying it, how many prompts the base will answer at most and about how long that takes."""
+    unknown = [p for p in left if p not in cached]
+    most = len(unknown) if needed is None else min(len(unknown), max(CHUNK, 2 * (needed - have)))
+    params = _parameters(config)
+    estimate = ""
+    if params:
+        tokens = sum(len(prompt_ids(tokenizer, [{"role": "user", "content": p}])) for p in unknown[:most])
+        calls = -(-most // CHUNK) * (MAX_NEW_TOKENS + 1)
+        seconds = generation_seconds(params, tokens + most * MAX_NEW_TOKENS, calls, _rate(config))
+        estimate = f", about {round(seconds / 60) or '<1'} min at most (an estimate)"
+    log.info("the base model answers up to %d general prompts before the first step%s; once per base: cached for "
+             "later runs", most, estimate)  # fmt: skip
+
+
+def _parameters(config: RunConfig) -> int | None:
+    facts = load_model_facts(config.model)
+    return facts.total_params if facts else None
+
+
+def _rate(config: RunConfig) -> float:
+    device, _, _ = resolve_device(config.gpu)
+    return device_flops(device)
+
+
+def _read_cache(path: Path) -> dict[str, str | None]:
+    if not path.is_file():
+        return {}
+    entries = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            entry = json.loads(line)
+            entries[entry["prompt"]] = entry["answer"]
+        except (ValueError, KeyError, TypeError):
+            continue  # a damaged line: that prompt is answered again
+    return entries
+
+
+def _write_cache(path: Path, entries: dict[str, str | None]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=caches.TEMP_SUFFIX)
     with open(fd, "w", encoding="utf-8") as handle:
-        handle.write("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
-    os.replace(tmp, path)
-    return rows
-
-
-def _generate(config: RunConfig, tokenizer, held_out: bool = False) -> list[dict]:
-    prompts = replay_mix.held_out_prompts() if held_out else replay_mix.training_prompts()
-    log.info("answering %d general prompts with the base model (once per base; cached)", len(prompts))
-    model = load_model(config.model, trust_remote_code=config.trust_remote_code, vocab_size=len(tokenizer))
-    messages = [[{"role": "user", "content": p.text}] for p in prompts]
-    stops = set(stop_ids(tokenizer))
-    rows = []
-    for prompt, ids in zip(prompts, generate_ids(model, tokenizer, messages, MAX_NEW_TOKENS), strict=True):
-        answer = tokenizer.decode(ids, skip_special_tokens=True).strip()
-        if ids and ids[-1] in stops and answer:
-            rows.append(
-                {"messages": [{"role": "user", "content": prompt.text}, {"role": "assistant", "content": answer}]}
-            )
-    if not rows:
-        raise UserError(
-            f"{ref('replay')}: the base model finished none of {len(prompts)} general answers within "
-            f"{MAX_NEW_TOKENS} tokens; give your own general conversations with {ref('general_data')}"
+        handle.write(
+            "".join(json.dumps({"prompt": p, "answer": a}, ensure_ascii=False) + "\n" for p, a in entries.items())
         )
-    return rows
+    os.replace(tmp, path)
+
+
+def rows_read(config: RunConfig, team_rows: int) -> int:
+    """The team's training rows a run reads, at most: all of them, or what `max_steps` steps of the run's effective
+    batch hold (Auto's batch is at most MAX_EFFECTIVE_BATCH)."""
+    if config.max_steps is None:
+        return team_rows
+    batch = (
+        MAX_EFFECTIVE_BATCH
+        if config.batch_size == AUTO
+        else int(config.batch_size) * config.grad_accum * config.devices
+    )
+    return min(team_rows, config.max_steps * batch)
 
 
 def mix_replay(
@@ -98,9 +207,16 @@ def mix_replay(
     ratio, _ = replay_mix.replay_ratio(config, total_params)
     if ratio <= 0:
         return None
+    train, _, _ = replay_mix.team_split(config)
+    needed = replay_mix.replay_count(ratio, rows_read(config, len(train)))
+    answered = None
     if config.general_data:
         rows, source = replay_mix.general_rows(config.general_data), str(config.general_data)
     else:
-        rows, source = base_answers(config, tokenizer), "base model"
+        order = [p.text for p in replay_mix.training_prompts()]
+        random.Random(f"replay-{config.seed}").shuffle(order)
+        answered = answer_prompts(config, tokenizer, order, needed)
+        rows, source = answered.rows, "base model"
     folder = out / FOLDER if out is not None else Path(tempfile.mkdtemp(prefix=replay_mix.SCRATCH_PREFIX))
-    return replay_mix.write_mixed(config, folder, rows, ratio, source, write)
+    mixed = replay_mix.write_mixed(config, folder, rows, ratio, source, write, count=needed)
+    return mixed if answered is None else dataclasses.replace(mixed, generated=answered.to_dict())

@@ -19,6 +19,7 @@ from finetune.run import plan_run, train
 from finetune.settings.config import RunConfig
 from finetune.settings.errors import UserError
 from finetune.settings.fingerprint import check_resume, run_fingerprint
+from finetune.ship.eval import replay
 
 EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
 PROMPTS = 6  # the tests answer a few of the shipped prompts, not all of them
@@ -45,7 +46,12 @@ def test_answers_are_generated_once_per_base_and_cached(team, toy_model, tmp_pat
     assert len(cached) == 1 and len(cached[0].read_text().splitlines()) == PROMPTS
     second = _plan(team, toy_model, tmp_path / "b", replay=0.25, general_val=False)
     assert calls["generate"] == calls["load"] == 1  # read from the cache: no model loaded, nothing generated
+    generated = first.plan.replay_added.pop("generated"), second.plan.replay_added.pop("generated")
     assert first.plan.replay_added == second.plan.replay_added
+    assert generated[0] | {"seconds": 0} == {"prompts": PROMPTS, "answered_now": PROMPTS, "from_cache": 0,
+                                             "finished": PROMPTS, "seconds": 0}  # fmt: skip
+    assert generated[1] == {"prompts": PROMPTS, "answered_now": 0, "from_cache": PROMPTS, "finished": PROMPTS,
+                            "seconds": 0}  # fmt: skip
 
 
 def test_replay_rows_are_targets_on_the_training_side_only(team, toy_model, tmp_path, calls):
@@ -158,3 +164,28 @@ def test_auto_sizes_passes_and_batch_by_the_teams_records_whatever_replay_adds(t
     assert on.plan.data.examples > 100 > off.plan.data.examples
     assert (on.plan.epochs, on.plan.effective_batch) == (off.plan.epochs, off.plan.effective_batch)
     assert on.plan.auto["epochs"] == off.plan.auto["epochs"]
+
+
+def test_the_base_answers_only_as_many_prompts_as_the_run_trains_on(team, toy_model, tmp_path, monkeypatch):
+    """A chunk at a time until enough answers finished: an unfinished answer does not count, and the next run on
+    the same base answers only the prompts never asked."""
+    monkeypatch.setattr(replay_mix, "training_prompts", lambda: replay_mix.replay_prompts()[:40])
+    monkeypatch.setattr(replay, "CHUNK", 4)
+    calls = counting_base(monkeypatch, tmp_path / "cache", lambda prompt: "" if "poem" in prompt else "An answer.")
+    small = _plan(team, toy_model, tmp_path / "small", replay=0.1, general_val=False).plan.replay_added
+    asked = list(calls["asked"])
+    assert small["rows"] == round(0.1 * small["team_rows"])
+    assert small["generated"]["prompts"] == len(asked) < 40 and len(asked) % 4 == 0
+    assert small["generated"]["finished"] == sum("poem" not in p for p in asked) >= small["rows"]
+    more = _plan(team, toy_model, tmp_path / "more", replay=0.5, general_val=False).plan.replay_added
+    assert more["generated"]["from_cache"] == len(asked)  # read, not answered again
+    assert calls["asked"][: len(asked)] == asked and not set(calls["asked"][len(asked) :]) & set(asked)
+    assert more["generated"]["finished"] >= more["rows"] or more["generated"]["prompts"] == 40
+
+
+def test_a_run_cut_by_max_steps_gets_the_replay_rows_its_steps_read(team, toy_model, tmp_path, calls, monkeypatch):
+    monkeypatch.setattr(replay, "CHUNK", 2)
+    smoke = _plan(team, toy_model, tmp_path / "smoke", replay=0.5, general_val=False, max_steps=2, batch_size=2)
+    added = smoke.plan.replay_added
+    assert added["rows"] == round(0.5 * 2 * 2) == 2 and added["generated"]["prompts"] == 2  # 4 team rows read at most
+    assert smoke.plan.total_steps == 2
