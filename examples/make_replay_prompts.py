@@ -209,6 +209,74 @@ def _arithmetic(rng: random.Random) -> list[str]:
     return made
 
 
+# Everyday requests that ask for a form as well as content: what a general assistant is asked every day, so replay
+# rehearses the base following the form a request asks for, not only answering it. Subjects and wording are this
+# file's own (the retention check's instruction requests, examples/generate_instructions.py, are another set).
+FORM_TASKS = [
+    "a short note to a flatmate about sharing the chores",
+    "an invitation to a neighbourhood clean-up day",
+    "a description of a favourite walking route",
+    "advice for someone who wants to start running",
+    "a welcome message for a new member of a choir",
+    "a plan for sorting out a cluttered garage",
+    "an introduction to growing herbs on a windowsill",
+    "an explanation of how a compass works",
+    "a few words on why soup is a good winter meal",
+    "tips for taking better photos with a phone",
+    "a message asking a colleague to swap a shift",
+    "a description of a small winter market",
+    "a reminder to a book club about its next meeting",
+    "an explanation of why bread goes stale",
+    "advice on keeping a fish tank clean",
+    "a message to a landlord about a dripping tap",
+    "a short account of learning to swim as an adult",
+    "a guide to packing a suitcase neatly",
+    "an explanation of how a dishwasher gets plates clean",
+    "a welcome note for guests staying in a holiday flat",
+]
+FORM_WORDS = {  # a task's word to leave out, and two to work in
+    "chores": ("chores", ("rota", "kitchen")), "clean-up": ("litter", ("gloves", "park")),
+    "walking": ("walk", ("bench", "hill")), "running": ("run", ("shoes", "pace")),
+    "choir": ("sing", ("rehearsal", "songs")), "garage": ("boxes", ("shelves", "weekend")),
+    "herbs": ("herbs", ("basil", "sunlight")), "compass": ("north", ("needle", "magnet")),
+    "soup": ("soup", ("vegetables", "bowl")), "photos": ("camera", ("light", "angle")),
+    "shift": ("shift", ("Friday", "favour")), "market": ("market", ("stalls", "lanterns")),
+    "book club": ("book", ("chapter", "tea")), "bread": ("bread", ("starch", "moisture")),
+    "fish tank": ("water", ("filter", "gravel")), "tap": ("tap", ("plumber", "washer")),
+    "swim": ("swim", ("pool", "breath")), "suitcase": ("clothes", ("rolling", "shoes")),
+    "dishwasher": ("water", ("spray", "detergent")), "holiday flat": ("flat", ("keys", "wifi")),
+}
+FORM_ASKS = [
+    "Set it out as {n} bullet points, one per line, each starting with a dash.",
+    'Reply only with a JSON object that has the keys "title" and "text".',
+    "Sign it off, then add a short P.S. line at the very end.",
+    "Leave blanks in square brackets, like [name], wherever a personal detail would go.",
+    "Use only lowercase letters, even at the start of sentences.",
+    "Type the whole reply in upper case.",
+    "Avoid commas entirely in your reply.",
+    "Keep the whole reply below {words} words.",
+    "Start with a short title on a line of its own.",
+    'Do it without ever using the word "{avoid}".',
+    "End the reply with a question to the reader.",
+    "Number the steps 1, 2, 3 and so on.",
+    "Split it into exactly two paragraphs.",
+    "Put the whole reply inside double quotes.",
+    'Work the words "{a}" and "{b}" into it.',
+]
+
+
+def _form_requests(rng: random.Random) -> list[str]:
+    """Each everyday task with six of the form asks, one ask each (a length hint unless the ask is a length)."""
+    made = []
+    for task in FORM_TASKS:
+        avoid, (a, b) = next(words for key, words in FORM_WORDS.items() if key in task)
+        for ask in rng.sample(FORM_ASKS, 6):
+            text = ask.format(n=rng.randint(3, 5), words=rng.choice((60, 80, 100)), avoid=avoid, a=a, b=b)
+            length = "" if "{words}" in ask else f" About {rng.choice((80, 100, 120))} words."
+            made.append(f"Could you write {task}?{length} {text}")
+    return made
+
+
 def prompts() -> list[dict]:
     rng = random.Random(34)
     made: list[tuple[str, str]] = []
@@ -238,6 +306,7 @@ def prompts() -> list[dict]:
         made.append(("note", f"Draft a warm, short thank-you message to {person} for {reason}."))
     for hero, plot in STORIES:
         made.append(("story", f"Tell me a tiny bedtime story in which {hero} {plot}."))
+    made += [("form", text) for text in _form_requests(random.Random(41))]  # after the rest: their ids stay
     seen, rows = set(), []
     for kind, text in made:
         if text not in seen:

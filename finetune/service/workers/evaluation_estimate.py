@@ -6,8 +6,10 @@ and the speed its training reached) and the sizes of the sets it answers. Never 
 
 Two models answer (the base and the tuned one), each:
 
-    retention  generate: 265 prompts in batches of 64, up to 48 new tokens each; score: the prompts and the base's
-               answers again (the KL), and each multiple-choice question once per option (retention.py)
+    retention  generate: 265 prompts in batches of 64, up to 48 new tokens each, and 300 requests for longer answers,
+               up to 320 new tokens each; score: the prompts and the base's answers again (the KL), and each
+               multiple-choice question once per option (retention.py). The base's side is cached once per base;
+               the estimate counts both sides (the first check of a base)
     test       generate: the run's test conversations in batches of 32, up to 128 new tokens each (finetune eval)
 
     forward tokens  prompt tokens (a token per 4 bytes, plus the chat template's) + every token generated or scored
@@ -29,8 +31,8 @@ from functools import cache
 from pathlib import Path
 
 from finetune.rules.cost import CALL_S, CPU_FLOPS, generation_seconds
-from finetune.ship.eval.general_set import load_general_set
-from finetune.ship.eval.retention import BATCH, MAX_NEW_TOKENS, SCORE_BATCH
+from finetune.ship.eval.general_set import load_general_set, load_instructions
+from finetune.ship.eval.retention import BATCH, MAX_NEW_TOKENS, REQUEST_TOKENS, SCORE_BATCH
 from finetune.ship.eval.test_split import TEST_FILE
 
 MODELS = 2  # the base and the tuned model
@@ -49,13 +51,16 @@ def _tokens(text: str) -> int:
 def retention_work() -> dict:
     """Forward tokens and calls of one model answering and scoring the general set (its size, read once)."""
     prompts, choices = load_general_set()
+    requests = load_instructions()
     prompt_tokens = sum(_tokens(p.prompt) for p in prompts)
     answered = prompt_tokens + len(prompts) * MAX_NEW_TOKENS
+    requested = sum(_tokens(r.prompt) for r in requests) + len(requests) * REQUEST_TOKENS
     options = sum(len(c.options) for c in choices)
     scored = sum(len(c.options) * (_tokens(c.question + " " + c.lead) + 4) for c in choices)  # an option: ~4 tokens
     calls = math.ceil(len(prompts) / BATCH) * (MAX_NEW_TOKENS + 1) + math.ceil(len(prompts) / SCORE_BATCH)
-    calls += math.ceil(options / SCORE_BATCH)
-    return {"prompts": len(prompts), "questions": len(choices), "tokens": 2 * answered + scored, "calls": calls}
+    calls += math.ceil(options / SCORE_BATCH) + math.ceil(len(requests) / BATCH) * (REQUEST_TOKENS + 1)
+    return {"prompts": len(prompts), "requests": len(requests), "questions": len(choices),
+            "tokens": 2 * answered + requested + scored, "calls": calls}  # fmt: skip
 
 
 def test_set_work(run: Path) -> dict | None:

@@ -8,7 +8,8 @@ import { evaluationCard } from "./evaluate.js";
 import { planView } from "./newjob.js";
 
 const EVENTS_PAGE = 50;
-const RETENTION_MEASURES = [["accuracy", "accuracy"], ["rule_pass_rate", "rule pass-rate"], ["choice_accuracy", "multiple-choice accuracy"]];
+const RETENTION_MEASURES = [["accuracy", "accuracy"], ["rule_pass_rate", "rule pass-rate"], ["choice_accuracy", "multiple-choice accuracy"],
+  ["instruction_following", "instruction following"], ["instructions_kept", "instructions kept"], ["team_voice", "general answers in the team's voice"]];
 
 const pct = (x) => `${Math.round(100 * x)}%`;
 const points = (x) => { const v = Math.round(100 * x); return `${v > 0 ? "+" : ""}${v}`; };
@@ -18,17 +19,17 @@ function retentionView(r, schema) {
   const rows = RETENTION_MEASURES.filter(([k]) => r[k] && r[k].n).map(([k, name]) => {
     const m = r[k];
     const c = m.change;
-    return h("tr", { dataset: { measure: k }, class: m.dropped ? "dropped" : "" },
+    return h("tr", { dataset: { measure: k }, class: m.dropped || m.rose ? "dropped" : "" },
       h("th", { scope: "row" }, name),
       h("td", { class: "num" }, String(m.n)),
       h("td", { class: "num" }, `${pct(m.base.rate)} (${pct(m.base.low)}–${pct(m.base.high)})`),
       h("td", { class: "num" }, `${pct(m.tuned.rate)} (${pct(m.tuned.low)}–${pct(m.tuned.high)})`),
-      h("td", { class: "num" }, `${points(c.value)} (${points(c.low)} to ${points(c.high)})`, m.dropped ? h("strong", {}, " drop") : ""));
+      h("td", { class: "num" }, `${points(c.value)} (${points(c.low)} to ${points(c.high)})`, m.dropped ? h("strong", {}, " drop") : m.rose ? h("strong", {}, " rise") : ""));
   });
   const set = r.general_set || {};
   return [
     h("h2", {}, "Retention"),
-    h("p", { class: "small muted" }, `The base and the tuned model on ${set.prompts ?? "–"} general prompts and ${set.choices ?? "–"} multiple-choice questions never trained on (the evaluation's retention check). 95% intervals; the change in percentage points.`),
+    h("p", { class: "small muted" }, `The base and the tuned model on ${set.prompts ?? "–"} general prompts, ${set.requests ?? 0} requests for longer answers with instructions on their form and ${set.choices ?? "–"} multiple-choice questions never trained on (the evaluation's retention check). 95% intervals; the change in percentage points.`),
     h("div", { class: "tablewrap" }, h("table", { id: "retention" },
       h("thead", {}, h("tr", {}, ["", "Prompts", "Base", "Tuned", "Change"].map((t, i) => h("th", { scope: "col", class: i ? "num" : "" }, t)))),
       h("tbody", {}, rows))),
