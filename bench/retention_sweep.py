@@ -45,6 +45,7 @@ POINTS = {  # name -> the RunConfig values it sets; everything else is Auto's
 def _interval(measure: dict) -> dict:
     change = measure["change"]
     return {
+        "n": measure["n"],
         "base": round(measure["base"]["rate"], 4),
         "tuned": round(measure["tuned"]["rate"], 4),
         "change": round(change["value"], 4),
@@ -59,15 +60,20 @@ def retention_row(run: Path) -> dict:
 
     report = check_retention(run)
     write_retention(run, report)
-    return {
-        "accuracy": _interval(report["accuracy"]),
-        "rule_pass_rate": _interval(report["rule_pass_rate"]),
-        "choice_accuracy": _interval(report["choice_accuracy"]),
+    from finetune.ship.eval.retention import MEASURES
+
+    row = {key: _interval(report[key]) for key in MEASURES if report[key]["n"]}
+    if report["team_voice"]["n"]:
+        row["team_voice"] = _interval(report["team_voice"]) | {"rose": report["team_voice"]["rose"]}
+    return row | {
+        "by_instruction": {k: {"n": v["n"], "base": round(v["base"], 3), "tuned": round(v["tuned"], 3)}
+                           for k, v in report["by_instruction"].items()},
         "kl_per_token": round(report["kl"]["mean_per_token"], 4),
         "flag": report["flag"],
         "flagged": report["flagged"],
         "seconds": report["seconds"]["total"],
-    }
+        "general_set": report["general_set"]["digest"],
+    }  # fmt: skip
 
 
 def house_style(run: Path, prompts, markers) -> float:
