@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
 from finetune.data.prompting import prompt_ids, stop_ids
@@ -48,10 +50,11 @@ def _greedy(encoded: list[list[int]], model, pad_id: int, stops: set[int], max_n
     mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in encoded], device=device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     cache, alive = DynamicCache(), torch.arange(len(encoded), device=device)
+    cache_name, extra = _forward_names(model)
     written: list[list[int]] = [[] for _ in encoded]
     for _ in range(max_new_tokens):
-        logits = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                       use_cache=True).logits[:, -1, :]  # fmt: skip
+        logits = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                       **{cache_name: cache}, **extra).logits[:, -1, :]  # fmt: skip
         tokens = logits.argmax(-1)
         done = []
         for row, token in zip(alive.tolist(), tokens.tolist(), strict=True):
@@ -67,6 +70,16 @@ def _greedy(encoded: list[list[int]], model, pad_id: int, stops: set[int], max_n
         mask = torch.cat([mask, mask.new_ones(len(alive), 1)], dim=-1)
         positions = positions[:, -1:] + 1
     return written
+
+
+def _forward_names(model) -> tuple[str, dict]:
+    """The name the model's forward takes its key/value cache by (transformers 5.25 renamed `past_key_values` to
+    `cache`), and `logits_to_keep=1` where it is known (the vocabulary's logits for the last position only)."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    names = inspect.signature(type(inner).forward).parameters
+    return ("cache" if "cache" in names else "past_key_values"), (
+        {"logits_to_keep": 1} if "logits_to_keep" in names else {}
+    )
 
 
 def generate_answers(
