@@ -2,11 +2,13 @@
 #   make demo   build the toy model, train on the bundled examples, show before/after
 #   make test   lint + the whole default suite, unit and integration (CPU, toy model, a few minutes): what CI runs
 #   make test-unit   the unit tests only, for the inner loop (under a minute on a quiet machine)
+#   make docs   the documentation site (MkDocs) into site/, its references generated from the code; strict: a broken
+#               link or anchor, or a page missing from the navigation, fails
 PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-unit test-slow lint bench
+.PHONY: demo test test-unit test-slow lint docs bench
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -20,10 +22,15 @@ demo: $(STAMP)
 	$(VENV)/bin/finetune demo
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check finetune tests bench examples
-	$(VENV)/bin/ruff format --check finetune tests bench examples
+	$(VENV)/bin/ruff check finetune tests bench examples tools
+	$(VENV)/bin/ruff format --check finetune tests bench examples tools
 
-test: lint
+# NO_MKDOCS_2_WARNING: Material prints a banner about MkDocs 2 on every build otherwise. No --quiet: it hides the
+# warnings from --strict too, and a broken link then passes
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+test: lint docs
 	$(VENV)/bin/pytest -q
 
 test-unit: $(STAMP)

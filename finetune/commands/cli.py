@@ -1,5 +1,6 @@
 """The command line: one thin function per command, no logic.
 
+finetune --version
 finetune toy-model DIR [--data FILE] [--pretrain]
 finetune validate FILE [--model DIR] [--show N] [--json]
 finetune plan DATA.jsonl [--model M] ... [--json]      |   finetune plan --examples N [--tokens T] ...
@@ -28,6 +29,7 @@ from finetune.data.preference_validate import run_validate_preferences
 from finetune.models.bases import run_list, run_pull
 from finetune.service.cli.parser import add_launcher_flags, add_service_parsers
 from finetune.settings.errors import ERROR_FILE_ENV, UserError
+from finetune.settings.version import __version__
 from finetune.ship.toy import BASE_PRETRAINING, BASE_SIZE, build_toy_model
 
 # ----------------------------------------------------------------------------- commands
@@ -135,6 +137,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="finetune", description="Teach a language model to answer like your team.")
+    parser.add_argument("--version", action="version", version=f"finetune {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_toy_model(sub)
     _add_validate(sub)

@@ -44,14 +44,19 @@ class JobCreate(BaseModel):
     """POST /v1/fine_tuning/jobs (and POST /v1/fine_tuning/plan)."""
 
     model_config = ConfigDict(extra="ignore")  # e.g. `integrations`: accepted, not used
-    model: StrictStr
-    training_file: StrictStr
-    validation_file: StrictStr | None = None
-    suffix: Suffix | None = None
-    seed: Annotated[StrictInt, Field(ge=0, le=MAX_SEED)] | None = None
-    metadata: Annotated[dict[MetadataKey, MetadataValue], Field(max_length=16)] | None = None
-    method: Method | None = None
-    hyperparameters: dict[str, Any] | None = None  # OpenAI's deprecated top-level form: supervised
+    # the descriptions are the OpenAPI schema's (GET /v1/openapi.json, docs' HTTP reference); validation ignores them
+    model: StrictStr = Field(description="A base model the server registered (finetune serve --model NAME=...).")
+    training_file: StrictStr = Field(description="The id of a file you uploaded with purpose fine-tune.")
+    validation_file: StrictStr | None = Field(None, description="An uploaded file to validate on (default: held out).")
+    suffix: Suffix | None = Field(None, description="Up to 64 letters, digits, '.', '_' or '-' in the model's name.")
+    seed: Annotated[StrictInt, Field(ge=0, le=MAX_SEED)] | None = Field(None, description="Default: drawn at random.")
+    metadata: Annotated[dict[MetadataKey, MetadataValue], Field(max_length=16)] | None = Field(
+        None, description="Up to 16 string pairs of your own (keys up to 64 characters, values up to 512)."
+    )
+    method: Method | None = Field(
+        None, description='{"type": "supervised" or "dpo", "<type>": {"hyperparameters": {...}}}: the settings.'
+    )
+    hyperparameters: dict[str, Any] | None = Field(None, description="OpenAI's deprecated top-level form: supervised.")
 
     def method_and_hyperparameters(self) -> tuple[str, dict[str, Any]]:
         """(method type, its hyperparameters), from `method` or the deprecated top-level `hyperparameters`."""
@@ -83,3 +88,23 @@ def _param(loc: tuple) -> str:
     if loc and loc[0] == "method":
         return "method.type"
     return str(loc[0]) if loc else "body"
+
+
+def openapi_body(model: type[BaseModel]) -> dict:
+    """A route's `openapi_extra` when it reads its body itself (parse_body, for OpenAI's error codes): the model's JSON
+    Schema as the request body, so the OpenAPI schema (and the HTTP reference generated from it) shows its fields.
+    Its $defs are inlined: a $ref in an OpenAPI document resolves from the document's root, not the schema's."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": _inlined(schema, defs)}}}}
+
+
+def _inlined(node: Any, defs: dict) -> Any:
+    if isinstance(node, dict):
+        if "$ref" in node:
+            rest = {k: v for k, v in node.items() if k != "$ref"}
+            return _inlined(defs[node["$ref"].rsplit("/", 1)[-1]], defs) | _inlined(rest, defs)
+        return {key: _inlined(value, defs) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_inlined(item, defs) for item in node]
+    return node

@@ -19,7 +19,7 @@ from finetune.service.api.idempotency import digest_json, once
 from finetune.service.api.integrations import run_settings_for
 from finetune.service.api.objects import checkpoint_object, event_object, job_object, page_object
 from finetune.service.api.openai_errors import not_found
-from finetune.service.api.protocol import MAX_SEED, BodyError, JobCreate, parse_body
+from finetune.service.api.protocol import MAX_SEED, BodyError, JobCreate, openapi_body, parse_body
 from finetune.service.api.routes.files import find_file
 from finetune.service.api_error import APIError
 from finetune.service.storage import quotas, run_folders
@@ -112,7 +112,7 @@ def _named_files(request: Request, tenant: str, run_settings: dict) -> dict[str,
     }
 
 
-@router.post("/jobs")
+@router.post("/jobs", openapi_extra=openapi_body(JobCreate))
 async def create_job(request: Request, tenant: str = Depends(current_tenant)) -> dict:
     raw = await _json_body(request)
     body = _job_body(request, raw)
@@ -254,7 +254,7 @@ def job_metrics(job_id: str, request: Request, tenant: str = Depends(current_ten
     return {"object": "list", "data": rows, "has_more": False}
 
 
-@router.post("/plan")
+@router.post("/plan", openapi_extra=openapi_body(JobCreate))
 async def plan(request: Request, tenant: str = Depends(current_tenant)) -> dict:
     """Our addition: the plan for a file and settings (the same as `finetune plan --json`), no job created.
     Its answer names the model as registered and the files as uploaded: no path on the server."""
