@@ -18,6 +18,8 @@ rows (and measurements) already there. The general set is the check's; nothing h
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
 import json
 import shutil
 import sys
@@ -42,7 +44,9 @@ POINTS: dict[str, dict] = {  # name -> the RunConfig values it sets; everything 
     "replay-0.25-lr-half": {"replay": 0.25, "lr_multiplier": 0.5},
     "replay-0.25-epochs-2": {"replay": 0.25, "epochs": 2},
     "replay-0-epochs-2": {"replay": "off", "epochs": 2},
+    "replay-0.25-upper-half": {"replay": 0.25},  # and LoRA on the upper half of the blocks only (UPPER_HALF)
 }
+UPPER_HALF = {"replay-0.25-upper-half"}  # the lower half of the blocks frozen: no adapter there (a bench-only patch)
 PLAN_KEYS = ("method", "learning_rate", "lora_rank", "epochs", "effective_batch", "total_steps", "tokens_processed",
              "tokens_trained", "replay_added")  # fmt: skip
 
@@ -70,8 +74,45 @@ def train_point(name: str, model_dir: Path, out: Path) -> None:
         adapter_scale="auto", resume=resume, **POINTS[name],
     )  # fmt: skip
     started = time.perf_counter()
-    train(config)
+    with _upper_half_only(name in UPPER_HALF):
+        train(config)
     (run / "bench_seconds.json").write_text(json.dumps({"train_and_scale": round(time.perf_counter() - started)}))
+
+
+@contextlib.contextmanager
+def _upper_half_only(on: bool):
+    """LoRA on the upper half of the blocks only (PEFT's layers_to_transform), the lower half left as the base had
+    it: what freezing the lower layers would be, measured here before it is a setting."""
+    if not on:
+        yield
+        return
+    from peft import LoraConfig
+
+    model_module = importlib.import_module("finetune.train.model")
+
+    real = model_module.add_lora
+
+    def add_lora(model, *args, **kwargs):
+        layers = model.config.num_hidden_layers
+        linear = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if type(m).__name__ == "Linear"})
+        linear = [n for n in linear if n != "lm_head"]  # "all-linear" cannot name layers: the same modules, listed
+        original = LoraConfig.__init__
+
+        def init(self, *a, **k):
+            k |= {"target_modules": linear, "layers_to_transform": list(range(layers // 2, layers))}
+            original(self, *a, **k)
+
+        LoraConfig.__init__ = init
+        try:
+            return real(model, *args, **kwargs)
+        finally:
+            LoraConfig.__init__ = original
+
+    model_module.add_lora = add_lora
+    try:
+        yield
+    finally:
+        model_module.add_lora = real
 
 
 def _demo_prompts():
