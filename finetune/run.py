@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from finetune.data.arrays import record_lengths
 from finetune.data.dispatch import prepare
+from finetune.data.prepare import found_in_users_files
 from finetune.data.replay_mix import replay_on, replay_ratio
 from finetune.data.skipped import write_skipped
 from finetune.data.tokenize import load_tokenizer
@@ -43,7 +44,7 @@ from finetune.settings.errors import UserError
 from finetune.settings.fingerprint import run_fingerprint
 from finetune.settings.version import code_version
 from finetune.settings.wording import ref, render
-from finetune.ship.eval.test_split import hold_out_test
+from finetune.ship.eval.test_split import held_out_lines, hold_out_test
 from finetune.ship.export.card import model_card
 from finetune.ship.run_folder import locate_weights
 from finetune.track import Trackers, start_trackers
@@ -166,6 +167,7 @@ def plan_run(
     another one (the service's API planning for its workers)."""
     if config.gpu is None:  # size memory and time for the machine the run is planned on
         config = dataclasses.replace(config, gpu=local_device_kind(ctx.device if ctx else None))
+    given = config  # the user's own files: a copy the run reads is named by them
     if config.test_fraction and out is not None:
         config = hold_out_test(config, out)  # before the split and the plan: the test set is never trained on
     config = dataclasses.replace(config, model=resolve_model(config.model)) if config.model else config
@@ -173,6 +175,8 @@ def plan_run(
     facts = load_model_facts(config.model)  # once: the data's Auto limit and the plan read the same facts
     config, mixed = _replayed(config, out, tokenizer, ctx, facts)  # self-replay (off: nothing changes)
     prepared = _prepare_on_every_rank(config, tokenizer, ctx, facts)
+    if config.data != given.data:  # a copy (test split, replay mix): its values named by the user's files and lines
+        prepared.summary = _found_in_given_files(prepared.summary, given, out, mixed)
     if prepared.from_cache and _is_main(ctx):
         log.info("tokenized data read from the token cache (%s)", prepared.cache_entry)
     train = prepared.train
@@ -210,6 +214,14 @@ def _replayed(config: RunConfig, out: Path | None, tokenizer, ctx: DistContext |
         config, out, tokenizer, write=False, total_params=params
     )  # another rank: rank 0's files
     return mixed.config, mixed
+
+
+def _found_in_given_files(summary, given: RunConfig, out: Path | None, mixed):
+    """The data's summary with the sensitive values named as found in the user's files (less the test split), the
+    general conversations replay mixed in included: the copies' names and lines mean nothing to the user."""
+    held = held_out_lines(out) if given.test_fraction and out is not None else set()
+    general = given.general_data if mixed is not None else None
+    return dataclasses.replace(summary, sensitive_found=found_in_users_files(given, held, general))
 
 
 def _with_replay(plan: Plan, prepared, mixed, config: RunConfig, facts) -> Plan:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from fake_service import fake_launcher
+from planted_values import NEEDLES, holding, planted_rows
 from service_helpers import api_client
 
 from finetune.service.workers.worker import Worker
@@ -86,3 +87,38 @@ def test_the_plan_answer_says_how_many_values_redact_replaced(app, tmp_path):
         "hyperparameters": {"sensitive_data": "refuse"}}}})  # fmt: skip
     assert refused.status_code == 400 and refused.json()["error"]["code"] == "invalid_training_file"
     _no_value(refused.json())
+
+
+def test_a_redacted_job_leaves_no_planted_value_outside_the_uploads(app, tmp_path, monkeypatch):
+    """Issue 42, through the API: ten kinds of values, `sensitive_data: redact`, a test split and replay on (the
+    job's own general conversations); the real trainer runs the job to the end. No file under the data folder but
+    the two uploads themselves (and no file of the cache root) holds a value, nor do the tokens trained on; the
+    plan's event names the file as uploaded, with the upload's lines."""
+    from finetune.data.tokenize import load_tokenizer
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("FINETUNE_CACHE", str(cache))  # the trainer, a child process, inherits it
+    client = api_client(app, "alice")
+    uploads = {}
+    for name, rows in (("support.jsonl", planted_rows(3, 12)), ("general.jsonl", planted_rows(1, 6))):
+        content = "".join(json.dumps(row) + "\n" for row in rows).encode()
+        answer = client.post("/v1/files", data={"purpose": "fine-tune"}, files={"file": (name, content)})
+        uploads[name] = answer.json()["id"]
+    hyper = {"sensitive_data": "redact", "test_fraction": 0.2, "general_data": uploads["general.jsonl"],
+             "val_fraction": 0.2, "max_steps": 2, "batch_size": 4}  # fmt: skip
+    body = {"model": "toy", "training_file": uploads["support.jsonl"],
+            "method": {"type": "supervised", "supervised": {"hyperparameters": hyper}}}  # fmt: skip
+    job_id = client.post("/v1/fine_tuning/jobs", json=body).json()["id"]
+    options = app.state.options
+    assert Worker(options, app.state.store).run_once()  # the real trainer
+    job = client.get(f"/v1/fine_tuning/jobs/{job_id}").json()
+    assert job["status"] == "succeeded", job["error"]
+    run = options.runs_dir / job_id
+    assert (run / "test.jsonl").is_file() and (run / "replay" / "train.jsonl").is_file()
+
+    found = holding([options.data_dir, cache], load_tokenizer(str(app.state.options.models["toy"])))
+    own_uploads = {str(options.files_dir / file_id) for file_id in uploads.values()}
+    assert {kind: sorted(set(files) - own_uploads) for kind, files in found.items()} == {k: [] for k in NEEDLES}
+    events = client.get(f"/v1/fine_tuning/jobs/{job_id}/events", params={"limit": 100}).json()["data"]
+    (planned,) = [e["message"] for e in events if e["message"].startswith("[sensitive_data]")]
+    assert "support.jsonl lines" in planned and "general.jsonl lines" in planned and "train.jsonl" not in planned
