@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -195,6 +196,29 @@ def test_deleting_a_fine_tuned_model_removes_its_checkpoints(tmp_path, toy_model
     app.state.store.close()
 
 
+def test_deleting_a_model_removes_its_gguf_files_final_and_per_checkpoint(tmp_path, toy_model, tiny_data):
+    """Issue 42: GGUF files downloaded from the dashboard (the final weights and a checkpoint's, converted once and
+    kept in RUN/gguf/) stayed after DELETE /v1/models/{id} until the job itself was deleted."""
+    app, settings = _service(tmp_path, toy_model)
+    client = api_client(app)
+    hyper = {"max_steps": 2, "save_every": 1, "val_fraction": 0, "batch_size": 4, "max_seq_len": 256}
+    job_id = _create_job(client, _upload(client, tiny_data.read_bytes()), hyper)
+    assert Worker(settings, app.state.store).run_once()  # the real trainer: weights a GGUF can be made of
+    job = client.get(f"/v1/fine_tuning/jobs/{job_id}").json()
+    assert job["status"] == "succeeded", job["error"]
+    checkpoint = client.get(f"/v1/fine_tuning/jobs/{job_id}/checkpoints").json()["data"][0]["id"]
+    for params in ({"format": "gguf"}, {"format": "gguf", "checkpoint": checkpoint}):
+        download = client.get(f"/v1/dashboard/jobs/{job_id}/download", params=params)
+        assert download.status_code == 200 and download.content[:4] == b"GGUF", download.text
+    run = settings.runs_dir / job_id
+    assert len(list((run / "gguf").glob("*.gguf"))) == 2
+
+    assert client.delete(f"/v1/models/{job['fine_tuned_model']}").json()["deleted"] is True
+    assert not (run / "gguf").exists() and not (run / "checkpoints").exists() and not (run / "adapter").exists()
+    assert (run / "plan.json").is_file()  # the job stays
+    app.state.store.close()
+
+
 def test_purge_dry_run_removes_nothing_and_purge_removes_one_tenant_only(tmp_path, toy_model, monkeypatch, capsys):
     monkeypatch.setenv("FAKE_TRAINER_MODE", "ok")
     app, settings = _service(tmp_path, toy_model)
@@ -307,3 +331,61 @@ def test_retention_deletes_old_ended_jobs_and_unused_files_only(tmp_path, toy_mo
     args = build_parser().parse_args(["serve", "--retain-days", "7", "--data-dir", str(settings.data_dir)])
     assert options_from(args).retain_days == 7
     assert main(["worker", "--retain-days", "0", "--data-dir", str(settings.data_dir)]) == 1
+
+
+def test_a_file_deleted_while_a_job_on_it_is_created_refuses_the_job_at_once(
+    tmp_path, toy_model, tiny_data, monkeypatch
+):
+    """Issue 42: the file goes between the create's look at it and the job's row (the worst moment of a race): the
+    job is refused then (400, as a missing file), not failed later with "the file was deleted"."""
+    from finetune.service.api.routes import jobs as job_routes
+
+    app, _ = _service(tmp_path, toy_model)
+    client = api_client(app)
+    file_id = _upload(client, tiny_data.read_bytes())
+    looked_at = job_routes._training_file
+
+    def look_then_lose(request, tenant, wanted, param):
+        row = looked_at(request, tenant, wanted, param)
+        assert api_client(app).delete(f"/v1/files/{wanted}").status_code == 200  # another request, in the window
+        return row
+
+    monkeypatch.setattr(job_routes, "_training_file", look_then_lose)
+    body = {"model": "toy", "training_file": file_id, "method": {"type": "supervised", "supervised": {"hyperparameters": ONE_STEP}}}  # fmt: skip
+    refused = client.post("/v1/fine_tuning/jobs", json=body)
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["code"] == "invalid_training_file"
+    assert client.get("/v1/fine_tuning/jobs").json()["data"] == []  # no job was added
+    app.state.store.close()
+
+
+def test_a_job_and_the_deletion_of_its_file_at_once_never_both_succeed(tmp_path, toy_model, tiny_data, database_url):
+    """Issue 42: two threads, one creating a job on a file and one deleting that file, at the same moment, many
+    rounds, on SQLite and PostgreSQL: exactly one of the two succeeds each time (both did, 3 rounds in 8)."""
+    from finetune.service.dashboard.app import create_app
+
+    app = create_app(settings_for(tmp_path / "data", toy_model, database=database_url))
+    app.state.test_keys = {"alice": app.state.store.create_key("alice")[1]}
+    body = {"model": "toy", "method": {"type": "supervised", "supervised": {"hyperparameters": ONE_STEP}}}
+    outcomes = []
+    for _ in range(12):
+        file_id = _upload(api_client(app), tiny_data.read_bytes())
+        start, answers = threading.Barrier(2), {}
+
+        def create(file_id=file_id, start=start, answers=answers):
+            start.wait()
+            answers["create"] = api_client(app).post("/v1/fine_tuning/jobs", json=body | {"training_file": file_id})
+
+        def remove(file_id=file_id, start=start, answers=answers):
+            start.wait()
+            answers["delete"] = api_client(app).delete(f"/v1/files/{file_id}")
+
+        threads = [threading.Thread(target=create), threading.Thread(target=remove)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        created, deleted = answers["create"], answers["delete"]
+        assert (created.status_code == 200) != (deleted.status_code == 200), (created.text, deleted.text)
+        loser = deleted if created.status_code == 200 else created
+        assert loser.json()["error"]["code"] in ("file_in_use", "invalid_training_file"), loser.text
+        outcomes.append("job" if created.status_code == 200 else "delete")
+    app.state.store.close()

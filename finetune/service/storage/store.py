@@ -297,23 +297,6 @@ class Store:
                 )
             )
 
-    def delete_fine_tuned_model(self, tenant: str, name: str) -> dict | None:
-        """Mark the tenant's fine-tuned model `name` deleted; its job (None when there is no such model)."""
-        with self._write() as conn:
-            job = _one(
-                conn.execute(
-                    select(jobs).where(
-                        jobs.c.tenant == tenant,
-                        jobs.c.status == "succeeded",
-                        jobs.c.fine_tuned_model == name,
-                        jobs.c.model_deleted_at.is_(None),
-                    )
-                )
-            )
-            if job is not None:
-                conn.execute(update(jobs).where(jobs.c.id == job["id"]).values(model_deleted_at=now()))
-        return job
-
     def all_jobs(self, tenant: str) -> list[dict]:
         with self._read() as conn:
             return _rows(conn.execute(select(jobs).where(jobs.c.tenant == tenant).order_by(jobs.c.row)))
