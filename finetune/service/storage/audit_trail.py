@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import Engine, insert, select, text
 
 from finetune.service.storage.db import audit_records, is_postgres, transaction
-from finetune.service.storage.store import Page, now
+from finetune.service.storage.store import Page, cursor_number, now
 
 FIELDS = (
     "seq", "created_at", "tenant", "key_id", "action", "object_id", "source", "via", "method", "route", "status",
@@ -103,11 +103,11 @@ class AuditLog:
         """The tenant's records, newest first (or oldest first); `after` = the id of the previous page's last."""
         query = select(audit_records).where(audit_records.c.tenant == tenant)
         if after is not None:
-            anchor = after[len(ID_PREFIX) :] if after.startswith(ID_PREFIX) else ""
-            if not anchor.isdigit():
+            anchor = cursor_number(after, ID_PREFIX)
+            if anchor is None:
                 return Page([], False)  # an unknown cursor: an empty page, as the other lists answer
             seq = audit_records.c.seq
-            query = query.where(seq > int(anchor) if ascending else seq < int(anchor))
+            query = query.where(seq > anchor if ascending else seq < anchor)
         order = audit_records.c.seq.asc() if ascending else audit_records.c.seq.desc()
         with transaction(self.engine) as conn:
             rows = [dict(r._mapping) for r in conn.execute(query.order_by(order).limit(limit + 1))]

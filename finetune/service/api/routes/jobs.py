@@ -46,7 +46,7 @@ BODY_ERRORS = {
 async def _json_body(request: Request) -> dict:
     try:
         body = await request.json()
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the JSON parser goes
         raise APIError(400, "The request body must be a JSON object.", "invalid_json") from None
     if not isinstance(body, dict):
         raise APIError(400, "The request body must be a JSON object.", "invalid_json")
