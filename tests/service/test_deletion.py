@@ -389,3 +389,27 @@ def test_a_job_and_the_deletion_of_its_file_at_once_never_both_succeed(tmp_path,
         assert loser.json()["error"]["code"] in ("file_in_use", "invalid_training_file"), loser.text
         outcomes.append("job" if created.status_code == 200 else "delete")
     app.state.store.close()
+
+
+def test_a_tombstone_keeps_no_error_text_that_quotes_the_data(tmp_path, toy_model, tiny_data):
+    """Issue 42: a job failed on `unknown role "<the file's text>"`; once deleted, its tombstone kept that message.
+    It keeps its status, hyperparameters, usage and the error's code and param, never the message."""
+    marker = "ZQX-ROLE-QUOTED-4412"
+    app, settings = _service(tmp_path, toy_model)
+    client = api_client(app)
+    bad = json.dumps({"messages": [{"role": marker, "content": "Hi"}, {"role": "assistant", "content": "Hello"}]})
+    file_id = _upload(client, tiny_data.read_bytes() + (bad + "\n").encode())
+    job_id = _create_job(client, file_id, ONE_STEP)
+    assert Worker(settings, app.state.store, launcher=fake_launcher()).run_once()
+    failed = client.get(f"/v1/fine_tuning/jobs/{job_id}").json()
+    assert failed["status"] == "failed" and marker in failed["error"]["message"]  # the job's own error says it
+
+    assert client.delete(f"/v1/fine_tuning/jobs/{job_id}").json()["deleted"] is True
+    tombstone = client.get(f"/v1/fine_tuning/jobs/{job_id}").json()
+    assert marker not in json.dumps(tombstone)
+    assert tombstone["status"] == "failed" and tombstone["hyperparameters"] == failed["hyperparameters"]
+    assert tombstone["usage"] == failed["usage"] and tombstone["deleted"] is True
+    assert {k: tombstone["error"][k] for k in ("code", "param")} == {k: failed["error"][k] for k in ("code", "param")}
+    row = app.state.store.get_job("alice", job_id)
+    assert marker not in json.dumps(row, default=str)  # nor the row behind it (its report, its error)
+    app.state.store.close()

@@ -87,8 +87,10 @@ def files_still_there(tenant: str, named: list[tuple[str, APIError]]) -> Callabl
 
 def tombstone_job(engine: Engine, tenant: str, job_id: str, removed: list[dict[str, Any]]) -> dict | None:
     """Mark an ended job deleted (its row stays: when, and what was removed), its fine-tuned model with it, and
-    delete its events, checkpoint rows, evaluation rows, results files' rows and Idempotency-Key answers. Returns the row as it
-    was before, or None when the tenant has no such ended job."""
+    delete its events, checkpoint rows, evaluation rows, results files' rows and Idempotency-Key answers. The row
+    keeps what the docs promise (status, hyperparameters, usage): the run's report goes, and its error keeps its code
+    and param, not its message (which may quote the data). Returns the row as it was before, or None when the tenant
+    has no such ended job."""
     with transaction(engine, write=True) as conn:
         query = select(jobs).where(jobs.c.tenant == tenant, jobs.c.id == job_id, jobs.c.status.in_(TERMINAL))
         job = conn.execute(query.with_for_update()).first()
@@ -102,7 +104,8 @@ def tombstone_job(engine: Engine, tenant: str, job_id: str, removed: list[dict[s
         }
         stamp = now()
         removed = removed + [{"what": what, "count": count} for what, count in gone.items() if count]
-        values: dict[str, Any] = {"deleted_at": stamp, "removed": removed}
+        values: dict[str, Any] = {"deleted_at": stamp, "removed": removed, "report": None}
+        values["error"] = _kept_error(job["error"])
         if job["fine_tuned_model"] and job["model_deleted_at"] is None:
             values["model_deleted_at"] = stamp
         conn.execute(update(jobs).where(jobs.c.id == job_id).values(**values))
@@ -113,6 +116,16 @@ def tombstone_job(engine: Engine, tenant: str, job_id: str, removed: list[dict[s
             delete(idempotency_keys).where(idempotency_keys.c.tenant == tenant, idempotency_keys.c.object_id == job_id)
         )
         return job
+
+
+def _kept_error(error: dict | None) -> dict | None:
+    """What a tombstone keeps of a failed job's error: its code and param, not its message, which may quote the data
+    (an unknown role, a line's text)."""
+    if not error:
+        return error
+    code = error.get("code")
+    return {"code": code, "param": error.get("param"),
+            "message": f"The job failed ({code}); its message went with its data when the job was deleted."}  # fmt: skip
 
 
 class ModelInUse(Exception):
