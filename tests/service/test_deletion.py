@@ -6,17 +6,22 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
+import pytest
 from fake_service import fake_launcher
 from service_helpers import EXAMPLES, api_client, settings_for
 
 from finetune.commands.cli import main
+from finetune.service.options import ServiceOptions
 from finetune.service.storage.audit_trail import AuditLog
 from finetune.service.workers.worker import Worker
 from finetune.settings import caches
+from finetune.settings.errors import UserError
 
 HELD_OUT = {"n_epochs": 1, "batch_size": 4, "max_seq_len": 256, "val_fraction": 0.2, "test_fraction": 0.25,
             "save_every": 1}  # fmt: skip
@@ -413,3 +418,18 @@ def test_a_tombstone_keeps_no_error_text_that_quotes_the_data(tmp_path, toy_mode
     row = app.state.store.get_job("alice", job_id)
     assert marker not in json.dumps(row, default=str)  # nor the row behind it (its report, its error)
     app.state.store.close()
+
+
+def test_a_retention_period_no_time_can_hold_is_one_line_at_start(tmp_path):
+    """Issue 42: `--retain-days inf` was taken, and the hourly sweep then failed every hour (OverflowError). Now the
+    worker (and serve) stop at once with one line, exit 1; nan, 1e300 and 0 alike."""
+    for days in ("1e300", "nan", "0"):
+        with pytest.raises(UserError, match="--retain-days must be a number of days above 0 and at most 36500"):
+            ServiceOptions(data_dir=tmp_path / "data", retain_days=float(days))
+    command = [sys.executable, "-m", "finetune", "worker", "--retain-days", "inf", "--data-dir", str(tmp_path / "d")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)  # it ran on, sweeping, before
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "error: --retain-days must be a number of days above 0 and at most 36500 (100 years; leave it out to keep "
+        "everything), got inf"
+    ]

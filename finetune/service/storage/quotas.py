@@ -31,10 +31,10 @@ from finetune.data.read import read_file
 from finetune.data.stats import BYTES_PER_TOKEN_ESTIMATE, build_all_records, estimate_record_tokens
 from finetune.service.api_error import APIError
 from finetune.service.storage.db import api_keys, files, job_token_holds, jobs, tenant_quotas, transaction
+from finetune.service.tenant_names import DEFAULT_TENANT  # the row whose values hold for every tenant without its own
 from finetune.settings.errors import UserError
 
 QUOTAS = ("max_running_jobs", "max_queued_jobs", "max_stored_bytes", "max_monthly_tokens")
-DEFAULT_TENANT = "*"  # the row whose values hold for every tenant without its own
 WAITING = ("queued", "validating_files")  # store.CLAIMABLE (store imports this module)
 ENDED = ("succeeded", "failed", "cancelled")  # store.TERMINAL
 QUEUE_RETRY_SECONDS = 30  # a queued job's wait is unknown: ask again in a while (the SDK retries 429 after it)
