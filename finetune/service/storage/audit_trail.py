@@ -29,7 +29,9 @@ FIELDS = (
 GENESIS = "0" * 64
 ID_PREFIX = "audit-"
 CHAIN_LOCK = 7254005  # PostgreSQL's advisory lock around the chain's head (migrate's is 7254001)
-LIMITS = {"tenant": 128, "key_id": 32, "action": 64, "source": 255, "via": 16, "method": 8, "outcome": 16}
+# the most a record keeps of each field: a record's size is bounded whatever a request names (a 60 KB path parameter)
+LIMITS = {"tenant": 128, "key_id": 32, "action": 64, "object_id": 256, "source": 255, "via": 16, "method": 8,
+          "route": 256, "outcome": 16}  # fmt: skip
 
 
 def canonical(record: dict[str, Any]) -> bytes:
