@@ -54,6 +54,9 @@ DERIVED_FILES = {
     "retention.json": "evaluation answers",
     "replay": "replay mix",
 }
+# what a run folder keeps of a job's general conversations (general_data): the replay mix, their rows among the team's;
+# the test split and the training copy hold only the training file's
+REPLAYED_FILES = ("replay",)
 # called with a deleted file's id: what keeps a copy of it in memory (the dashboard's previews) forgets it
 FILE_FORGETTERS: list[Callable[[str], None]] = []
 
@@ -142,8 +145,13 @@ def cache_entries(roots: list[Path], digests: set[str]) -> list[Removal]:
 def job_digests(options: ServiceOptions, job_id: str) -> set[str]:
     """The sha256 of every data file a job tokenized: as its plans record them (the upload, or the training copy
     left once a test split was held out), and that copy's own, should it have been tokenized without a plan."""
+    return planned_digests(options, job_id) | {d for d in [sha256_of(options.runs_dir / job_id / "train.jsonl")] if d}
+
+
+def planned_digests(options: ServiceOptions, job_id: str) -> set[str]:
+    """The sha256 of the data files a job's plans record: what it tokenized (with replay, the replay mix)."""
     run = options.runs_dir / job_id
-    digests = {sha256_of(run / "train.jsonl")}
+    digests: set[str | None] = set()
     for plan_path in (options.runs_dir / f"{job_id}.plan.json", run / "plan.json"):
         try:
             plan = json.loads(plan_path.read_text(encoding="utf-8"))
@@ -158,14 +166,16 @@ def job_digests(options: ServiceOptions, job_id: str) -> set[str]:
 
 def file_removals(options: ServiceOptions, file_id: str, jobs: list[dict]) -> list[Removal]:
     """What deleting a file removes: the upload, the derived copies in the run folders of `jobs` (the ended jobs
-    that used it), and the token cache entries tokenized from either."""
+    that used it), and the token cache entries tokenized from either. A job that only replayed the file (its
+    general_data) loses only what was built from it: its replay mix and the tokens of that mix."""
     upload = options.files_dir / file_id
     digests = {d for d in [sha256_of(upload)] if d}
     items = found("upload", upload)
     for job in jobs:
-        digests |= job_digests(options, job["id"])
-        for name, what in DERIVED_FILES.items():
-            items += found(what, options.runs_dir / job["id"] / name, job["id"])
+        trained_on = file_id in (job["training_file"], job["validation_file"])
+        digests |= job_digests(options, job["id"]) if trained_on else planned_digests(options, job["id"])
+        for name in DERIVED_FILES if trained_on else REPLAYED_FILES:
+            items += found(DERIVED_FILES[name], options.runs_dir / job["id"] / name, job["id"])
     return items + cache_entries(cache_roots(options), digests)
 
 
