@@ -122,3 +122,27 @@ def test_a_redacted_job_leaves_no_planted_value_outside_the_uploads(app, tmp_pat
     events = client.get(f"/v1/fine_tuning/jobs/{job_id}/events", params={"limit": 100}).json()["data"]
     (planned,) = [e["message"] for e in events if e["message"].startswith("[sensitive_data]")]
     assert "support.jsonl lines" in planned and "general.jsonl lines" in planned and "train.jsonl" not in planned
+
+
+def test_the_plans_redaction_event_names_the_upload_and_its_lines_not_the_runs_copy(app, tmp_path, monkeypatch):
+    """Issue 42: with a test split held out, the plan's event named the job's internal copy ("train.jsonl lines
+    1…9") where the plan of the same body named the upload: it names the file as uploaded, by the upload's lines."""
+    monkeypatch.setenv("FAKE_TRAINER_MODE", "ok")
+    client = api_client(app, "alice")
+    upload = _planted(tmp_path)
+    file_id = client.post(
+        "/v1/files", data={"purpose": "fine-tune"}, files={"file": (upload.name, upload.read_bytes())}
+    ).json()["id"]
+    hyper = {"max_steps": 1, "val_fraction": 0, "sensitive_data": "redact", "test_fraction": 0.25}
+    body = {"model": "toy", "training_file": file_id, "seed": 9,  # holds out line 1: line 2 is the copy's line 1
+            "method": {"type": "supervised", "supervised": {"hyperparameters": hyper}}}  # fmt: skip
+    job_id = client.post("/v1/fine_tuning/jobs", json=body).json()["id"]
+    assert Worker(app.state.options, app.state.store, launcher=fake_launcher()).run_once()
+    held = json.loads((app.state.options.runs_dir / job_id / "test_split.json").read_text())["lines"]
+    kept = [line for line in (1, 2) if line not in held]  # the planted lines that stayed in training
+    assert kept, "the seed must keep a planted line in training"
+    events = client.get(f"/v1/fine_tuning/jobs/{job_id}/events", params={"limit": 100}).json()["data"]
+    (planned,) = [e["message"] for e in events if e["message"].startswith("[sensitive_data]")]
+    lines = f"support.jsonl line{'s' * (len(kept) > 1)} {', '.join(map(str, kept))};"
+    assert lines in planned and "train.jsonl" not in planned and "file-" not in planned, planned
+    _no_value(events)
