@@ -47,7 +47,7 @@ from finetune.data.parallel import (
     tokenize_conversations,
 )
 from finetune.data.read import read_file
-from finetune.data.redaction import redact_skipped
+from finetune.data.redaction import skipped_as_kept
 from finetune.data.seq_len import choose_max_seq_len
 from finetune.data.skipped import usable_conversations
 from finetune.data.tokenize import ChatTokenizer, load_tokenizer
@@ -179,13 +179,7 @@ def _tokenize_file_in_chunks(
     conversations, skipped, data_format = read_conversations_and_format(path, config.format, config.skip_invalid)
     result = tokenize_conversations(conversations, chat, settings)
     result.format = data_format
-    return [result], _skipped_as_kept(skipped, config), [lambda: conversations]
-
-
-def _skipped_as_kept(skipped: list[dict], config: RunConfig) -> list[dict]:
-    """Lines --skip-invalid left out, as the token cache and OUT/skipped.jsonl keep them: with placeholders where
-    they held sensitive values (redact), as every copy of the data."""
-    return [redact_skipped(entry) for entry in skipped] if config.sensitive_data == "redact" else skipped
+    return [result], skipped_as_kept(skipped, config.sensitive_data), [lambda: conversations]
 
 
 def _scan(path: str) -> tuple[str, list | None]:
@@ -278,7 +272,7 @@ def _tokenize_files(
 def _estimated(config: RunConfig) -> PreparedData:
     """Without a tokenizer (no model): the files read and checked, token numbers estimated from the text."""
     train, skipped, data_format = read_conversations_and_format(config.data, config.format, config.skip_invalid)
-    skipped = _skipped_as_kept(skipped, config)
+    skipped = skipped_as_kept(skipped, config.sensitive_data)
     redact = config.sensitive_data == "redact"
     train, found = sensitive.scan_conversations(train, redact)
     found_by_source = {"data": found}
@@ -286,7 +280,7 @@ def _estimated(config: RunConfig) -> PreparedData:
     if config.val_file:
         val, val_skipped = read_conversations(config.val_file, config.format, config.skip_invalid)
         val, found_by_source["val_file"] = sensitive.scan_conversations(val, redact)
-        skipped += _skipped_as_kept(val_skipped, config)
+        skipped += skipped_as_kept(val_skipped, config.sensitive_data)
     found = sensitive_found({"sensitive": sensitive.of_sides(found_by_source, config.sensitive_data)}, config)
     sensitive.refuse_if_found(found)
     prepared = estimate(train, val, config)

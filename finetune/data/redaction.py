@@ -2,7 +2,7 @@
 
     line = redact_line(line)          # a JSONL line with placeholders in its strings, in its own format
     row = redact_document(row)        # a chat row (the replay mix), or any JSON value
-    entry = redact_skipped(entry)     # a line --skip-invalid left out (OUT/skipped.jsonl, the token cache's meta)
+    entries = skipped_as_kept(skipped, setting)   # lines --skip-invalid left out (OUT/skipped.jsonl, the cache)
 
 Tokenizing reads conversations and redacts their messages (sensitive.py). The copies a run keeps of the data (the
 test split's train.jsonl and test.jsonl, the replay mix, skipped lines) are written through these instead: every
@@ -60,3 +60,9 @@ def _is_json(line: str) -> bool:
 def redact_skipped(entry: dict) -> dict:
     """A skipped line's entry with placeholders in its text and in its problems' messages (which may quote it)."""
     return entry | {"text": redact_line(entry.get("text", "")), "problems": redact_document(entry.get("problems", []))}
+
+
+def skipped_as_kept(skipped: list[dict], sensitive_data: str) -> list[dict]:
+    """Lines --skip-invalid left out (conversations or pairs), as the token cache and OUT/skipped.jsonl keep them:
+    with placeholders where they held sensitive values (redact), as every copy of the data."""
+    return [redact_skipped(entry) for entry in skipped] if sensitive_data == "redact" else skipped

@@ -5,14 +5,17 @@ it printed, holds a planted value (tests/unit/data/test_sensitive.py has the res
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
+import pytest
 from planted_values import NEEDLES, PLANTED, holding, planted_rows, write_rows
 
 from finetune.commands.cli import main
 from finetune.data.tokenize import load_tokenizer
 
 VALUES = ("jane.doe@example.com", "4111 1111 1111 1111", "GB82 WEST 1234 5698 7654 32", "AKIAIOSFODNN7EXAMPLE")
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 ROWS = [
     ("My card 4111 1111 1111 1111 was charged twice; I am jane.doe@example.com.", "I wrote to jane.doe@example.com."),
     ("Where does the refund go?", "To IBAN GB82 WEST 1234 5698 7654 32, today."),
@@ -82,13 +85,18 @@ def _add_invalid_lines(path) -> None:
         handle.write(f"not JSON: card {PLANTED['card (Visa)']}, key {PLANTED['AWS access key']}\n")
 
 
-def test_redact_quotes_skipped_lines_with_placeholders(toy_model, tmp_path):
+@pytest.mark.parametrize("kind", ["conversations", "preference pairs"])
+def test_redact_quotes_skipped_lines_with_placeholders(toy_model, tmp_path, kind):
     """OUT/skipped.jsonl quotes each line --skip-invalid left out, and the token cache keeps them: with redact,
-    with placeholders (issue 42)."""
-    data = write_rows(tmp_path / "support.jsonl", planted_rows(copies=1, plain=12))
+    with placeholders (issue 42), for conversations and for preference pairs (--method dpo) alike."""
+    if kind == "conversations":
+        data, method = write_rows(tmp_path / "support.jsonl", planted_rows(copies=1, plain=12)), []
+    else:
+        data, method = tmp_path / "prefs.jsonl", ["--method", "dpo"]
+        data.write_text("".join(EXAMPLES.joinpath("prefs.jsonl").read_text().splitlines(keepends=True)[:16]))
     _add_invalid_lines(data)
     out, cache = tmp_path / "run", tmp_path / "cache"
-    args = ["train", str(data), "--model", str(toy_model), "--out", str(out), "--cache-dir", str(cache)]
+    args = ["train", str(data), "--model", str(toy_model), "--out", str(out), "--cache-dir", str(cache), *method]
     assert main([*args, "--max-steps", "1", "--sensitive-data", "redact", "--skip-invalid", "--replay", "off"]) == 0
     skipped = [json.loads(line) for line in (out / "skipped.jsonl").read_text().splitlines()]
     assert [entry["line"] for entry in skipped] == [17, 18]
