@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from finetune.data.arrays import record_lengths
 from finetune.data.dispatch import prepare
+from finetune.data.prepare import found_in_users_files
 from finetune.data.replay_mix import billed_lengths, replay_on, replay_ratio
 from finetune.data.skipped import write_skipped
 from finetune.data.tokenize import load_tokenizer
@@ -43,19 +43,12 @@ from finetune.settings.errors import UserError
 from finetune.settings.fingerprint import run_fingerprint
 from finetune.settings.version import code_version
 from finetune.settings.wording import ref, render
-from finetune.ship.eval.test_split import hold_out_test
+from finetune.ship.eval.test_split import held_out_lines, hold_out_test
 from finetune.ship.export.card import model_card
 from finetune.ship.run_folder import locate_weights
 from finetune.track import Trackers, start_trackers
 from finetune.train.order import schedule_tokens
-from finetune.train.speed import (
-    cached_speed,
-    device_kind_of,
-    local_device_kind,
-    remember_run_speed,
-    torch_device,
-    training_speed,
-)
+from finetune.train.speed import local_device_kind, planned_speed, remember_speed
 
 if TYPE_CHECKING:  # types only: the training half's modules load torch, which planning alone never needs
     from finetune.models.facts import ModelFacts
@@ -148,7 +141,7 @@ def _run(config: RunConfig, plan: Plan | None, on_plan, on_step, objective: Obje
     kind = "adapter" if plan.method == "lora" else "full"
     (final / "README.md").write_text(model_card(locate_weights(out), kind), encoding="utf-8")  # the model card
     trackers.finish(out, report)  # report_to: the report, loss curve and card; waits a few seconds at most
-    _remember_speed(out, plan, planned.prepared.summary, ctx)
+    remember_speed(out, plan, planned.prepared.summary, ctx.device)
     return TrainResult(out, plan, report, final, result)
 
 
@@ -167,6 +160,7 @@ def plan_run(
     another one (the service's API planning for its workers)."""
     if config.gpu is None:  # size memory and time for the machine the run is planned on
         config = dataclasses.replace(config, gpu=local_device_kind(ctx.device if ctx else None))
+    given = config  # the user's own files: a copy the run reads is named by them
     if config.test_fraction and out is not None:
         config = hold_out_test(config, out)  # before the split and the plan: the test set is never trained on
     config = dataclasses.replace(config, model=resolve_model(config.model)) if config.model else config
@@ -174,6 +168,8 @@ def plan_run(
     facts = load_model_facts(config.model)  # once: the data's Auto limit and the plan read the same facts
     config, mixed = _replayed(config, out, tokenizer, ctx, facts)  # self-replay (off: nothing changes)
     prepared = _prepare_on_every_rank(config, tokenizer, ctx, facts)
+    if config.data != given.data:  # a copy (test split, replay mix): its values named by the user's files and lines
+        prepared.summary = _found_in_given_files(prepared.summary, given, out, mixed)
     if prepared.from_cache and _is_main(ctx):
         log.info("tokenized data read from the token cache (%s)", prepared.cache_entry)
     train = prepared.train
@@ -185,7 +181,7 @@ def plan_run(
         step_tokens=lambda effective, steps: schedule_tokens(  # called only when a run reads part of its records
             record_lengths(train), effective, config.seed, config.last_batch, steps
         ),
-        speed=_speed_for(config, prepared.summary, ctx, measure, speed_of) if config.model else None,
+        speed=planned_speed(config, prepared.summary, ctx.device if ctx else None, measure, speed_of) if config.model else None,
         billed=Billed(_team_records(train, mixed), sum(billed), lambda effective, steps: schedule_tokens(
             billed, effective, config.seed, config.last_batch, steps)) if mixed else None,
     )  # fmt: skip
@@ -222,6 +218,14 @@ def _team_records(records, mixed) -> int:
     return sum(1 for line in lines if line <= mixed.team_rows)
 
 
+def _found_in_given_files(summary, given: RunConfig, out: Path | None, mixed):
+    """The data's summary with the sensitive values named as found in the user's files (less the test split), the
+    general conversations replay mixed in included: the copies' names and lines mean nothing to the user."""
+    held = held_out_lines(out) if given.test_fraction and out is not None else set()
+    general = given.general_data if mixed is not None else None
+    return dataclasses.replace(summary, sensitive_found=found_in_users_files(given, held, general))
+
+
 def _with_replay(plan: Plan, mixed, config: RunConfig, facts, team_tokens: int) -> Plan:
     """The plan records what replay added (rows, their tokens: trained on, not billed) and Auto's ratio or why Auto
     left it off."""
@@ -243,35 +247,6 @@ def _general_val(plan: Plan, tokenizer, ctx: DistContext | None) -> tuple[Plan, 
 
     records, about = general_val_set(plan, tokenizer, ctx)
     return dataclasses.replace(plan, general_val_set=about), records
-
-
-def _speed_for(config: RunConfig, summary, ctx: DistContext | None, measure: bool, speed_of) -> float | None:
-    """Training tokens/s with this model on the device the run will train on: `speed_of`'s, or what this machine
-    knows of that device (a finished run's speed, or a measurement); `measure`: measure when nothing is known
-    and the plan is for this machine's device."""
-    seq_len = _speed_length(summary)
-    if speed_of is not None:
-        return speed_of(config.model, config.trained_weights, seq_len)
-    kind = device_kind_of(config.gpu)  # a what-if for a device this machine never trained on: nothing is known
-    known = cached_speed(config.model, config.trained_weights, seq_len, kind)
-    if known is not None or not measure or kind != local_device_kind(ctx.device if ctx else None):
-        return known
-    device = ctx.device if ctx else torch_device()
-    return training_speed(config.model, config.trained_weights, seq_len, device, config.trust_remote_code)
-
-
-def _speed_length(summary) -> int:
-    """The length a speed is known by: the longest record as it will train."""
-    return summary.max_record_tokens or summary.max_seq_len or 1024
-
-
-def _remember_speed(out: Path, plan: Plan, summary, ctx: DistContext) -> None:
-    """The median speed of this run's steps becomes this machine's speed for the model (one device: a rank of a
-    many-device run shares the machine, so its speed is not one device's)."""
-    speeds = [row["tokens_per_s"] for row in read_metrics(out / "metrics.jsonl") if row.get("tokens_per_s")]
-    if plan.devices == 1 and len(speeds) >= 3:  # the first steps warm up: a median of a few says more
-        speed, kind = statistics.median(speeds), local_device_kind(ctx.device)
-        remember_run_speed(plan.run.model, plan.run.trained_weights, _speed_length(summary), kind, speed)
 
 
 # ============================================================================ the entry point

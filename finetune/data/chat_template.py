@@ -185,17 +185,19 @@ def own_template_source(model: str | None) -> str:
 
 
 def check_template(tokenizer, source: str) -> None:
-    """Render a two-message conversation once, before any data is, so that a template Jinja cannot compile, that
-    its sandbox refuses, or that goes over its budget of work or size (data/template_sandbox.py) fails here in one
-    sentence naming `source`. A template that refuses the conversation on its own terms (`raise_exception`) is
-    left to the paths that render data, which say so per record."""
+    """Render a plain conversation (a user message, then an assistant reply) once, before any data is, so that a
+    template Jinja cannot compile, that its sandbox refuses, that goes over its budget of work or size
+    (data/template_sandbox.py), that fails on it or that leaves its messages out fails here in one sentence naming
+    `source`. Such a template can render no record: tokenizing learns where a reply ends from this very
+    conversation. One that refuses other conversations on its own terms (`raise_exception` on a role it does not
+    know) is left to the paths that render data, which say so per record."""
     from jinja2.exceptions import SecurityError, TemplateSyntaxError
 
     install()
     tokenizer.finetune_template_source = source  # for a record that takes it over its budget (ChatTokenizer)
-    probe = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]
+    probe = [{"role": "user", "content": PROBE_QUESTION}, {"role": "assistant", "content": PROBE_ANSWER}]
     try:
-        tokenizer.apply_chat_template(probe, tokenize=False)
+        text = tokenizer.apply_chat_template(probe, tokenize=False)
     except TemplateSyntaxError as exc:
         raise UserError(f"{source}: not a valid Jinja template: line {exc.lineno}: {_one_line(exc.message)}") from None
     except SecurityError as exc:  # the sandbox's refusals, and TemplateLimitError
@@ -203,8 +205,27 @@ def check_template(tokenizer, source: str) -> None:
     except (OverflowError, RecursionError, MemoryError) as exc:  # range() past the sandbox's limit; deep macros
         problem = _one_line(str(exc)) or "it recursed too deep"
         raise UserError(f"{source}: the chat template was refused: {problem}") from None
-    except Exception:  # the template's own refusal of this conversation: said per record where data renders
-        return
+    except Exception as exc:  # {{ 1/0 }}, raise_exception('...'), an undefined attribute: no record would render
+        raise UserError(f"{source}: the chat template fails on {PLAIN}: {_failure(exc)}") from None
+    left_out = [what for what, content in (("the user's message", PROBE_QUESTION),
+                                           ("the assistant's reply", PROBE_ANSWER)) if content not in text]  # fmt: skip
+    if left_out:
+        what = "renders no message" if len(left_out) == 2 else f"leaves out {left_out[0]}"
+        raise UserError(f"{source}: the chat template {what} of {PLAIN}")
+
+
+PROBE_QUESTION, PROBE_ANSWER = "Where is my order?", "It ships today."
+PLAIN = "a plain conversation (a user message, then an assistant reply)"
+
+
+def _failure(exc: Exception) -> str:
+    """A template's failure in a few words: its own, when it raised one (raise_exception), else the error's."""
+    from jinja2.exceptions import TemplateError
+
+    said = _one_line(str(exc))
+    if type(exc) is TemplateError:  # what transformers' raise_exception('...') raises: the template's own words
+        return f"it raised {said!r}"
+    return f"{said or 'an error'} ({type(exc).__name__})"
 
 
 def _one_line(text: str | None) -> str:

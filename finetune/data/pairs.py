@@ -13,6 +13,7 @@ import numpy as np
 from finetune.data import sensitive
 from finetune.data.fitting import LongRecords, dropped_lines, in_file_order
 from finetune.data.preference import PreferencePair, TokenizedPair, load_pairs
+from finetune.data.redaction import skipped_as_kept
 from finetune.data.seq_len import choose_max_seq_len
 from finetune.data.split import auto_val_fraction, split_conversations
 from finetune.data.stats import estimate_record_tokens
@@ -92,13 +93,14 @@ def _read_and_split(config) -> _Split:
     """Both files read and scanned (refused here with sensitive_data refuse); the validation pairs, held out by
     prompt or read from the validation file without the prompts trained on."""
     train, skipped = load_pairs(config.data, config.skip_invalid)
+    skipped = skipped_as_kept(skipped, config.sensitive_data)
     train, found = sensitive.scan_pairs(train, config.sensitive_data == "redact")  # placeholders with redact
     found_by_source = {"data": found}
     shared = 0
     if config.val_file:
         val, val_skipped = load_pairs(config.val_file, config.skip_invalid)
         val, found_by_source["val_file"] = sensitive.scan_pairs(val, config.sensitive_data == "redact")
-        skipped += val_skipped
+        skipped += skipped_as_kept(val_skipped, config.sensitive_data)
         fraction, reason = 0.0, f"your validation file {config.val_file}"
         seen = {p.prompt_conversation().key() for p in train}
         kept = [p for p in val if p.prompt_conversation().key() not in seen]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -28,6 +28,7 @@ from finetune.data import cache, sensitive
 from finetune.data.combine import (
     PreparedData,
     combine,
+    display_name,
     load_tokenized,
     prepared_data,
     sensitive_found,
@@ -46,6 +47,7 @@ from finetune.data.parallel import (
     tokenize_conversations,
 )
 from finetune.data.read import read_file
+from finetune.data.redaction import skipped_as_kept
 from finetune.data.seq_len import choose_max_seq_len
 from finetune.data.skipped import usable_conversations
 from finetune.data.tokenize import ChatTokenizer, load_tokenizer
@@ -177,7 +179,7 @@ def _tokenize_file_in_chunks(
     conversations, skipped, data_format = read_conversations_and_format(path, config.format, config.skip_invalid)
     result = tokenize_conversations(conversations, chat, settings)
     result.format = data_format
-    return [result], skipped, [lambda: conversations]
+    return [result], skipped_as_kept(skipped, config.sensitive_data), [lambda: conversations]
 
 
 def _scan(path: str) -> tuple[str, list | None]:
@@ -270,6 +272,7 @@ def _tokenize_files(
 def _estimated(config: RunConfig) -> PreparedData:
     """Without a tokenizer (no model): the files read and checked, token numbers estimated from the text."""
     train, skipped, data_format = read_conversations_and_format(config.data, config.format, config.skip_invalid)
+    skipped = skipped_as_kept(skipped, config.sensitive_data)
     redact = config.sensitive_data == "redact"
     train, found = sensitive.scan_conversations(train, redact)
     found_by_source = {"data": found}
@@ -277,7 +280,7 @@ def _estimated(config: RunConfig) -> PreparedData:
     if config.val_file:
         val, val_skipped = read_conversations(config.val_file, config.format, config.skip_invalid)
         val, found_by_source["val_file"] = sensitive.scan_conversations(val, redact)
-        skipped += val_skipped
+        skipped += skipped_as_kept(val_skipped, config.sensitive_data)
     found = sensitive_found({"sensitive": sensitive.of_sides(found_by_source, config.sensitive_data)}, config)
     sensitive.refuse_if_found(found)
     prepared = estimate(train, val, config)
@@ -286,6 +289,21 @@ def _estimated(config: RunConfig) -> PreparedData:
         prepared.summary, skipped_lines=len(skipped), data_format=data_format, sensitive_found=found
     )
     return prepared
+
+
+def found_in_users_files(source: RunConfig, held_out: Collection[int] = (), general_data: str | None = None) -> dict:
+    """The sensitive values in the user's own files, each file named as the user named it, by its own lines: the
+    training file (less the lines `held_out` as a test split), the validation file, and the general conversations
+    replay mixed in (`general_data`). What a plan says when the run reads copies of them (the test split's
+    train.jsonl, the replay mix), whose names and lines the user never saw, and which hold placeholders (redact)."""
+    files = ((source.data, source.format, source.skip_invalid), (source.val_file, source.format, source.skip_invalid))
+    found: dict[str, list] = {}
+    for path, data_format, skip_invalid in (*files, (general_data, None, False)):
+        if path:
+            conversations, _ = read_conversations(path, data_format, skip_invalid)
+            values = sensitive.scan_conversations(conversations)[1]
+            found[display_name(path)] = [f for f in values if path != source.data or f.line not in held_out]
+    return sensitive.of_sides(found, source.sensitive_data)
 
 
 def _stamped(prepared: PreparedData, data_digest: str, val_digest: str | None) -> PreparedData:

@@ -27,6 +27,7 @@ from finetune.data.arrays import record_lengths
 from finetune.data.combine import val_fraction
 from finetune.data.convert import conversation_to_openai
 from finetune.data.prepare import read_conversations
+from finetune.data.redaction import redact_document
 from finetune.data.split import split_conversations
 from finetune.data.types import Conversation
 from finetune.rules.replay import auto_replay
@@ -171,9 +172,10 @@ def write_mixed(
         changes |= {"val_file": str(folder / VAL_FILE), "val_fraction": AUTO} if val else {"val_fraction": 0.0}
     if write:
         folder.mkdir(parents=True, exist_ok=True)
-        _write(folder / TRAIN_FILE, [conversation_to_openai(c) for c in train] + chosen)
+        redact = config.sensitive_data == "redact"  # the copies hold placeholders, as the tokens will
+        _write(folder / TRAIN_FILE, [conversation_to_openai(c) for c in train] + chosen, redact)
         if val:
-            _write(folder / VAL_FILE, [conversation_to_openai(c) for c in val])
+            _write(folder / VAL_FILE, [conversation_to_openai(c) for c in val], redact)
         record = {"source_data": config.data, "ratio": ratio, "rows": len(chosen), "team_rows": len(train)}
         (folder / RECORD_FILE).write_text(json.dumps(record | {"from": source}, indent=2), encoding="utf-8")
     distinct = len({json.dumps(row, sort_keys=True) for row in chosen})
@@ -197,7 +199,8 @@ def billed_lengths(records, team_rows: int | None) -> list[int]:
     return [0 if line > team_rows else length for line, length in zip(lines, lengths, strict=True)]
 
 
-def _write(path: Path, rows: list[dict]) -> None:
+def _write(path: Path, rows: list[dict], redact: bool = False) -> None:
+    rows = [redact_document(row) for row in rows] if redact else rows
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
     tmp.replace(path)

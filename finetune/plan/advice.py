@@ -230,10 +230,13 @@ def sensitive_data(ctx: AdviceContext) -> dict | None:
     if not found or not found["total"]:
         return None
     if found["replaced"]:
+        copies = "; every copy of the data the run keeps holds the placeholders too"
+        if ctx.config.test_fraction:  # the test set is scored on what the model learned to say
+            copies += ", the held-out test split included"
         return _warning(
             "sensitive_data",
             f"{found['replaced']} sensitive value(s) replaced with placeholders before tokenizing "
-            f"({ref('sensitive_data', 'redact')}): {sentence(found)}.",
+            f"({ref('sensitive_data', 'redact')}): {sentence(found)}{copies}.",
         )
     return _warning(
         "sensitive_data",

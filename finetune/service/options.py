@@ -14,6 +14,9 @@ DEFAULT_DATA_DIR = "./finetune-data"
 DEFAULT_MAX_UPLOAD_BYTES = 512 * 1024 * 1024
 
 
+MAX_RETAIN_DAYS = 36_500  # past it the sweep's cutoff is nothing a time can be (inf made it fail every hour)
+
+
 @dataclass
 class ServiceOptions:
     data_dir: Path = Path(DEFAULT_DATA_DIR)
@@ -46,8 +49,11 @@ class ServiceOptions:
             raise UserError(f"--max-models must be at least 1, got {self.max_models}")
         if self.worker_devices is not None and self.worker_devices < 1:
             raise UserError(f"--devices must be at least 1, got {self.worker_devices}")
-        if self.retain_days is not None and not self.retain_days > 0:
-            raise UserError(f"--retain-days must be a number of days above 0, got {self.retain_days}")
+        if self.retain_days is not None and not 0 < self.retain_days <= MAX_RETAIN_DAYS:  # inf, nan too
+            raise UserError(
+                f"--retain-days must be a number of days above 0 and at most {MAX_RETAIN_DAYS} (100 years; leave it "
+                f"out to keep everything), got {self.retain_days}"
+            )
         for flag, price in (("--price-per-million-tokens", self.price_per_million_tokens),
                             ("--gpu-hour-price", self.gpu_hour_price)):  # fmt: skip
             if price is not None and not price >= 0:

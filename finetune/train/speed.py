@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from finetune.report.metrics import read_metrics
 from finetune.rules.memory import device_for_name, resolve_device
 from finetune.settings import caches
 from finetune.settings.fingerprint import model_identity
@@ -210,3 +211,36 @@ def _measure(
         if step:  # the first one warms the kernels and the allocator up
             times.append(time.perf_counter() - start)
     return ROWS * seq_len / statistics.median(times)
+
+
+# ---------------------------------------------------------------------------- a run's speed, planned and remembered
+
+
+def planned_speed(config, summary, device, measure: bool, speed_of) -> float | None:
+    """Training tokens/s with this model on the device the run will train on: `speed_of`'s, or what this machine
+    knows of that device (a finished run's speed, or a measurement); `measure`: measure when nothing is known
+    and the plan is for this machine's `device` (None: found here)."""
+    seq_len = speed_length(summary)
+    if speed_of is not None:
+        return speed_of(config.model, config.trained_weights, seq_len)
+    kind = device_kind_of(config.gpu)  # a what-if for a device this machine never trained on: nothing is known
+    known = cached_speed(config.model, config.trained_weights, seq_len, kind)
+    if known is not None or not measure or kind != local_device_kind(device):
+        return known
+    return training_speed(
+        config.model, config.trained_weights, seq_len, device or torch_device(), config.trust_remote_code
+    )
+
+
+def speed_length(summary) -> int:
+    """The length a speed is known by: the longest record as it will train."""
+    return summary.max_record_tokens or summary.max_seq_len or 1024
+
+
+def remember_speed(out: Path, plan, summary, device) -> None:
+    """The median speed of a finished run's steps becomes this machine's speed for the model (one device: a rank of a
+    many-device run shares the machine, so its speed is not one device's)."""
+    speeds = [row["tokens_per_s"] for row in read_metrics(out / "metrics.jsonl") if row.get("tokens_per_s")]
+    if plan.devices == 1 and len(speeds) >= 3:  # the first steps warm up: a median of a few says more
+        speed, kind = statistics.median(speeds), local_device_kind(device)
+        remember_run_speed(plan.run.model, plan.run.trained_weights, speed_length(summary), kind, speed)

@@ -14,7 +14,8 @@ import subprocess
 import sys
 import time
 
-from reliability_helpers import TRAIN, assert_clean_failure, cli
+import pytest
+from reliability_helpers import TRAIN, assert_clean_failure, cli, run_cli
 
 CHAT = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
 NESTED_RANGE = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}" + CHAT
@@ -79,6 +80,37 @@ def test_a_syntax_error_is_one_sentence_with_its_line(tmp_path, toy_model):
     file = _template(tmp_path, SYNTAX, "syntax.jinja")
     result = cli("validate", str(TRAIN), "--model", str(toy_model), "--chat-template", file)
     _one_sentence(result, f"--chat-template {file}: not a valid Jinja template: line 1: unexpected '}}'")
+
+
+FAILING = {  # issue 42: each printed a 23-62-line traceback from the first render
+    "division.jinja": ("{{ 1/0 }}" + CHAT, "fails on a plain conversation (a user message, then an assistant reply): "
+                       "division by zero (ZeroDivisionError)"),
+    "raises.jinja": ("{{ raise_exception('Conversations must alternate user/assistant/user/assistant') }}" + CHAT,
+                     "fails on a plain conversation (a user message, then an assistant reply): it raised "
+                     "'Conversations must alternate user/assistant/user/assistant'"),
+    "undefined.jinja": ("{{ messages[0].metadata.channel }}" + CHAT,
+                        "fails on a plain conversation (a user message, then an assistant reply): 'dict object' has "
+                        "no attribute 'metadata' (UndefinedError)"),
+    "silent.jinja": ("{% for m in messages %}{% endfor %}<|im_end|>",
+                     "renders no message of a plain conversation (a user message, then an assistant reply)"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", FAILING)
+def test_a_template_that_fails_while_rendering_is_one_sentence_naming_it(tmp_path, toy_model, name):
+    text, problem = FAILING[name]
+    file = _template(tmp_path, text, name)
+    for command in ("validate", "plan"):
+        result = cli(command, str(TRAIN), "--model", str(toy_model), "--chat-template", file)
+        _one_sentence(result, f"--chat-template {file}: the chat template {problem}")
+
+
+def test_train_with_a_template_that_fails_while_rendering_stops_in_one_sentence(tmp_path, toy_model):
+    file = _template(tmp_path, FAILING["raises.jinja"][0], "raises.jinja")
+    out = tmp_path / "run"
+    result = run_cli("train", str(TRAIN), "--model", str(toy_model), "--chat-template", file, "--out", str(out))
+    _one_sentence(result, f"--chat-template {file}: the chat template fails on a plain conversation")
+    assert not out.exists()
 
 
 def test_train_refuses_before_the_data_is_tokenized(tmp_path, toy_model):

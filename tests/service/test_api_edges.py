@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from service_helpers import EXAMPLES, api_client
+from service_helpers import EXAMPLES, LOOPBACK, api_client
 
 
 def _upload(client: TestClient, data: bytes, name: str = "t.jsonl"):
@@ -200,3 +200,53 @@ def test_the_plan_names_dropped_lines_by_the_uploaded_name(app):
     dropped = next(w["message"] for w in answer.json()["warnings"] if w["code"] == "dropped_examples")
     assert dropped.endswith(": support.jsonl:4, support.jsonl:11"), dropped
     assert file_id not in json.dumps(answer.json()["warnings"])
+
+
+DEEP = b"[" * 100_000 + b"]" * 100_000  # nested deeper than Python's JSON parser goes (RecursionError)
+BAD_SEED = {"model": "toy", "messages": [{"role": "user", "content": "Hi"}], "seed": 10**30, "max_tokens": 2}
+MULTIPART = "multipart/form-data; boundary=yy"
+
+
+def _malformed(app, alice: TestClient, job_id: str) -> dict:
+    """Issue 42's malformed requests: each was a 500 with a traceback in the server's log."""
+    long_name = {"file": ("a" * 8000 + ".jsonl", b'{"messages": []}\n')}  # MultipartParseError: header size
+    as_json = {"Content-Type": "application/json"}
+    return {
+        "an 8,000-character file name": lambda: alice.post("/v1/files", data={"purpose": "fine-tune"}, files=long_name),
+        "another boundary": lambda: alice.post(
+            "/v1/files", content=b"--xx\r\n\r\n", headers={"Content-Type": MULTIPART}
+        ),
+        "garbage as multipart": lambda: alice.post(
+            "/v1/files", content=b"\0\xff" * 64, headers={"Content-Type": MULTIPART}
+        ),
+        "a form field's name of 9,000 characters": lambda: alice.post(
+            "/v1/files", data={"p" * 9000: "x", "purpose": "fine-tune"}, files={"file": ("a.jsonl", b"{}\n")}
+        ),
+        "a job body nested too deep": lambda: alice.post("/v1/fine_tuning/jobs", content=DEEP, headers=as_json),
+        "an evaluation body nested too deep": lambda: alice.post(
+            f"/v1/fine_tuning/jobs/{job_id}/evaluations", content=DEEP, headers=as_json
+        ),
+        "a chat body nested too deep": lambda: alice.post("/v1/chat/completions", content=DEEP, headers=as_json),
+        "a seed past 64 bits": lambda: alice.post("/v1/chat/completions", json=BAD_SEED),
+        "usage from 1e400": lambda: alice.get("/v1/usage", params={"start": "1e400"}),
+        "usage from inf": lambda: alice.get("/v1/usage", params={"end": "inf"}),
+        "usage from 10^23 seconds": lambda: alice.get("/v1/usage", params={"start": "9" * 23}),
+    }
+
+
+def test_every_malformed_request_is_a_4xx_in_openai_s_error_shape(app, tiny_data):
+    alice = TestClient(app, base_url=LOOPBACK, raise_server_exceptions=False)  # a 500 is answered, not raised
+    alice.headers["Authorization"] = f"Bearer {app.state.test_keys['alice']}"
+    file_id = _upload(alice, tiny_data.read_bytes()).json()["id"]
+    job_id = alice.post("/v1/fine_tuning/jobs", json={"model": "toy", "training_file": file_id}).json()["id"]
+    for name, send in _malformed(app, alice, job_id).items():
+        answer = send()
+        assert 400 <= answer.status_code < 500, (name, answer.status_code, answer.text)
+        error = answer.json()["error"]
+        assert {"message", "type", "param", "code"} <= set(error) and error["type"] == "invalid_request_error", name
+    assert list(app.state.options.uploads_dir.iterdir()) == []  # a refused upload leaves no part behind
+    for cursor in ("ftevent-" + "9" * 30, "ftevent-" + "0" * 20 + "9" * 20, "ftevent-²"):  # past a BIGINT; not digits
+        page = alice.get(f"/v1/fine_tuning/jobs/{job_id}/events", params={"after": cursor})
+        assert page.status_code == 200 and page.json()["data"] == [], (cursor, page.text)
+    page = alice.get("/v1/audit", params={"after": "audit-" + "9" * 30})
+    assert page.status_code == 200 and page.json()["data"] == []

@@ -16,7 +16,8 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from finetune.service.api.audit_http import action_for
-from finetune.service.storage.audit_trail import AuditLog, chain_hash
+from finetune.service.api.audit_noise import MARK, PER_SOURCE, RECORD, SKIP, NoiseLimit
+from finetune.service.storage.audit_trail import AuditLog, canonical, chain_hash
 
 UNGUARD = {  # what a person with the database's password would run first
     "sqlite": ["DROP TRIGGER audit_records_no_update", "DROP TRIGGER audit_records_no_delete"],
@@ -143,3 +144,38 @@ def test_a_route_added_later_is_recorded_with_a_name_made_from_its_template(app)
     assert action_for("PUT", "/v1/tenants/{name}/quotas") == "tenant.quotas"
     assert action_for("POST", "/v1/files/{file_id}/scan") == "file.scan"
     assert action_for("PATCH", "/v1/quotas") == "quota.update"
+
+
+def test_requests_without_a_key_cannot_grow_the_trail_without_bound(app):
+    """Issue 42: `DELETE /v1/files/<60 KB>` with no key stored a 60 KB record that can never be removed, and
+    nothing limited how many. A record keeps at most 256 characters of what a request names (and nothing of what a
+    caller without a key named); past PER_SOURCE a minute from one address, one `audit.unrecorded` record says that
+    recording stopped and the rest are not recorded one by one. The chain holds."""
+    log = app.state.audit
+    before = log.verify().records
+    anonymous = TestClient(app, base_url=api_client(app).base_url)
+    huge = "x" * 60_000
+    for _ in range(3 * PER_SOURCE):
+        assert anonymous.delete(f"/v1/files/{huge}").status_code == 401
+    records = list(log.records())[before:]
+    assert [r["action"] for r in records] == ["file.delete"] * PER_SOURCE + ["audit.unrecorded"]
+    assert all(r["tenant"] is None and r["outcome"] == "refused" for r in records)
+    assert all(r["object_id"] is None for r in records[:-1]) and "resumes in" in records[-1]["object_id"]
+    assert max(len(canonical(r)) for r in records) < 1024
+
+    alice = api_client(app, "alice")  # a tenant's own request: recorded, what it named cut to 256 characters
+    assert alice.delete(f"/v1/files/{huge}").status_code == 404
+    (own,) = list(log.records())[before + PER_SOURCE + 1 :]
+    assert own["tenant"] == "alice" and own["object_id"] == huge[:256]
+    assert log.verify().ok
+
+
+def test_the_limit_on_requests_without_a_key_counts_per_address_and_in_all_and_renews_each_minute(caplog):
+    now = [0.0]
+    limit = NoiseLimit(per_source=2, per_process=3, clock=lambda: now[0])
+    assert [limit.admit("a") for _ in range(3)] == [RECORD, RECORD, MARK]  # two from an address
+    assert [limit.admit("b"), limit.admit("c"), limit.admit("c")] == [RECORD, SKIP, SKIP]  # three in all
+    now[0] = 61.0
+    with caplog.at_level("WARNING"):
+        assert limit.admit("c") == RECORD  # a new minute
+    assert "3 request(s) without a valid key were not recorded one by one" in caplog.text

@@ -6,16 +6,22 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
+import pytest
 from fake_service import fake_launcher
 from service_helpers import EXAMPLES, api_client, settings_for
 
 from finetune.commands.cli import main
+from finetune.service.options import ServiceOptions
 from finetune.service.storage.audit_trail import AuditLog
 from finetune.service.workers.worker import Worker
 from finetune.settings import caches
+from finetune.settings.errors import UserError
 
 HELD_OUT = {"n_epochs": 1, "batch_size": 4, "max_seq_len": 256, "val_fraction": 0.2, "test_fraction": 0.25,
             "save_every": 1}  # fmt: skip
@@ -195,6 +201,29 @@ def test_deleting_a_fine_tuned_model_removes_its_checkpoints(tmp_path, toy_model
     app.state.store.close()
 
 
+def test_deleting_a_model_removes_its_gguf_files_final_and_per_checkpoint(tmp_path, toy_model, tiny_data):
+    """Issue 42: GGUF files downloaded from the dashboard (the final weights and a checkpoint's, converted once and
+    kept in RUN/gguf/) stayed after DELETE /v1/models/{id} until the job itself was deleted."""
+    app, settings = _service(tmp_path, toy_model)
+    client = api_client(app)
+    hyper = {"max_steps": 2, "save_every": 1, "val_fraction": 0, "batch_size": 4, "max_seq_len": 256}
+    job_id = _create_job(client, _upload(client, tiny_data.read_bytes()), hyper)
+    assert Worker(settings, app.state.store).run_once()  # the real trainer: weights a GGUF can be made of
+    job = client.get(f"/v1/fine_tuning/jobs/{job_id}").json()
+    assert job["status"] == "succeeded", job["error"]
+    checkpoint = client.get(f"/v1/fine_tuning/jobs/{job_id}/checkpoints").json()["data"][0]["id"]
+    for params in ({"format": "gguf"}, {"format": "gguf", "checkpoint": checkpoint}):
+        download = client.get(f"/v1/dashboard/jobs/{job_id}/download", params=params)
+        assert download.status_code == 200 and download.content[:4] == b"GGUF", download.text
+    run = settings.runs_dir / job_id
+    assert len(list((run / "gguf").glob("*.gguf"))) == 2
+
+    assert client.delete(f"/v1/models/{job['fine_tuned_model']}").json()["deleted"] is True
+    assert not (run / "gguf").exists() and not (run / "checkpoints").exists() and not (run / "adapter").exists()
+    assert (run / "plan.json").is_file()  # the job stays
+    app.state.store.close()
+
+
 def test_purge_dry_run_removes_nothing_and_purge_removes_one_tenant_only(tmp_path, toy_model, monkeypatch, capsys):
     monkeypatch.setenv("FAKE_TRAINER_MODE", "ok")
     app, settings = _service(tmp_path, toy_model)
@@ -307,3 +336,100 @@ def test_retention_deletes_old_ended_jobs_and_unused_files_only(tmp_path, toy_mo
     args = build_parser().parse_args(["serve", "--retain-days", "7", "--data-dir", str(settings.data_dir)])
     assert options_from(args).retain_days == 7
     assert main(["worker", "--retain-days", "0", "--data-dir", str(settings.data_dir)]) == 1
+
+
+def test_a_file_deleted_while_a_job_on_it_is_created_refuses_the_job_at_once(
+    tmp_path, toy_model, tiny_data, monkeypatch
+):
+    """Issue 42: the file goes between the create's look at it and the job's row (the worst moment of a race): the
+    job is refused then (400, as a missing file), not failed later with "the file was deleted"."""
+    from finetune.service.api.routes import jobs as job_routes
+
+    app, _ = _service(tmp_path, toy_model)
+    client = api_client(app)
+    file_id = _upload(client, tiny_data.read_bytes())
+    looked_at = job_routes._training_file
+
+    def look_then_lose(request, tenant, wanted, param):
+        row = looked_at(request, tenant, wanted, param)
+        assert api_client(app).delete(f"/v1/files/{wanted}").status_code == 200  # another request, in the window
+        return row
+
+    monkeypatch.setattr(job_routes, "_training_file", look_then_lose)
+    body = {"model": "toy", "training_file": file_id, "method": {"type": "supervised", "supervised": {"hyperparameters": ONE_STEP}}}  # fmt: skip
+    refused = client.post("/v1/fine_tuning/jobs", json=body)
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["code"] == "invalid_training_file"
+    assert client.get("/v1/fine_tuning/jobs").json()["data"] == []  # no job was added
+    app.state.store.close()
+
+
+def test_a_job_and_the_deletion_of_its_file_at_once_never_both_succeed(tmp_path, toy_model, tiny_data, database_url):
+    """Issue 42: two threads, one creating a job on a file and one deleting that file, at the same moment, many
+    rounds, on SQLite and PostgreSQL: exactly one of the two succeeds each time (both did, 3 rounds in 8)."""
+    from finetune.service.dashboard.app import create_app
+
+    app = create_app(settings_for(tmp_path / "data", toy_model, database=database_url))
+    app.state.test_keys = {"alice": app.state.store.create_key("alice")[1]}
+    body = {"model": "toy", "method": {"type": "supervised", "supervised": {"hyperparameters": ONE_STEP}}}
+    outcomes = []
+    for _ in range(12):
+        file_id = _upload(api_client(app), tiny_data.read_bytes())
+        start, answers = threading.Barrier(2), {}
+
+        def create(file_id=file_id, start=start, answers=answers):
+            start.wait()
+            answers["create"] = api_client(app).post("/v1/fine_tuning/jobs", json=body | {"training_file": file_id})
+
+        def remove(file_id=file_id, start=start, answers=answers):
+            start.wait()
+            answers["delete"] = api_client(app).delete(f"/v1/files/{file_id}")
+
+        threads = [threading.Thread(target=create), threading.Thread(target=remove)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        created, deleted = answers["create"], answers["delete"]
+        assert (created.status_code == 200) != (deleted.status_code == 200), (created.text, deleted.text)
+        loser = deleted if created.status_code == 200 else created
+        assert loser.json()["error"]["code"] in ("file_in_use", "invalid_training_file"), loser.text
+        outcomes.append("job" if created.status_code == 200 else "delete")
+    app.state.store.close()
+
+
+def test_a_tombstone_keeps_no_error_text_that_quotes_the_data(tmp_path, toy_model, tiny_data):
+    """Issue 42: a job failed on `unknown role "<the file's text>"`; once deleted, its tombstone kept that message.
+    It keeps its status, hyperparameters, usage and the error's code and param, never the message."""
+    marker = "ZQX-ROLE-QUOTED-4412"
+    app, settings = _service(tmp_path, toy_model)
+    client = api_client(app)
+    bad = json.dumps({"messages": [{"role": marker, "content": "Hi"}, {"role": "assistant", "content": "Hello"}]})
+    file_id = _upload(client, tiny_data.read_bytes() + (bad + "\n").encode())
+    job_id = _create_job(client, file_id, ONE_STEP)
+    assert Worker(settings, app.state.store, launcher=fake_launcher()).run_once()
+    failed = client.get(f"/v1/fine_tuning/jobs/{job_id}").json()
+    assert failed["status"] == "failed" and marker in failed["error"]["message"]  # the job's own error says it
+
+    assert client.delete(f"/v1/fine_tuning/jobs/{job_id}").json()["deleted"] is True
+    tombstone = client.get(f"/v1/fine_tuning/jobs/{job_id}").json()
+    assert marker not in json.dumps(tombstone)
+    assert tombstone["status"] == "failed" and tombstone["hyperparameters"] == failed["hyperparameters"]
+    assert tombstone["usage"] == failed["usage"] and tombstone["deleted"] is True
+    assert {k: tombstone["error"][k] for k in ("code", "param")} == {k: failed["error"][k] for k in ("code", "param")}
+    row = app.state.store.get_job("alice", job_id)
+    assert marker not in json.dumps(row, default=str)  # nor the row behind it (its report, its error)
+    app.state.store.close()
+
+
+def test_a_retention_period_no_time_can_hold_is_one_line_at_start(tmp_path):
+    """Issue 42: `--retain-days inf` was taken, and the hourly sweep then failed every hour (OverflowError). Now the
+    worker (and serve) stop at once with one line, exit 1; nan, 1e300 and 0 alike."""
+    for days in ("1e300", "nan", "0"):
+        with pytest.raises(UserError, match="--retain-days must be a number of days above 0 and at most 36500"):
+            ServiceOptions(data_dir=tmp_path / "data", retain_days=float(days))
+    command = [sys.executable, "-m", "finetune", "worker", "--retain-days", "inf", "--data-dir", str(tmp_path / "d")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)  # it ran on, sweeping, before
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "error: --retain-days must be a number of days above 0 and at most 36500 (100 years; leave it out to keep "
+        "everything), got inf"
+    ]

@@ -276,6 +276,25 @@ def test_a_file_in_use_by_an_evaluation_is_not_deleted(app):
     assert client.delete(f"/v1/files/{training_file}").status_code == 200
 
 
+def test_a_model_an_evaluation_reads_is_not_deleted(app):
+    """Issue 42: the model was deleted under a running evaluation (which then failed with a hub loader's message);
+    it is refused like its job and its training file, with the same shape, until the evaluation has ended."""
+    client = api_client(app)
+    job_id, run = _succeeded_job(app, client)
+    model = client.get(f"/v1/fine_tuning/jobs/{job_id}").json()["fine_tuned_model"]
+    started = _started(client, job_id)
+    refused = client.delete(f"/v1/models/{model}")
+    assert refused.status_code == 400, refused.text
+    error = refused.json()["error"]
+    assert (error["code"], error["param"]) == ("model_in_use", "model") and started["id"] in error["message"]
+    assert "being evaluated" in error["message"] and (run / "adapter").is_dir()
+    assert model in [m["id"] for m in client.get("/v1/models").json()["data"]]
+    assert _runner(app).run_once()
+    assert client.delete(f"/v1/models/{model}").json()["deleted"] is True
+    refused = client.post(f"/v1/fine_tuning/jobs/{job_id}/evaluations", json={})  # and no evaluation after it
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "job_deleted"
+
+
 # ---------------------------------------------------------------------------------------------- the estimate
 
 

@@ -228,3 +228,29 @@ def test_a_version_9_database_gains_the_general_data_column(store):
     assert store.migrate() == 9
     assert store.get_job("a", job["id"])["general_data_file"] is None
     assert store.migrate() == 10  # applied once
+
+
+def test_deleting_a_jobs_general_conversations_keeps_its_training_copy_and_test_split(app, files, monkeypatch):
+    """Issue 42: deleting the job's general_data file removed the run's training copy and test split too, which hold
+    only the training file's conversations. It removes what was built from it: the replay mix and its tokens."""
+    monkeypatch.setenv("FAKE_TRAINER_MODE", "ok")
+    alice, options = api_client(app), app.state.options
+    hyper = ONE_STEP | {"general_data": files["general"], "test_fraction": 0.25}
+    job_id = alice.post("/v1/fine_tuning/jobs", json=_body(files["training"], hyper)).json()["id"]
+    assert Worker(options, app.state.store, launcher=fake_launcher()).run_once()
+    assert alice.get(f"/v1/fine_tuning/jobs/{job_id}").json()["status"] == "succeeded"
+    run = options.runs_dir / job_id
+    assert {"test.jsonl", "train.jsonl", "test_split.json", "replay"} <= {p.name for p in run.iterdir()}
+    kept = {name: (run / name).read_bytes() for name in ("test.jsonl", "train.jsonl", "test_split.json")}
+
+    answer = alice.delete(f"/v1/files/{files['general']}")
+    assert answer.status_code == 200, answer.text
+    removed = {item["what"] for item in answer.json()["removed"]}
+    assert removed == {"upload", "replay mix", "token cache"}, removed
+    assert not (run / "replay").exists()
+    assert {name: (run / name).read_bytes() for name in kept} == kept
+    holding = [p for p in options.data_dir.rglob("*") if p.is_file() and MARKER.encode() in p.read_bytes()]
+    assert holding == [options.files_dir / files["bobs"]]  # bob's own upload of the same conversations, only
+
+    gone = {item["what"] for item in alice.delete(f"/v1/files/{files['training']}").json()["removed"]}
+    assert {"upload", "test split", "training copy", "test split record"} <= gone  # its own copies go with it

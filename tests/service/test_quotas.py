@@ -301,6 +301,38 @@ def test_the_operator_sets_lists_and_unsets_quotas(tmp_path):
     ]  # the refused sets wrote nothing
 
 
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["set", "acme", "--max-stored-bytes", "9" * 30], "at most 9223372036854775807, or none"),
+        (["set", "acme", "--max-queued-jobs", "5G"], "at most 2147483647, or none"),
+        (["set", "acme'; DROP TABLE jobs; --", "--max-queued-jobs", "3"], "a tenant's name is 1-64 letters"),
+        (["set", 'a"b', "--max-queued-jobs", "3"], "a tenant's name is 1-64 letters"),
+        (["set", "x" * 65, "--max-queued-jobs", "3"], "a tenant's name is 1-64 letters"),
+        (["set", ".hidden", "--max-queued-jobs", "3"], "a tenant's name is 1-64 letters"),
+    ],
+)
+def test_quotas_and_names_the_database_cannot_keep_are_one_line_errors(tmp_path, args, said):
+    """Issue 42: a huge --max-stored-bytes ended `tenants set` in a SQLAlchemy traceback, and any name was taken,
+    quotes and semicolons included: each is one line now, exit 2 (a flag's error), and nothing is written."""
+    data = tmp_path / "data"
+    assert _tenants(data, "set", "*", "--max-queued-jobs", "9").returncode == 0  # the database exists
+    done = _tenants(data, *args)
+    assert done.returncode == 2 and said in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()[-1]) < 300
+    engine = Store(f"sqlite:///{(data / 'finetune.db').resolve()}").engine
+    assert set(quotas.all_quotas(engine)) == {"*"}
+
+
+def test_a_new_tenant_s_name_is_checked_where_a_key_is_made(tmp_path, capsys):
+    """`finetune keys create --tenant NAME` takes the same names as `tenants set` (tenant_names.py)."""
+    data = str(tmp_path / "data")
+    with pytest.raises(SystemExit) as refused:
+        main(["keys", "create", "--tenant", "a b;c", "--data-dir", data])
+    assert refused.value.code == 2 and "a tenant's name is 1-64 letters" in capsys.readouterr().err
+    assert main(["keys", "create", "--tenant", "team-7.eu", "--data-dir", data]) == 0
+
+
 def test_a_version_4_database_gains_the_quota_tables(store):
     with store.engine.begin() as conn:  # as a database made before version 8 looks
         conn.execute(text("DROP TABLE job_token_holds"))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from fake_service import fake_launcher
+from planted_values import NEEDLES, holding, planted_rows
 from service_helpers import api_client
 
 from finetune.service.workers.worker import Worker
@@ -86,3 +87,62 @@ def test_the_plan_answer_says_how_many_values_redact_replaced(app, tmp_path):
         "hyperparameters": {"sensitive_data": "refuse"}}}})  # fmt: skip
     assert refused.status_code == 400 and refused.json()["error"]["code"] == "invalid_training_file"
     _no_value(refused.json())
+
+
+def test_a_redacted_job_leaves_no_planted_value_outside_the_uploads(app, tmp_path, monkeypatch):
+    """Issue 42, through the API: ten kinds of values, `sensitive_data: redact`, a test split and replay on (the
+    job's own general conversations); the real trainer runs the job to the end. No file under the data folder but
+    the two uploads themselves (and no file of the cache root) holds a value, nor do the tokens trained on; the
+    plan's event names the file as uploaded, with the upload's lines."""
+    from finetune.data.tokenize import load_tokenizer
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("FINETUNE_CACHE", str(cache))  # the trainer, a child process, inherits it
+    client = api_client(app, "alice")
+    uploads = {}
+    for name, rows in (("support.jsonl", planted_rows(3, 12)), ("general.jsonl", planted_rows(1, 6))):
+        content = "".join(json.dumps(row) + "\n" for row in rows).encode()
+        answer = client.post("/v1/files", data={"purpose": "fine-tune"}, files={"file": (name, content)})
+        uploads[name] = answer.json()["id"]
+    hyper = {"sensitive_data": "redact", "test_fraction": 0.2, "general_data": uploads["general.jsonl"],
+             "val_fraction": 0.2, "max_steps": 2, "batch_size": 4}  # fmt: skip
+    body = {"model": "toy", "training_file": uploads["support.jsonl"],
+            "method": {"type": "supervised", "supervised": {"hyperparameters": hyper}}}  # fmt: skip
+    job_id = client.post("/v1/fine_tuning/jobs", json=body).json()["id"]
+    options = app.state.options
+    assert Worker(options, app.state.store).run_once()  # the real trainer
+    job = client.get(f"/v1/fine_tuning/jobs/{job_id}").json()
+    assert job["status"] == "succeeded", job["error"]
+    run = options.runs_dir / job_id
+    assert (run / "test.jsonl").is_file() and (run / "replay" / "train.jsonl").is_file()
+
+    found = holding([options.data_dir, cache], load_tokenizer(str(app.state.options.models["toy"])))
+    own_uploads = {str(options.files_dir / file_id) for file_id in uploads.values()}
+    assert {kind: sorted(set(files) - own_uploads) for kind, files in found.items()} == {k: [] for k in NEEDLES}
+    events = client.get(f"/v1/fine_tuning/jobs/{job_id}/events", params={"limit": 100}).json()["data"]
+    (planned,) = [e["message"] for e in events if e["message"].startswith("[sensitive_data]")]
+    assert "support.jsonl lines" in planned and "general.jsonl lines" in planned and "train.jsonl" not in planned
+
+
+def test_the_plans_redaction_event_names_the_upload_and_its_lines_not_the_runs_copy(app, tmp_path, monkeypatch):
+    """Issue 42: with a test split held out, the plan's event named the job's internal copy ("train.jsonl lines
+    1…9") where the plan of the same body named the upload: it names the file as uploaded, by the upload's lines."""
+    monkeypatch.setenv("FAKE_TRAINER_MODE", "ok")
+    client = api_client(app, "alice")
+    upload = _planted(tmp_path)
+    file_id = client.post(
+        "/v1/files", data={"purpose": "fine-tune"}, files={"file": (upload.name, upload.read_bytes())}
+    ).json()["id"]
+    hyper = {"max_steps": 1, "val_fraction": 0, "sensitive_data": "redact", "test_fraction": 0.25}
+    body = {"model": "toy", "training_file": file_id, "seed": 9,  # holds out line 1: line 2 is the copy's line 1
+            "method": {"type": "supervised", "supervised": {"hyperparameters": hyper}}}  # fmt: skip
+    job_id = client.post("/v1/fine_tuning/jobs", json=body).json()["id"]
+    assert Worker(app.state.options, app.state.store, launcher=fake_launcher()).run_once()
+    held = json.loads((app.state.options.runs_dir / job_id / "test_split.json").read_text())["lines"]
+    kept = [line for line in (1, 2) if line not in held]  # the planted lines that stayed in training
+    assert kept, "the seed must keep a planted line in training"
+    events = client.get(f"/v1/fine_tuning/jobs/{job_id}/events", params={"limit": 100}).json()["data"]
+    (planned,) = [e["message"] for e in events if e["message"].startswith("[sensitive_data]")]
+    lines = f"support.jsonl line{'s' * (len(kept) > 1)} {', '.join(map(str, kept))};"
+    assert lines in planned and "train.jsonl" not in planned and "file-" not in planned, planned
+    _no_value(events)

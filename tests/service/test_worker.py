@@ -13,7 +13,7 @@ import time
 from collections import Counter
 
 from fake_service import fake_launcher
-from service_helpers import FAKE_SERVICE, fresh_postgres_database, settings_for
+from service_helpers import EXAMPLES, FAKE_SERVICE, fresh_postgres_database, settings_for
 
 from finetune.service.storage.store import Store, new_id
 from finetune.service.workers.worker import Worker
@@ -269,3 +269,39 @@ def test_a_worker_validates_and_plans_a_job_without_torch(tmp_path, toy_model, t
     assert done.returncode == 0, done.stderr
     answer = json.loads(done.stdout.splitlines()[-1])
     assert answer == {"ready": True, "status": "queued", "plan": True, "torch": False}
+
+
+def _with_invalid_lines(path, source, n: int) -> bytes:
+    lines = source.read_text().splitlines()[:n]
+    lines[2] = '{"messages": "not a list"}'  # invalid: --skip-invalid leaves it out
+    lines[5] = "{not json"
+    path.write_text("\n".join(lines) + "\n")
+    return path.read_bytes()
+
+
+def test_a_job_honours_skip_invalid_as_the_plan_does(app, tmp_path, monkeypatch):
+    """Issue 42: with `skip_invalid: true` POST /v1/fine_tuning/plan accepted a file (its own 400 recommends the
+    setting) that a job with the same body failed at validation. Chat data with and without a test split, and
+    preference pairs: the plan and the job both take them, leaving lines 3 and 6 out; without it both refuse."""
+    from service_helpers import api_client
+
+    _fake(monkeypatch)
+    client = api_client(app, "alice")
+    chat = _with_invalid_lines(tmp_path / "chat.jsonl", EXAMPLES / "train.jsonl", 24)
+    pairs = _with_invalid_lines(tmp_path / "pairs.jsonl", EXAMPLES / "prefs.jsonl", 24)
+    cases = [(chat, "supervised", {}), (chat, "supervised", {"test_fraction": 0.2}), (pairs, "dpo", {})]
+    for content, kind, extra in cases:
+        file_id = client.post("/v1/files", data={"purpose": "fine-tune"}, files={"file": ("mixed.jsonl", content)})
+        hyper = {"max_steps": 1, "val_fraction": 0, **extra}
+        body = {"model": "toy", "training_file": file_id.json()["id"], "method": {"type": kind, kind: {"hyperparameters": hyper}}}  # fmt: skip
+        refused = client.post("/v1/fine_tuning/plan", json=body)
+        assert refused.status_code == 400 and "skip_invalid" in refused.json()["error"]["message"], refused.text
+        body["method"][kind]["hyperparameters"]["skip_invalid"] = True
+        planned = client.post("/v1/fine_tuning/plan", json=body)
+        assert planned.status_code == 200, (kind, extra, planned.text)
+        job_id = client.post("/v1/fine_tuning/jobs", json=body).json()["id"]
+        assert Worker(app.state.options, app.state.store, launcher=fake_launcher()).run_once()
+        job = client.get(f"/v1/fine_tuning/jobs/{job_id}").json()
+        assert job["status"] == "succeeded", (kind, extra, job["error"])
+        events = client.get(f"/v1/fine_tuning/jobs/{job_id}/events", params={"limit": 100}).json()["data"]
+        assert any("[skipped_lines]" in e["message"] and "2 invalid line(s)" in e["message"] for e in events), kind

@@ -18,6 +18,7 @@ from anyio import to_thread
 from fastapi import FastAPI
 from starlette.requests import Request
 
+from finetune.service.api.audit_noise import MARK, SKIP, NoiseLimit
 from finetune.service.api.auth import COOKIE, identify
 from finetune.service.api.routes.audit import router
 from finetune.service.storage.audit_trail import AuditLog, outcome_of
@@ -43,6 +44,7 @@ CREATES_UNDER = {"/v1/fine_tuning/jobs/{job_id}/evaluations"}
 # a download whose object is a query parameter when given: template -> (parameter, the action then)
 QUERY_OBJECTS = {"/v1/dashboard/jobs/{job_id}/download": ("checkpoint", "checkpoint.download")}
 SIGNED_IN_ONLY_IF_MATCHED = {"session.sign_in"}  # answered 303 either way by a form: refused when no key matched
+UNRECORDED = "audit.unrecorded"  # the first request without a valid key left out in a minute (audit_noise.py)
 VERBS = {"POST": "create", "PUT": "update", "PATCH": "update", "DELETE": "delete", "GET": "download"}
 HELD_BODY_MAX = 1 << 20  # a create's JSON answer is read for its id up to this size
 log = logging.getLogger("finetune.service.storage.audit_trail")
@@ -84,9 +86,10 @@ def _is_json(headers) -> bool:
 
 
 class AuditTrail:
-    def __init__(self, app, log: AuditLog) -> None:
+    def __init__(self, app, log: AuditLog, noise: NoiseLimit | None = None) -> None:
         self.app = app
         self.log = log
+        self.noise = noise or NoiseLimit()  # requests without a valid key: how many are recorded (per process)
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http" or scope["method"] not in (*WRITES, "GET"):
@@ -163,6 +166,36 @@ class AuditTrail:
         ):
             identify(Request(scope))  # a route without auth (sign-out): who its key says
         noted = scope.get("state") or {}
+        action, object_id = self._what(scope, template, answer_id)
+        outcome = outcome_of(status)
+        if action in SIGNED_IN_ONLY_IF_MATCHED and noted.get("key_tenant") is None and outcome == "ok":
+            outcome = "refused"
+        client = scope.get("client")
+        source = client[0] if client else "unknown"
+        if noted.get("key_tenant") is None:  # without a valid key: bounded (audit_noise.py), its object not kept
+            verdict = self.noise.admit(source)
+            if verdict == SKIP:
+                return
+            action = UNRECORDED if verdict == MARK else action
+            object_id = f"recording resumes in {self.noise.until():.0f} s" if verdict == MARK else None
+        self.log.append(
+            action,
+            tenant=noted.get("key_tenant"),
+            key_id=noted.get("key_id"),
+            object_id=object_id,
+            source=source,
+            via="dashboard" if self._by_cookie(scope, template) else "api",
+            method=method,
+            route=template,
+            status=status,
+            outcome=outcome,
+        )
+
+    @staticmethod
+    def _what(scope, template: str, answer_id: str | None) -> tuple[str, str | None]:
+        """The record's action and object: the route's last path parameter, the id a create answered, or a
+        download's QUERY_OBJECTS parameter."""
+        method = scope["method"]
         action = action_for(method, template)
         params = scope.get("path_params") or {}
         object_id = str(list(params.values())[-1]) if params else answer_id
@@ -173,24 +206,12 @@ class AuditTrail:
             given = Request(scope).query_params.get(name)
             if given:
                 action, object_id = query_action, given
-        by_cookie = not _header(scope, b"authorization") and (
+        return action, object_id
+
+    @staticmethod
+    def _by_cookie(scope, template: str) -> bool:
+        return not _header(scope, b"authorization") and (
             f"{COOKIE}=" in (_header(scope, b"cookie") or "") or template.startswith("/v1/dashboard/")
-        )
-        outcome = outcome_of(status)
-        if action in SIGNED_IN_ONLY_IF_MATCHED and noted.get("key_tenant") is None and outcome == "ok":
-            outcome = "refused"
-        client = scope.get("client")
-        self.log.append(
-            action,
-            tenant=noted.get("key_tenant"),
-            key_id=noted.get("key_id"),
-            object_id=object_id,
-            source=client[0] if client else "unknown",
-            via="dashboard" if by_cookie else "api",
-            method=method,
-            route=template,
-            status=status,
-            outcome=outcome,
         )
 
 

@@ -12,6 +12,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import Request
 
@@ -95,9 +96,7 @@ async def receive_upload(request: Request, uploads_dir: Path, limit: int) -> Upl
         },
     )
     try:
-        async for chunk in request.stream():
-            parser.write(chunk)
-        parser.finalize()
+        await _parse(request, parser)
         out.flush()
         os.fsync(out.fileno())
     except BaseException:
@@ -109,6 +108,19 @@ async def receive_upload(request: Request, uploads_dir: Path, limit: int) -> Upl
         upload.temp.unlink(missing_ok=True)
         raise APIError(400, "The upload has no 'file' part.", "invalid_upload", param="file")
     return upload
+
+
+async def _parse(request: Request, parser: MultipartParser) -> None:
+    """Feed the body to the parser; a body it cannot read (a part's headers over its limit, e.g. an 8,000-character
+    file name; a wrong boundary; garbage) is the caller's mistake: 400, never a server error."""
+    try:
+        async for chunk in request.stream():
+            parser.write(chunk)
+        parser.finalize()
+    except FormParserError as exc:
+        raise APIError(
+            400, f"The upload is not a multipart/form-data body this server can read: {exc}.", "invalid_upload"
+        ) from None
 
 
 def gunzip_upload(upload: Upload, limit: int) -> None:

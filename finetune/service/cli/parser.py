@@ -13,6 +13,7 @@ from finetune.service.cli import flags as service_flags
 from finetune.service.cli.audit import add_audit_parser
 from finetune.service.cli.purge_parser import add_purge_parser
 from finetune.service.cli.tenants_parser import add_tenants_parser
+from finetune.service.tenant_names import RULE, tenant_name
 from finetune.train.launchers import LAUNCHERS
 
 
@@ -117,7 +118,7 @@ def add_service_parsers(sub) -> None:
         k = keys.add_parser(name, help=text)
         store_flags(k)
         if name == "create":
-            k.add_argument("--tenant", required=True, help="the tenant the key acts for")
+            k.add_argument("--tenant", required=True, type=tenant_name, help=f"the tenant the key acts for ({RULE})")
         if name == "revoke":
             k.add_argument("key_id", help="the key's id (from `finetune keys list`)")
     p.set_defaults(func=cmd_keys)

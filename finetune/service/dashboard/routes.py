@@ -80,7 +80,7 @@ async def sign_in(request: Request) -> Response:
     is_form = not request.headers.get("content-type", "").startswith("application/json")
     try:
         body = await request.form() if is_form else await request.json()
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the JSON parser goes
         body = {}
     key = body.get("key") if hasattr(body, "get") else None
     if not _same_origin(request):

@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import Engine, insert, select, text
 
 from finetune.service.storage.db import audit_records, is_postgres, transaction
-from finetune.service.storage.store import Page, now
+from finetune.service.storage.store import Page, cursor_number, now
 
 FIELDS = (
     "seq", "created_at", "tenant", "key_id", "action", "object_id", "source", "via", "method", "route", "status",
@@ -29,7 +29,9 @@ FIELDS = (
 GENESIS = "0" * 64
 ID_PREFIX = "audit-"
 CHAIN_LOCK = 7254005  # PostgreSQL's advisory lock around the chain's head (migrate's is 7254001)
-LIMITS = {"tenant": 128, "key_id": 32, "action": 64, "source": 255, "via": 16, "method": 8, "outcome": 16}
+# the most a record keeps of each field: a record's size is bounded whatever a request names (a 60 KB path parameter)
+LIMITS = {"tenant": 128, "key_id": 32, "action": 64, "object_id": 256, "source": 255, "via": 16, "method": 8,
+          "route": 256, "outcome": 16}  # fmt: skip
 
 
 def canonical(record: dict[str, Any]) -> bytes:
@@ -103,11 +105,11 @@ class AuditLog:
         """The tenant's records, newest first (or oldest first); `after` = the id of the previous page's last."""
         query = select(audit_records).where(audit_records.c.tenant == tenant)
         if after is not None:
-            anchor = after[len(ID_PREFIX) :] if after.startswith(ID_PREFIX) else ""
-            if not anchor.isdigit():
+            anchor = cursor_number(after, ID_PREFIX)
+            if anchor is None:
                 return Page([], False)  # an unknown cursor: an empty page, as the other lists answer
             seq = audit_records.c.seq
-            query = query.where(seq > int(anchor) if ascending else seq < int(anchor))
+            query = query.where(seq > anchor if ascending else seq < anchor)
         order = audit_records.c.seq.asc() if ascending else audit_records.c.seq.desc()
         with transaction(self.engine) as conn:
             rows = [dict(r._mapping) for r in conn.execute(query.order_by(order).limit(limit + 1))]

@@ -5,6 +5,8 @@
                                                     training copy, the replay mix, skipped lines, evaluation answers
                                                     (eval.json, eval.html, retention.json); FileInUse while a job
                                                     still needs it (to train, validate or replay on)
+    delete_model(options, store, tenant, name)     a fine-tuned model's weights, checkpoints and GGUF files; ModelInUse
+                                                    while an evaluation reads it
     delete_job(options, store, tenant, job_id)     an ended job's run folder (checkpoints, weights), plan, logs,
                                                     results files, token cache entries, events, checkpoint rows,
                                                     fine-tuned model; its row stays as a tombstone (tombstones.py)
@@ -33,7 +35,12 @@ from finetune.service.options import ServiceOptions
 from finetune.service.storage import run_folders
 from finetune.service.storage.evaluations import Evaluations
 from finetune.service.storage.store import TERMINAL, Store
-from finetune.service.storage.tombstones import delete_file_row_unless_needed, jobs_using_file, tombstone_job
+from finetune.service.storage.tombstones import (
+    delete_file_row_unless_needed,
+    delete_fine_tuned_model,
+    jobs_using_file,
+    tombstone_job,
+)
 
 # what a run folder keeps of its data's content (eval/test_split.py, data/skipped.py, eval/command.py, retention.py,
 # eval/replay.py: the training conversations with the replay rows, e.g. a job's own general conversations)
@@ -47,6 +54,9 @@ DERIVED_FILES = {
     "retention.json": "evaluation answers",
     "replay": "replay mix",
 }
+# what a run folder keeps of a job's general conversations (general_data): the replay mix, their rows among the team's;
+# the test split and the training copy hold only the training file's
+REPLAYED_FILES = ("replay",)
 # called with a deleted file's id: what keeps a copy of it in memory (the dashboard's previews) forgets it
 FILE_FORGETTERS: list[Callable[[str], None]] = []
 
@@ -135,8 +145,13 @@ def cache_entries(roots: list[Path], digests: set[str]) -> list[Removal]:
 def job_digests(options: ServiceOptions, job_id: str) -> set[str]:
     """The sha256 of every data file a job tokenized: as its plans record them (the upload, or the training copy
     left once a test split was held out), and that copy's own, should it have been tokenized without a plan."""
+    return planned_digests(options, job_id) | {d for d in [sha256_of(options.runs_dir / job_id / "train.jsonl")] if d}
+
+
+def planned_digests(options: ServiceOptions, job_id: str) -> set[str]:
+    """The sha256 of the data files a job's plans record: what it tokenized (with replay, the replay mix)."""
     run = options.runs_dir / job_id
-    digests = {sha256_of(run / "train.jsonl")}
+    digests: set[str | None] = set()
     for plan_path in (options.runs_dir / f"{job_id}.plan.json", run / "plan.json"):
         try:
             plan = json.loads(plan_path.read_text(encoding="utf-8"))
@@ -151,14 +166,16 @@ def job_digests(options: ServiceOptions, job_id: str) -> set[str]:
 
 def file_removals(options: ServiceOptions, file_id: str, jobs: list[dict]) -> list[Removal]:
     """What deleting a file removes: the upload, the derived copies in the run folders of `jobs` (the ended jobs
-    that used it), and the token cache entries tokenized from either."""
+    that used it), and the token cache entries tokenized from either. A job that only replayed the file (its
+    general_data) loses only what was built from it: its replay mix and the tokens of that mix."""
     upload = options.files_dir / file_id
     digests = {d for d in [sha256_of(upload)] if d}
     items = found("upload", upload)
     for job in jobs:
-        digests |= job_digests(options, job["id"])
-        for name, what in DERIVED_FILES.items():
-            items += found(what, options.runs_dir / job["id"] / name, job["id"])
+        trained_on = file_id in (job["training_file"], job["validation_file"])
+        digests |= job_digests(options, job["id"]) if trained_on else planned_digests(options, job["id"])
+        for name in DERIVED_FILES if trained_on else REPLAYED_FILES:
+            items += found(DERIVED_FILES[name], options.runs_dir / job["id"] / name, job["id"])
     return items + cache_entries(cache_roots(options), digests)
 
 
@@ -176,6 +193,28 @@ def delete_file(options: ServiceOptions, store: Store, tenant: str, file_id: str
     return items
 
 
+# ---------------------------------------------------------------------------------------------- a model
+
+
+def model_removals(options: ServiceOptions, job: dict) -> list[Removal]:
+    """A fine-tuned model's files: its final weights, its checkpoints (each one is a model too), and the GGUF files
+    made of either for a download (the dashboard's, RUN/gguf/)."""
+    run = options.runs_dir / job["id"]
+    weights = run_folders.final_weights(run)
+    items = found("weights", weights, job["id"]) if weights else []
+    return items + found("checkpoints", run / "checkpoints", job["id"]) + found("gguf files", run / "gguf", job["id"])
+
+
+def delete_model(options: ServiceOptions, store: Store, tenant: str, name: str) -> dict | None:
+    """Delete the tenant's fine-tuned model: gone for chat completions, retrieve and list, its files and checkpoint
+    rows removed; its job stays. Its job (None: no such model of the tenant's). ModelInUse (nothing changed) while an
+    evaluation not ended reads it, as for deleting its job or its training file."""
+    job = delete_fine_tuned_model(store.engine, tenant, name)
+    if job is not None:
+        remove(model_removals(options, job))
+    return job
+
+
 # ---------------------------------------------------------------------------------------------- a job
 
 
@@ -184,9 +223,7 @@ def job_removals(options: ServiceOptions, job: dict, with_cache: bool = True) ->
     trainers' logs, its results files, and (`with_cache`) the token cache entries made for it."""
     job_id = job["id"]
     run = options.runs_dir / job_id
-    items = found("checkpoints", run / "checkpoints", job_id)
-    weights = run_folders.final_weights(run)
-    items += found("weights", weights, job_id) if weights else []
+    items = model_removals(options, job)
     if run.exists():
         rest = size_of(run) - sum(item.bytes for item in items)
         items.append(Removal("run folder", run, rest, job_id))  # last: after what it holds was counted

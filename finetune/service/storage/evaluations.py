@@ -45,6 +45,11 @@ def refusal(job: dict | None, job_id: str) -> APIError | None:
     return None
 
 
+def not_ended(job_id: str):
+    """The query of the job's evaluation that has not ended (at most one)."""
+    return select(evaluations).where(evaluations.c.job_id == job_id, evaluations.c.status.in_(NOT_ENDED))
+
+
 @dataclass
 class EvaluationClaim:
     evaluation: dict
@@ -67,12 +72,12 @@ class Evaluations:
         """A queued evaluation of the tenant's job. APIError (nothing added) when the job is not the tenant's (404), has
         not succeeded or was deleted (`refusal`), or is being evaluated already (`evaluation_in_progress`): 400, never
         409, which the SDK retries. The checks and the insert are one write transaction."""
-        with transaction(self.engine, write=True) as conn:
-            job = _one(conn.execute(select(jobs).where(jobs.c.tenant == tenant, jobs.c.id == job_id)))
+        with transaction(self.engine, write=True) as conn:  # the job's row locked, as deleting its model locks it
+            job = _one(conn.execute(select(jobs).where(jobs.c.tenant == tenant, jobs.c.id == job_id).with_for_update()))
             refused = refusal(job, job_id)
             if refused is not None:
                 raise refused
-            busy = _one(conn.execute(self._not_ended(job_id)))
+            busy = _one(conn.execute(not_ended(job_id)))
             if busy is not None:
                 raise APIError(
                     400,
@@ -87,10 +92,6 @@ class Evaluations:
             )  # fmt: skip
             conn.execute(insert(evaluations).values(**row))
             return _one(conn.execute(select(evaluations).where(evaluations.c.id == row["id"])))
-
-    @staticmethod
-    def _not_ended(job_id: str):
-        return select(evaluations).where(evaluations.c.job_id == job_id, evaluations.c.status.in_(NOT_ENDED))
 
     def get(self, tenant: str, eval_id: str, job_id: str | None = None) -> dict | None:
         query = select(evaluations).where(evaluations.c.tenant == tenant, evaluations.c.id == eval_id)
@@ -122,7 +123,7 @@ class Evaluations:
     def unfinished(self, job_id: str) -> dict | None:
         """The job's evaluation that has not ended, if any (deletion refuses while there is one)."""
         with transaction(self.engine) as conn:
-            return _one(conn.execute(self._not_ended(job_id)))
+            return _one(conn.execute(not_ended(job_id)))
 
     # ------------------------------------------------------------------ the workers' side
 

@@ -31,10 +31,10 @@ from finetune.data.read import read_file
 from finetune.data.stats import BYTES_PER_TOKEN_ESTIMATE, build_all_records, estimate_record_tokens
 from finetune.service.api_error import APIError
 from finetune.service.storage.db import api_keys, files, job_token_holds, jobs, tenant_quotas, transaction
+from finetune.service.tenant_names import DEFAULT_TENANT  # the row whose values hold for every tenant without its own
 from finetune.settings.errors import UserError
 
 QUOTAS = ("max_running_jobs", "max_queued_jobs", "max_stored_bytes", "max_monthly_tokens")
-DEFAULT_TENANT = "*"  # the row whose values hold for every tenant without its own
 WAITING = ("queued", "validating_files")  # store.CLAIMABLE (store imports this module)
 ENDED = ("succeeded", "failed", "cancelled")  # store.TERMINAL
 QUEUE_RETRY_SECONDS = 30  # a queued job's wait is unknown: ask again in a while (the SDK retries 429 after it)
@@ -51,8 +51,9 @@ def _held(t: float):
     return and_(jobs.c.claim_token.is_not(None), jobs.c.lease_expires_at >= t)
 
 
-def _lock_tenant(conn: Connection, tenant: str) -> None:
-    """PostgreSQL: one check of a tenant's quotas at a time (SQLite's write transaction is one at a time already)."""
+def lock_tenant(conn: Connection, tenant: str) -> None:
+    """PostgreSQL: one check of a tenant's quotas, or of whether its jobs need a file, at a time (SQLite's write
+    transaction is one at a time already)."""
     if _is_postgres(conn):
         conn.execute(text(f"SELECT pg_advisory_xact_lock({_TENANT_LOCK}, hashtext(:tenant))"), {"tenant": tenant})
 
@@ -190,7 +191,7 @@ def admit_job(tenant: str, tokens: int | None, shown: str) -> Callable[[Connecti
     the monthly tokens with the job's `tokens` (its estimate, from the file `shown`; None: not estimated)."""
 
     def admit(conn: Connection, row: dict) -> None:
-        _lock_tenant(conn, tenant)
+        lock_tenant(conn, tenant)
         limits, t = limits_of(conn, tenant), time.time()
         limit = limits["max_queued_jobs"]
         if limit is not None and (waiting := queued_jobs(conn, tenant, t, besides=row["id"])) >= limit:
@@ -228,7 +229,7 @@ def admit_file(tenant: str) -> Callable[[Connection, dict], None]:
     """For store.add_file, inside the write that added the file `row`: 403 past the stored-bytes quota."""
 
     def admit(conn: Connection, row: dict) -> None:
-        _lock_tenant(conn, tenant)
+        lock_tenant(conn, tenant)
         limit = limits_of(conn, tenant)["max_stored_bytes"]
         if limit is None:
             return

@@ -28,6 +28,7 @@ from finetune.service.storage.idempotency_keys import IdempotencyKeys
 from finetune.service.storage.quotas import tenants_at_running_quota
 from finetune.service.storage.worker_registry import WorkerRegistry
 
+MAX_ROW_NUMBER = 2**63 - 1  # SQL's BIGINT: a cursor past it names no row
 TERMINAL = ("succeeded", "failed", "cancelled")
 CLAIMABLE = ("validating_files", "queued")
 # The job's state machine, in one table: every write of a status goes through it, the caller's actions
@@ -297,23 +298,6 @@ class Store:
                 )
             )
 
-    def delete_fine_tuned_model(self, tenant: str, name: str) -> dict | None:
-        """Mark the tenant's fine-tuned model `name` deleted; its job (None when there is no such model)."""
-        with self._write() as conn:
-            job = _one(
-                conn.execute(
-                    select(jobs).where(
-                        jobs.c.tenant == tenant,
-                        jobs.c.status == "succeeded",
-                        jobs.c.fine_tuned_model == name,
-                        jobs.c.model_deleted_at.is_(None),
-                    )
-                )
-            )
-            if job is not None:
-                conn.execute(update(jobs).where(jobs.c.id == job["id"]).values(model_deleted_at=now()))
-        return job
-
     def all_jobs(self, tenant: str) -> list[dict]:
         with self._read() as conn:
             return _rows(conn.execute(select(jobs).where(jobs.c.tenant == tenant).order_by(jobs.c.row)))
@@ -441,7 +425,14 @@ class Store:
 
 
 def _event_row(event_id: str) -> int | None:
-    prefix = "ftevent-"
-    if not event_id.startswith(prefix) or not event_id[len(prefix) :].isdigit():
-        return None
-    return int(event_id[len(prefix) :])
+    return cursor_number(event_id, "ftevent-")
+
+
+def cursor_number(cursor: str, prefix: str) -> int | None:
+    """The number in a list's cursor (`ftevent-12`, `audit-7`), or None when it holds none a row can have (not
+    digits, or past a BIGINT): an unknown cursor, which a list answers with an empty page."""
+    digits = cursor[len(prefix) :] if cursor.startswith(prefix) else ""
+    if not (digits.isascii() and digits.isdigit()) or len(digits.lstrip("0")) > len(str(MAX_ROW_NUMBER)):
+        return None  # (a long run of digits is not even read: Python refuses to read past 4,300 of them)
+    number = int(digits)
+    return number if number <= MAX_ROW_NUMBER else None

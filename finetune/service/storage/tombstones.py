@@ -3,10 +3,12 @@ and a tenant's rows. Kept out of store.py, which holds the everyday queries."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Engine, delete, func, or_, select, update
+from sqlalchemy import Connection, Engine, delete, func, or_, select, update
 
+from finetune.service.api_error import APIError
 from finetune.service.storage.db import (
     JOB_FILE_COLUMNS,
     api_keys,
@@ -18,6 +20,8 @@ from finetune.service.storage.db import (
     jobs,
     transaction,
 )
+from finetune.service.storage.evaluations import not_ended
+from finetune.service.storage.quotas import lock_tenant
 from finetune.service.storage.store import TERMINAL, now
 
 
@@ -43,11 +47,13 @@ def jobs_using_file(engine: Engine, tenant: str, file_id: str) -> list[dict]:
 def delete_file_row_unless_needed(engine: Engine, tenant: str, file_id: str) -> list[dict]:
     """Delete the file's row, in one write transaction with the check that no job still needs it (one that has not
     ended, that a worker still holds while it stops, or that is being evaluated: its evaluation reads the test split
-    and writes answers); those jobs (nothing deleted), or [] (deleted)."""
+    and writes answers); those jobs (nothing deleted), or [] (deleted). Under the tenant's lock, as a new job's look
+    at its files (files_still_there): of a job created and its file deleted at once, one is refused."""
     evaluating = select(evaluations.c.id).where(
         evaluations.c.job_id == jobs.c.id, evaluations.c.status.in_(("queued", "running"))
     )
     with transaction(engine, write=True) as conn:
+        lock_tenant(conn, tenant)
         query = _using(tenant, file_id).where(
             or_(jobs.c.status.not_in(TERMINAL), jobs.c.claim_token.is_not(None), evaluating.exists())
         )
@@ -65,10 +71,26 @@ def delete_file_row_unless_needed(engine: Engine, tenant: str, file_id: str) -> 
         return needing
 
 
+def files_still_there(tenant: str, named: list[tuple[str, APIError]]) -> Callable[[Connection, dict], None]:
+    """For store.create_job, inside the write that adds the job: each file it names (an id, and the refusal to raise
+    when it is gone) still there, looked at under the tenant's lock that deleting a file takes too (SQLite: the write
+    lock), so that a file deleted since the request's own look at it refuses the job, never a job left to fail later."""
+
+    def admit(conn: Connection, row: dict) -> None:
+        lock_tenant(conn, tenant)
+        for file_id, refusal in named:
+            if conn.execute(select(files.c.id).where(files.c.tenant == tenant, files.c.id == file_id)).first() is None:
+                raise refusal
+
+    return admit
+
+
 def tombstone_job(engine: Engine, tenant: str, job_id: str, removed: list[dict[str, Any]]) -> dict | None:
     """Mark an ended job deleted (its row stays: when, and what was removed), its fine-tuned model with it, and
-    delete its events, checkpoint rows, evaluation rows, results files' rows and Idempotency-Key answers. Returns the row as it
-    was before, or None when the tenant has no such ended job."""
+    delete its events, checkpoint rows, evaluation rows, results files' rows and Idempotency-Key answers. The row
+    keeps what the docs promise (status, hyperparameters, usage): the run's report goes, and its error keeps its code
+    and param, not its message (which may quote the data). Returns the row as it was before, or None when the tenant
+    has no such ended job."""
     with transaction(engine, write=True) as conn:
         query = select(jobs).where(jobs.c.tenant == tenant, jobs.c.id == job_id, jobs.c.status.in_(TERMINAL))
         job = conn.execute(query.with_for_update()).first()
@@ -82,7 +104,8 @@ def tombstone_job(engine: Engine, tenant: str, job_id: str, removed: list[dict[s
         }
         stamp = now()
         removed = removed + [{"what": what, "count": count} for what, count in gone.items() if count]
-        values: dict[str, Any] = {"deleted_at": stamp, "removed": removed}
+        values: dict[str, Any] = {"deleted_at": stamp, "removed": removed, "report": None}
+        values["error"] = _kept_error(job["error"])
         if job["fine_tuned_model"] and job["model_deleted_at"] is None:
             values["model_deleted_at"] = stamp
         conn.execute(update(jobs).where(jobs.c.id == job_id).values(**values))
@@ -95,10 +118,46 @@ def tombstone_job(engine: Engine, tenant: str, job_id: str, removed: list[dict[s
         return job
 
 
-def delete_checkpoint_rows(engine: Engine, job_id: str) -> None:
-    """A deleted fine-tuned model's checkpoints go with it (DELETE /v1/models/{id})."""
+def _kept_error(error: dict | None) -> dict | None:
+    """What a tombstone keeps of a failed job's error: its code and param, not its message, which may quote the data
+    (an unknown role, a line's text)."""
+    if not error:
+        return error
+    code = error.get("code")
+    return {"code": code, "param": error.get("param"),
+            "message": f"The job failed ({code}); its message went with its data when the job was deleted."}  # fmt: skip
+
+
+class ModelInUse(Exception):
+    """An evaluation not ended reads the model's weights (its command loads them)."""
+
+    def __init__(self, evaluation: dict) -> None:
+        super().__init__(evaluation["id"])
+        self.evaluation = evaluation
+
+
+def delete_fine_tuned_model(engine: Engine, tenant: str, name: str) -> dict | None:
+    """Mark the tenant's fine-tuned model `name` deleted and delete its checkpoints' rows (each is a model too), in
+    one write transaction with the check that no evaluation not ended reads it; its job (None: no such model of the
+    tenant's). ModelInUse (nothing changed) while one does. The job's row is locked as an evaluation's creation locks
+    it (evaluations.py), so of the two at once one sees the other."""
     with transaction(engine, write=True) as conn:
-        conn.execute(delete(checkpoints).where(checkpoints.c.job_id == job_id))
+        query = select(jobs).where(
+            jobs.c.tenant == tenant,
+            jobs.c.status == "succeeded",
+            jobs.c.fine_tuned_model == name,
+            jobs.c.model_deleted_at.is_(None),
+        )
+        job = conn.execute(query.with_for_update()).first()
+        if job is None:
+            return None
+        job = dict(job._mapping)
+        evaluation = conn.execute(not_ended(job["id"])).first()
+        if evaluation is not None:
+            raise ModelInUse(dict(evaluation._mapping))
+        conn.execute(update(jobs).where(jobs.c.id == job["id"]).values(model_deleted_at=now()))
+        conn.execute(delete(checkpoints).where(checkpoints.c.job_id == job["id"]))
+        return job
 
 
 # ---------------------------------------------------------------------------------------------- a whole tenant

@@ -201,20 +201,28 @@ def usage_tenants(store: Store, since: int | None = None) -> list[str]:
         return list(conn.execute(query).scalars())
 
 
+LAST_SECOND = 253_402_300_799  # 9999-12-31T23:59:59Z, the last time an ISO 8601 date can name
+
+
 def parse_time(text: str | None, name: str) -> int | None:
     """Unix seconds, or an ISO 8601 date or time (a time without a zone is UTC). ValueError names `name`."""
     if text is None or text == "":
         return None
+    wrong = ValueError(
+        f"{name} must be unix seconds or an ISO 8601 date (2025-01-31) or time (2025-01-31T12:00:00Z), got {text!r}"
+    )
     try:
-        return int(float(text))
+        seconds = float(text)
     except ValueError:
-        pass
+        seconds = None
+    if seconds is not None:
+        if not abs(seconds) <= LAST_SECOND:  # inf, nan, or past the year 9999: no time a job was created at
+            raise wrong
+        return int(seconds)
     try:
         when = datetime.fromisoformat(text)
     except ValueError:
-        raise ValueError(
-            f"{name} must be unix seconds or an ISO 8601 date (2025-01-31) or time (2025-01-31T12:00:00Z), got {text!r}"
-        ) from None
+        raise wrong from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return int(when.timestamp())

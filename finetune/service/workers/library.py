@@ -15,10 +15,11 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from finetune.data.preference import read_preferences
+from finetune.data.preference import load_pairs, read_preferences
 from finetune.data.read import read_file
 from finetune.data.replay_mix import scratch_mix
-from finetune.data.sensitive import scanned_file
+from finetune.data.sensitive import SENSITIVE_DATA, scanned_file
+from finetune.data.skipped import usable_conversations
 from finetune.data.tokenize import load_tokenizer
 from finetune.data.types import Problem
 from finetune.data.validate import validate_file
@@ -150,6 +151,8 @@ def validate_training_file(
     """OpenAI's `error` object for a file that cannot train (naming its first bad lines), or None when usable.
     `notes` receives what a usable file should still be told about, as events: the sensitive values found in it
     (counts by kind and role, lines; never a value), with sensitive_data warn or redact."""
+    if config.skip_invalid:
+        return _usable_once_skipped(path, shown_name, config, param, notes)
     try:
         if config.method == "dpo":  # pairs: the same checks as `finetune validate PREFS.jsonl`
             result, found = scanned_file(read_preferences(path), config.sensitive_data)
@@ -161,6 +164,26 @@ def validate_training_file(
         return _error(scrub(in_api_terms(exc, config), path, shown_name), param)
     _note_sensitive(result.warnings, found, path, shown_name, config, notes)
     return None if result.ok else _unusable(result.errors, path, shown_name, config, param)
+
+
+def _usable_once_skipped(
+    path: Path, shown_name: str, config: RunConfig, param: str, notes: list[dict] | None
+) -> dict | None:
+    """With skip_invalid, exactly what the plan's preparation takes: the lines that read left, with the invalid ones
+    left out (usable_conversations, load_pairs: a problem of the whole file, or no valid line, is still an error),
+    and the rest of the checks the plan's own (its `skipped_lines` warning names each line left out)."""
+    dpo = config.method == "dpo"
+    try:
+        parsed = read_preferences(path) if dpo else read_file(path, config.format)
+        load_pairs(str(path), skip_invalid=True) if dpo else usable_conversations(parsed, skip_invalid=True)
+        parsed, found = scanned_file(parsed, config.sensitive_data)
+    except UserError as exc:
+        return _error(scrub(in_api_terms(exc, config), path, shown_name), param)
+    refused = [problem for problem in parsed.errors if problem.code == SENSITIVE_DATA]  # sensitive_data refuse
+    if refused:
+        return _unusable(refused, path, shown_name, config, param)
+    _note_sensitive(parsed.warnings, found, path, shown_name, config, notes)
+    return None
 
 
 def screen_general_data(

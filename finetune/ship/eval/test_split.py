@@ -4,9 +4,12 @@ The test conversations are cut from the training file first, by a hash of ("test
 (the validation split ranks by (seed, conversation): the two draws differ), so they are in neither
 training nor validation. Duplicates of a conversation go together. The run folder records it:
 
-    OUT/test.jsonl          the held-out lines, exactly as they were in the file (`finetune eval OUT` reads it)
+    OUT/test.jsonl          the held-out lines, as they were in the file (`finetune eval OUT` reads it)
     OUT/train.jsonl         the remaining lines: what training and validation were cut from
     OUT/test_split.json     source file, fraction, seed, conversations held out and their line numbers
+
+With sensitive_data redact both copies hold placeholders where the file held values (data/redaction.py): the test
+set is then what the tuned model learned to answer, and no copy keeps a value (docs/sensitive-data.md).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import os
 from pathlib import Path
 
 from finetune.data.prepare import read_conversations
+from finetune.data.redaction import redact_line
 from finetune.data.sensitive import refuse_if_found, scan_conversations, summarize
 from finetune.settings.errors import UserError
 
@@ -71,6 +75,8 @@ def hold_out_test(config, out: Path):
     test_lines = sorted(line for key in ranked[:n_test] for line in groups[key])
     held = set(test_lines)
     lines = _lines(config.data)
+    if config.sensitive_data == "redact":
+        lines = [redact_line(line) for line in lines]
     out.mkdir(parents=True, exist_ok=True)
     _write(out / TEST_FILE, [lines[n - 1] for n in test_lines])
     _write(out / TRAIN_FILE, [line for n, line in enumerate(lines, start=1) if n not in held])
@@ -82,6 +88,13 @@ def hold_out_test(config, out: Path):
         "distinct_conversations": n_test,
         "lines": test_lines,
         "rule": "ranked by sha256(['test', seed, conversation]); validation is cut afterwards from train.jsonl",
+        "redacted": config.sensitive_data == "redact",
     }
     (out / RECORD_FILE).write_text(json.dumps(record, indent=2))
     return dataclasses.replace(config, data=str(out / TRAIN_FILE))
+
+
+def held_out_lines(out: Path) -> set[int]:
+    """The training file's lines the run in `out` held out as its test split (none without one)."""
+    path = out / RECORD_FILE
+    return set(json.loads(path.read_text())["lines"]) if path.is_file() else set()

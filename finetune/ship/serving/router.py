@@ -60,7 +60,7 @@ class ChatCompletionRequest(BaseModel):
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, gt=0, le=1)
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=-(2**63), lt=2**64)  # what torch's generator takes
     n: int = Field(default=1, ge=1, le=1)
     stream: bool = False
     stream_options: _StreamOptions | None = None
@@ -156,7 +156,7 @@ def chat_completions_router(
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
             return openai_error(400, f"{where}: {first['msg']}", "invalid_request_error", "invalid_value", where)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than the JSON parser goes
             return openai_error(400, "the request body is not valid JSON", "invalid_request_error")
         try:
             location = await run_in_threadpool(resolver, body.model, caller)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from finetune.commands.cli import main
+from finetune.data.redaction import redact_document, redact_line
 from finetune.data.sensitive import find_spans
 from finetune.settings.config import RunConfig
 from finetune.settings.registry import hyperparameter_schema, tokenizing_settings
@@ -239,3 +240,24 @@ def test_preference_pairs_are_scanned_redacted_and_refused(tmp_path, toy_model, 
 )
 def test_secret_detectors_still_find_their_values_past_the_quick_word_check(text):
     assert [s.kind for s in find_spans(text)] == ["secret"]
+
+
+def test_a_redacted_copy_of_a_line_keeps_its_format_and_loses_every_value():
+    """What the copies of the data hold with redact (data/redaction.py, issue 42): each JSON string redacted, the
+    rest of the line as it was (any format, a field no reader trains on included, a duplicate key a reader refuses);
+    a line that is not JSON, as text."""
+    alpaca = json.dumps({"instruction": f"Mail {VALUES[0]}", "output": "ok", "ticket": {"card": VALUES[1]}})
+    assert json.loads(redact_line(alpaca)) == {
+        "instruction": "Mail <EMAIL>",
+        "output": "ok",
+        "ticket": {"card": "<CARD>"},
+    }
+    chat = json.dumps(_conversation(f"Here is our key:\n{PRIVATE_KEY}", "Thanks."))
+    assert json.loads(redact_line(chat)) == _conversation("Here is our key:\n<SECRET>", "Thanks.")
+    assert redact_line('{"a": "x", "a": "y"}') == '{"a": "x", "a": "y"}'  # nothing found: the very same bytes
+    assert redact_line('{"a": "jane.doe@example.com", "a": 1}') == '{"a": "<EMAIL>", "a": 1}'
+    assert redact_line(f"not JSON: {VALUES[5]} and {VALUES[2]}") == "not JSON: <SECRET> and <CARD>"
+    assert redact_document({"messages": [{"content": VALUES[3]}], "n": 3}) == {
+        "messages": [{"content": "<PHONE>"}],
+        "n": 3,
+    }

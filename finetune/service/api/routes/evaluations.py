@@ -62,7 +62,7 @@ async def _body(request: Request) -> dict:
         return {}
     try:
         body = await request.json()
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the JSON parser goes
         body = None
     if not isinstance(body, dict):
         raise APIError(400, "The request body must be a JSON object.", "invalid_json")

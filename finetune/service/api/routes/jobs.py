@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from finetune.service.api.routes.files import find_file
 from finetune.service.api_error import APIError
 from finetune.service.storage import quotas, run_folders
 from finetune.service.storage.store import IllegalTransition, Page
+from finetune.service.storage.tombstones import files_still_there
 from finetune.service.storage.usage import prices_of
 from finetune.service.workers import library as core
 from finetune.service.workers.pool import pool_for
@@ -44,7 +46,7 @@ BODY_ERRORS = {
 async def _json_body(request: Request) -> dict:
     try:
         body = await request.json()
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the JSON parser goes
         raise APIError(400, "The request body must be a JSON object.", "invalid_json") from None
     if not isinstance(body, dict):
         raise APIError(400, "The request body must be a JSON object.", "invalid_json")
@@ -90,7 +92,7 @@ def _training_file(request: Request, tenant: str, file_id: str, param: str) -> d
     """The caller's file to train on (or validate with, or replay); a results file is what a job wrote, not data."""
     row = find_file(request, tenant, file_id)
     if row is None:  # another tenant's file reads exactly like a missing one (and a path like any unknown id)
-        raise APIError(400, f"Could not find file {file_id!r}.", core.error_code(param), param)
+        raise _missing(file_id, param)
     if row["purpose"] == RESULTS_PURPOSE:
         raise APIError(
             400,
@@ -100,6 +102,10 @@ def _training_file(request: Request, tenant: str, file_id: str, param: str) -> d
             param,
         )
     return row
+
+
+def _missing(file_id: str, param: str) -> APIError:
+    return APIError(400, f"Could not find file {file_id!r}.", core.error_code(param), param)
 
 
 def _named_files(request: Request, tenant: str, run_settings: dict) -> dict[str, dict]:
@@ -135,6 +141,11 @@ def _create_job(request: Request, tenant: str, body: JobCreate, integrations: An
     run_settings = _settings(kind, hyper)
     named = _named_files(request, tenant, run_settings)
     run_settings |= run_settings_for(integrations)  # report_to and its options (integrations.py)
+    looked_at = [(training["id"], "training_file"), (body.validation_file, "validation_file")]
+    looked_at += [(row["id"], core.file_param(setting(name))) for name, row in named.items()]
+    still_there = files_still_there(
+        tenant, [(file_id, _missing(file_id, param)) for file_id, param in looked_at if file_id]
+    )
     return store_of(request).create_job(
         tenant,
         {
@@ -150,8 +161,18 @@ def _create_job(request: Request, tenant: str, body: JobCreate, integrations: An
             "lr_multiplier": None,  # inside run_settings now (lr_multiplier); the column stays for old rows
         }
         | {core.file_column(name): row["id"] for name, row in named.items()},  # general_data_file
-        admit=_quotas(request, tenant, training, run_settings),
+        admit=_both(still_there, _quotas(request, tenant, training, run_settings)),
     )
+
+
+def _both(first: Callable[[Any, dict], None], then: Callable[[Any, dict], None]) -> Callable[[Any, dict], None]:
+    """Two checks of store.create_job's `admit`, in the write that adds the job, one after the other."""
+
+    def admit(conn, row: dict) -> None:
+        first(conn, row)
+        then(conn, row)
+
+    return admit
 
 
 def _quotas(request: Request, tenant: str, training: dict, run_settings: dict):

@@ -3,7 +3,6 @@ removes a fine-tuned model of the caller's, as OpenAI's does (a base model canno
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from fastapi import APIRouter, Depends, Request
@@ -14,9 +13,9 @@ from finetune.service.api.objects import list_object, model_object
 from finetune.service.api.openai_errors import not_found
 from finetune.service.api_error import APIError
 from finetune.service.options import ServiceOptions
-from finetune.service.storage import run_folders
+from finetune.service.storage import deletion, run_folders
 from finetune.service.storage.store import Store
-from finetune.service.storage.tombstones import delete_checkpoint_rows
+from finetune.service.storage.tombstones import ModelInUse
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(current_tenant)])
 BASE_OWNER = "finetune"
@@ -57,24 +56,27 @@ def retrieve_model(model: str, request: Request, tenant: str = Depends(current_t
 
 @router.delete("/models/{model:path}")
 def delete_model(model: str, request: Request, tenant: str = Depends(current_tenant)) -> dict:
-    """The model is gone for chat completions, retrieve and list; its job stays, and its final weights and its
-    checkpoints (files and rows: each is a model too) are removed from the data folder. DELETE the job to remove
-    the rest of it (deletion.py)."""
-    options = options_of(request)
-    if model in options.models:
+    """The model is gone for chat completions, retrieve and list; its job stays, and its final weights, its
+    checkpoints (files and rows: each is a model too) and their GGUF files are removed from the data folder. DELETE
+    the job to remove the rest of it (deletion.py)."""
+    if model in options_of(request).models:
         raise APIError(
             403,
             f"{model!r} is a base model registered on this server; only fine-tuned models can be deleted.",
             "model_not_deletable",
             "model",
         )
-    job = store_of(request).delete_fine_tuned_model(tenant, model)
+    try:
+        job = deletion.delete_model(options_of(request), store_of(request), tenant, model)
+    except ModelInUse as exc:  # 400, not 409 (which the SDK retries), as for its job or its training file
+        evaluation = exc.evaluation
+        raise APIError(
+            400,
+            f"Model {model} is being evaluated ({evaluation['id']}, {evaluation['status']}): delete it once the "
+            "evaluation has ended.",
+            "model_in_use",
+            "model",
+        ) from None
     if job is None:
         raise not_found("model", model, "model")
-    run = Path(options.runs_dir) / job["id"]
-    weights = run_folders.final_weights(run)
-    if weights is not None:
-        shutil.rmtree(weights, ignore_errors=True)
-    shutil.rmtree(run / "checkpoints", ignore_errors=True)
-    delete_checkpoint_rows(store_of(request).engine, job["id"])
     return {"id": model, "object": "model", "deleted": True}
