@@ -51,13 +51,12 @@ def reply_texts(message: Message) -> list[str]:
 
 def scan_conversation(conversation: Conversation) -> list[Invented]:
     found: list[Invented] = []
-    messages = conversation.messages
-    for index, message in enumerate(messages):
-        if message.role != "assistant" or message.weight <= 0:
-            continue
-        known = known_keys(given_texts(messages[:index], conversation.tools))
-        for text in reply_texts(message):
-            found += [Invented(conversation.line, index, s.kind) for s in invented(text, known)]
+    known = known_keys(given_texts((), conversation.tools))
+    for index, message in enumerate(conversation.messages):
+        if message.role == "assistant" and message.weight > 0:
+            for text in reply_texts(message):
+                found += [Invented(conversation.line, index, s.kind) for s in invented(text, known)]
+        known |= known_keys(given_texts((message,)))  # what the next reply is given: every message so far
     return found
 
 
