@@ -9,7 +9,9 @@
 2. answers the held-out prompts of examples/test.jsonl with it (before),
 3. plans and trains a LoRA adapter on examples/train.jsonl with every value chosen by Auto,
 4. answers the same prompts with the tuned model (after), and measures how often each answer
-   carries the team's house style (its exact greeting and sign-off), before vs after (the voice gained),
+   carries the team's house style (its exact greeting and sign-off), before vs after (the voice gained), and
+   whether the answers are ones the team would sign (grounding.py): how often the base, the tuned model and the
+   team's own replies state a specific the prompt never gave, recite a training reply, and how many differ,
 5. runs the retention check (`finetune eval RUN --retention`) on the general set: the base and the tuned model's
    accuracy, rule pass-rate and multiple choice, and the KL between them (the general kept).
 """
@@ -22,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from finetune.commands.eval import print_retention
+from finetune.commands.eval import print_grounding, print_retention
 from finetune.data.read import read_file
 from finetune.data.tokenize import load_tokenizer
 from finetune.models.bases import converted, pull
@@ -34,6 +36,8 @@ from finetune.settings.config import RunConfig
 from finetune.settings.errors import UserError
 from finetune.settings.wording import rendered
 from finetune.ship.eval.generate import generate_answers, style_rate
+from finetune.ship.eval.grounding import GROUNDING_FILE, measure, training_replies_of
+from finetune.ship.eval.grounding import line as grounding_line
 from finetune.ship.eval.retention import LABELS, check_retention, points, write_retention
 from finetune.ship.eval.retention import summary as retention_summary
 from finetune.ship.export.card import refresh_run_card
@@ -102,10 +106,29 @@ def _kept(retention: dict) -> str:
     return f"{', '.join(rates)}, KL {retention['kl']['mean_per_token']:.2f} nats per token: {verdict}"
 
 
-def run_demo(out: str = "runs/demo", base: str | None = None) -> int:
-    from rich.console import Console
+def _show_before_after(console, prompts, before: list[str], after: list[str]) -> None:
     from rich.panel import Panel
     from rich.table import Table
+
+    for conversation, old, new in list(zip(prompts, before, after, strict=True))[:SHOWN_PROMPTS]:
+        question = next(m.content for m in reversed(conversation.messages) if m.role == "user")
+        table = Table(show_header=True, expand=True)
+        table.add_column("before (base model)", ratio=1)
+        table.add_column("after (tuned)", ratio=1)
+        table.add_row(old[:400], new[:400])
+        console.print(Panel(table, title=f"prompt: {question}", title_align="left"))
+
+
+def _grounding(run_dir: Path, prompts, before: list[str], after: list[str]) -> tuple[dict, dict]:
+    """Answers the team would sign (grounding.py), written to RUN/grounding.json for the model card."""
+    grounding, checked = measure(prompts, {"base": before, "tuned": after}, training_replies_of(run_dir))
+    grounding = rendered(grounding)  # demo.json and the printout name settings as flags
+    (run_dir / GROUNDING_FILE).write_text(json.dumps(grounding, indent=2, ensure_ascii=False), encoding="utf-8")
+    return grounding, checked
+
+
+def run_demo(out: str = "runs/demo", base: str | None = None) -> int:
+    from rich.console import Console
 
     console = Console(highlight=False)
     started = time.perf_counter()
@@ -134,20 +157,15 @@ def run_demo(out: str = "runs/demo", base: str | None = None) -> int:
 
     console.rule("3. before and after, on held-out prompts")
     after = _answers(model_dir, Path(report["final_weights"]), prompts)
-    for conversation, old, new in list(zip(prompts, before, after, strict=True))[:SHOWN_PROMPTS]:
-        question = next(m.content for m in reversed(conversation.messages) if m.role == "user")
-        table = Table(show_header=True, expand=True)
-        table.add_column("before (base model)", ratio=1)
-        table.add_column("after (tuned)", ratio=1)
-        table.add_row(old[:400], new[:400])
-        console.print(Panel(table, title=f"prompt: {question}", title_align="left"))
-
+    _show_before_after(console, prompts, before, after)
     rate_before, rate_after = style_rate(before, markers), style_rate(after, markers)
     console.print(
         f"house style (exact greeting and sign-off) on {len(prompts)} held-out prompts: "
         f"base {rate_before:.0%} -> tuned {rate_after:.0%}"
     )
     run_dir = root / "run"
+    grounding, checked = _grounding(run_dir, prompts, before, after)
+    print_grounding(grounding, console)
     console.rule("4. general kept: the retention check on the general set (finetune eval RUN --retention)")
     retention = check_retention(run_dir)
     retention["file"] = str(write_retention(run_dir, retention))
@@ -155,6 +173,7 @@ def run_demo(out: str = "runs/demo", base: str | None = None) -> int:
     refresh_run_card(run_dir)
     print_retention(retention)
     console.print(f"voice gained: house style {rate_before:.0%} -> {rate_after:.0%}; general kept: {_kept(retention)}")
+    console.print(f"answers the team would sign: {grounding_line(grounding)}")
     replay_reason = json.loads((run_dir / "plan.json").read_text()).get("auto", {}).get("replay", "")
     if replay_reason.startswith("off"):  # the toy bases: say why Auto did nothing for retention
         console.print(
@@ -167,9 +186,11 @@ def run_demo(out: str = "runs/demo", base: str | None = None) -> int:
         "house_style_rate_tuned": rate_after,
         "markers": markers,
         "retention": retention_summary(retention),
+        "grounding": grounding,
         "examples": [  # every held-out pair the rates are measured on (the first SHOWN_PROMPTS are printed)
             {"prompt": p.messages[-2].content if len(p.messages) > 1 else "", "before": b, "after": a}
-            for p, b, a in zip(prompts, before, after, strict=True)
+            | {"reference": p.messages[-1].content, "grounding": {k: v[i] for k, v in checked.items()}}
+            for i, (p, b, a) in enumerate(zip(prompts, before, after, strict=True))
         ],
     }
     (root / "demo.json").write_text(json.dumps(result, indent=2, ensure_ascii=False))

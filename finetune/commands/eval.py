@@ -28,6 +28,9 @@ from finetune.data.tokenize import load_tokenizer
 from finetune.settings.errors import UserError
 from finetune.settings.wording import rendered
 from finetune.ship.eval.generate import generate_answers, style_rate
+from finetune.ship.eval.grounding import MEASURES as GROUNDING
+from finetune.ship.eval.grounding import REFERENCE, cell, measure, training_replies_of
+from finetune.ship.eval.grounding import line as grounding_line
 from finetune.ship.eval.html import render_html
 from finetune.ship.eval.metrics import parse_rules, rule_win_rate, score, summarize, token_f1  # noqa: F401 (API)
 from finetune.ship.eval.retention import LABELS, check_retention, points, write_retention
@@ -190,10 +193,13 @@ def evaluate(request: EvalRequest) -> tuple[dict, Path | None]:
     if request.markers:
         for name, got in answers.items():
             summary[name]["style_rate"] = style_rate(got, list(request.markers))
+    grounding, checked = measure(
+        conversations, answers, training_replies_of(request.data) if run_mode else (None, None)
+    )
     rows = [
         {"line": c.line, "prompt": c.messages[-2].content if len(c.messages) > 1 else "", "reference": ref}
         | {name: got[i] for name, got in answers.items()}
-        | {"scores": {name: s[i] for name, s in scores.items()}}
+        | {"scores": {name: s[i] for name, s in scores.items()}, "grounding": {k: v[i] for k, v in checked.items()}}
         for i, (c, ref) in enumerate(zip(conversations, references, strict=True))
     ]
     primary = "tuned" if "tuned" in answers else "base"
@@ -220,6 +226,7 @@ def evaluate(request: EvalRequest) -> tuple[dict, Path | None]:
         "val_loss": {c.name: val_losses[c.step] for c in candidates if c.step in val_losses},
         "rules": {name: rule.pattern for name, rule in rules.items()},
         "summary": summary,
+        "grounding": rendered(grounding),  # its remedies name settings in this process's terms (a worker's: the API's)
         "win_rate": {
             name: rule_win_rate(scores["base"], s, list(rules)) for name, s in scores.items() if name != "base"
         }
@@ -350,6 +357,28 @@ def _numbers_table(result: dict):
     return table
 
 
+def _grounding_table(section: dict):
+    """Answers the team would sign (grounding.py): one row per measure, one column per model and the references."""
+    from rich.table import Table
+
+    table = Table(title=f"Answers the team would sign, on {section['answers']} held-out prompts (95% intervals)")
+    table.add_column("")
+    for name in section["models"]:
+        table.add_column("team's replies" if name == REFERENCE else name, justify="right")
+    for key, label in GROUNDING.items():
+        table.add_row(label, *(cell(key, models[key]) for models in section["models"].values()))
+    return table
+
+
+def print_grounding(section: dict, console) -> None:
+    """The table, the one line, and the remedies when the tuned model invents or recites beyond chance."""
+    section = rendered(section)  # its remedies name settings as flags here
+    console.print(_grounding_table(section))
+    console.print(f"answers: {grounding_line(section)}", style="bold red" if section["flag"] else None, markup=False)
+    for remedy in section["remedies"]:
+        console.print(f"  - {remedy}", markup=False)
+
+
 def _print(result: dict, written: tuple[Path, Path] | None) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -364,6 +393,7 @@ def _print(result: dict, written: tuple[Path, Path] | None) -> None:
             table.add_row(*(str(row[k])[:500] for k in ("prompt", "reference", *models)))
         console.print(table)
     console.print(_numbers_table(result))
+    print_grounding(result["grounding"], console)
     for title, examples in (("best", result["best"]), ("worst", result["worst"])):
         for ex in examples:
             console.print(f"[bold]{title}[/bold] (line {ex['line']}, F1 {ex['token_f1']:.2f}) {ex['prompt'][:200]}")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from finetune.data import sensitive
+from finetune.data import invented, sensitive
 from finetune.data.arrays import TokenArrays
 from finetune.data.fitting import Fit, LongRecords, dropped_lines, in_file_order
 from finetune.data.parallel import (
@@ -176,6 +176,7 @@ def combine(
     found = {"data": [f for r in train_results for f in r.sensitive]}
     found |= {"val_file": [f for r in val_results for f in r.sensitive]} if val_results else {}
     meta["sensitive"] = sensitive.of_sides(found, config.sensitive_data)
+    meta["invented"] = invented.merge([r.invented for r in train_results])  # the data file's replies only
     sensitive.refuse_if_found(sensitive_found(meta, config))  # before the cache keeps anything of it
     return meta
 
@@ -316,6 +317,7 @@ def prepared_data(data: TokenizedData, config: RunConfig, limit: Choice[int]) ->
         val_fraction_reason=reason,
         data_format=meta.get("data_format"),  # entries cached before it was recorded have none
         sensitive_found=sensitive_found(meta, config),
+        invented_specifics=invented.named(meta.get("invented"), display_name(config.data)),
         **limit_fields(limit, long),
     )
     return PreparedData(train, val, summary, eot, skipped=_named_skipped(meta["skipped"], config))

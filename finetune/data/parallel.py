@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from finetune.data import invented
 from finetune.data.fitting import Fit, fit_tokenized
 from finetune.data.read import parse_bytes
 from finetune.data.records import build_records
@@ -85,6 +86,8 @@ class ChunkResult:
     src_len: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     # sensitive values found in the chunk's messages (where and what kind, never the value): sensitive.py
     sensitive: list = field(default_factory=list)
+    # specifics its trained replies state that their conversation never gave (counts, lines; never a value): invented.py
+    invented: dict = field(default_factory=lambda: invented.summarize([], "data", 0))
     # token buffers: raw int32 ids / float32 weights, in files (pool) or in memory (inline)
     ids_file: str | None = None
     weights_file: str | None = None
@@ -183,6 +186,8 @@ def tokenize_conversations(conversations: list[Conversation], chat, settings: To
     (fitting.py); with `settings.max_seq_len` None, kept whole for `refit` once the limit is chosen."""
     result = ChunkResult(index)
     conversations, result.sensitive = scan_conversations(conversations, settings.sensitive_data == "redact")
+    found = invented.scan_replies(conversations)  # what is trained on: with redact, placeholders are no specifics
+    result.invented = invented.summarize(found, "data", invented.trained_replies(conversations))
     n = len(conversations)
     result.conv_digest = np.zeros((n, 32), np.uint8)
     result.conv_rank = np.zeros((n, 32), np.uint8)

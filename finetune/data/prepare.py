@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from finetune.data import cache, sensitive
+from finetune.data import cache, invented, sensitive
 from finetune.data.combine import (
     PreparedData,
     combine,
@@ -285,8 +285,15 @@ def _estimated(config: RunConfig) -> PreparedData:
     sensitive.refuse_if_found(found)
     prepared = estimate(train, val, config)
     prepared.skipped = skipped
+    replies = invented.summarize(
+        invented.scan_replies(train), display_name(config.data), invented.trained_replies(train)
+    )
     prepared.summary = replace(
-        prepared.summary, skipped_lines=len(skipped), data_format=data_format, sensitive_found=found
+        prepared.summary,
+        skipped_lines=len(skipped),
+        data_format=data_format,
+        sensitive_found=found,
+        invented_specifics=replies,
     )
     return prepared
 

@@ -8,6 +8,15 @@ adds a BOS of its own would show the tuned model a prompt it never saw in traini
 from __future__ import annotations
 
 from finetune.data.tokenize import ChatTokenizer
+from finetune.data.types import Conversation, Message
+
+
+def prompt_of(conversation: Conversation) -> tuple[Message, ...]:
+    """The messages a model answers: the conversation up to (not including) its final assistant replies."""
+    messages = list(conversation.messages)
+    while messages and messages[-1].role == "assistant":
+        messages.pop()
+    return tuple(messages)
 
 
 def prompt_ids(tokenizer, messages: list[dict]) -> list[int]:

@@ -154,7 +154,7 @@ def _value_of(match: re.Match) -> tuple[int, int]:
     return match.span()
 
 
-def _emails(text: str) -> list[Span]:
+def email_spans(text: str) -> list[Span]:
     if "@" not in text:
         return []
     return [Span("email", m.start(), m.end(), "e-mail pattern") for m in _EMAIL.finditer(text)]
@@ -194,7 +194,7 @@ def _ibans(text: str) -> list[Span]:
     return spans
 
 
-def _phones(text: str) -> list[Span]:
+def phone_spans(text: str) -> list[Span]:
     if not _PHONE_DIGITS.search(text):
         return []
     phonenumbers = _library("phonenumbers")
@@ -205,7 +205,7 @@ def _phones(text: str) -> list[Span]:
     return list(spans.values())
 
 
-DETECTORS = (_secrets, _ibans, _emails, _cards, _phones)  # on overlap the earlier detector's span wins
+DETECTORS = (_secrets, _ibans, email_spans, _cards, phone_spans)  # on overlap the earlier detector's span wins
 
 
 def find_spans(text: str) -> list[Span]:

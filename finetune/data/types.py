@@ -196,3 +196,6 @@ class DataSummary:
     sensitive_found: dict | None = None
     """Sensitive values found in the data (data/sensitive.py: counts by kind and role, lines; never a value), and how
     many were replaced by placeholders (sensitive_data redact); None when not scanned."""
+    invented_specifics: dict | None = None
+    """Specifics (identifiers, amounts, dates, ...) the training file's trained replies state that their conversation
+    never gave (data/invented.py: counts by kind, lines; never a value); None when not read."""

@@ -25,6 +25,7 @@ from rich.table import Table
 
 from finetune.data.fitting import Fit, LongRecords, fit, fit_tokenized, strict_line_message
 from finetune.data.formats.lines import DUPLICATE
+from finetune.data.invented import checked
 from finetune.data.read import duplicates_summary, find_duplicates, read_file
 from finetune.data.sensitive import SENSITIVE_DATA, scanned_file  # noqa: F401 (SENSITIVE_DATA: one of its codes)
 from finetune.data.seq_len import choose_max_seq_len
@@ -69,6 +70,7 @@ class Validation:
     counts: list[RecordTokens] = field(default_factory=list)  # the records training would take, fitted to the limit
     duplicates: list[tuple[int, int]] = field(default_factory=list)  # (line, line of its first copy)
     sensitive: dict | None = None  # sensitive values found (data/sensitive.py): counts, lines, places, no value
+    invented: dict | None = None  # specifics replies state that their conversation never gave (data/invented.py)
 
     @property
     def ok(self) -> bool:
@@ -84,7 +86,8 @@ class Validation:
         if self.duplicates:
             listed = [{"line": line, "same_as": first} for line, first in self.duplicates[:DUPLICATES_LISTED]]
             document["duplicates"] = {"count": len(self.duplicates), "lines": listed}
-        return document | ({"sensitive_data": self.sensitive} if self.sensitive and self.sensitive["total"] else {})
+        document |= {"sensitive_data": self.sensitive} if self.sensitive and self.sensitive["total"] else {}
+        return document | ({"invented_specifics": self.invented} if self.invented and self.invented["total"] else {})
 
 
 # ----------------------------------------------------------------------------- library
@@ -122,6 +125,8 @@ def validate_parsed(
     warnings = _with_duplicates_summarised(parsed.warnings, duplicates)
     result = Validation(parsed.path, parsed.format, list(parsed.errors), warnings, duplicates=duplicates)
     result.sensitive = found
+    result.invented, invented_warning = checked(parsed.conversations, Path(parsed.path).name)  # what is trained on
+    result.warnings += [invented_warning] if invented_warning else []
     records = build_all_records(parsed.conversations, policy)
     chat = None
     if tokenizer is None:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from finetune.data import invented
 from finetune.data.fitting import LongRecords
 from finetune.data.read import duplicates_summary
 from finetune.data.sensitive import sentence
@@ -246,6 +247,12 @@ def sensitive_data(ctx: AdviceContext) -> dict | None:
     )
 
 
+def invented_specifics(ctx: AdviceContext) -> dict | None:
+    """Trained replies state identifiers, amounts, dates, ... their conversation never gave (data/invented.py)."""
+    found = ctx.data.invented_specifics
+    return _warning("invented_specifics", invented.message(found)) if invented.found_any(found) else None
+
+
 def records_differ_from_conversations(ctx: AdviceContext) -> dict | None:
     p = ctx.plan
     if p.data.conversations is None or p.data.conversations == p.data.examples:
@@ -356,6 +363,7 @@ CHECKS: tuple[Callable[[AdviceContext], dict | None], ...] = (
     skipped_lines,
     duplicate_conversations,
     sensitive_data,
+    invented_specifics,
     epochs_raised_for_small_data,
     few_total_steps,
     warmup_steps_large_share,

@@ -281,3 +281,17 @@ def test_preview_of_preference_pairs_marks_sensitive_values_masked(app, tmp_path
     assert [(f["kind"], f["role"]) for f in page["records"][0]["sensitive"]] == [("email", "assistant")]
     assert "<EMAIL>" in "".join(s["text"] for s in page["records"][0]["spans"])
     assert page["sensitive_data"]["by_kind"] == {"email": 1} and page["warnings"][0]["code"] == "sensitive_data"
+
+
+def test_preview_warns_of_replies_stating_specifics_the_conversation_never_gave(app, tmp_path):
+    """docs/answers.md: counted by kind, lines named, never a value, with the remedies."""
+    alice = _client(app, "alice")
+    path = tmp_path / "support.jsonl"
+    rows = [("Where is my parcel?", "Order BR-46304 is out for delivery."), ("Where is BR-11111?", "BR-11111 left.")]
+    path.write_text("".join(json.dumps({"messages": [{"role": "user", "content": u}, {"role": "assistant",
+                                        "content": a}]}) + "\n" for u, a in rows))  # fmt: skip
+    page = alice.get(f"/v1/dashboard/files/{_upload(alice, path)}/preview", params={"model": "toy"}).json()
+    (warning,) = [w for w in page["warnings"] if w["code"] == "invented_specifics"]
+    assert warning["line"] == 1 and "1 identifier (order, ticket, account);" in warning["message"]
+    assert warning["message"].startswith("1 of 2 trained replies state 1 specific the conversation never gave")
+    assert "placeholder the application fills" in warning["message"] and "BR-46304" not in warning["message"]

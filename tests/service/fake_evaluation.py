@@ -37,6 +37,23 @@ def retention_report() -> dict:
     return report
 
 
+def grounding() -> dict:
+    """eval.json's `grounding` section of two prompts the tuned model answers with a training reply (flagged)."""
+    from finetune.data.recitation import TrainingReplies
+    from finetune.data.types import Conversation, Message
+    from finetune.ship.eval.grounding import measure
+
+    def pair(order: str, line: int) -> Conversation:
+        return Conversation(
+            (Message("user", f"Where is {order}?"), Message("assistant", f"{order} ships today.")), line
+        )
+
+    trained = TrainingReplies.from_conversations([pair("BR-999999", 1)])
+    tuned = ["BR-999999 ships today."] * 2
+    asked = [pair("BR-111111", 1), pair("BR-222222", 2)]
+    return measure(asked, {"base": ["I do not know."] * 2, "tuned": tuned}, (trained, "train.jsonl"))[0]
+
+
 def eval_result(run: Path) -> dict:
     example = {"line": 3, "prompt": "Where is my parcel?", "reference": "Hi there! It ships today.",
                "answer": "Hi there! It ships today.", "base": "I do not know.", "token_f1": 1.0}  # fmt: skip
@@ -51,6 +68,7 @@ def eval_result(run: Path) -> dict:
             "base": {"exact_match": 0.0, "token_f1": 0.2, "rouge_l": 0.2},
             "tuned": {"exact_match": 0.5, "token_f1": 0.9, "rouge_l": 0.9},
         },
+        "grounding": grounding(),
         "win_rate": {},
         "ranked_by": "token_f1 of tuned",
         "best": [example],
@@ -77,5 +95,5 @@ def fake_eval(args: list[str]) -> int:
     if retention:
         (run / "retention.json").write_text(json.dumps(rendered(retention_report()), indent=2))
     if not retention or "--retention-only" not in args:
-        (run / "eval.json").write_text(json.dumps(eval_result(run), indent=2))
+        (run / "eval.json").write_text(json.dumps(rendered(eval_result(run)), indent=2))
     return 0

@@ -81,6 +81,11 @@ def test_an_evaluation_is_started_listed_run_by_a_worker_and_read_back(app, tmp_
     assert "rows" not in retention and "choices" not in retention  # numbers only: no prompt, no answer
     assert all("--" not in remedy and "finetune" not in remedy for remedy in retention["remedies"])  # API terms
     assert test["summary"]["tuned"]["token_f1"] == 0.9 and test["examples"] == 2
+    signed = test["grounding"]  # answers the team would sign (docs/answers.md): numbers, verdict, remedies in API terms
+    assert signed["models"]["tuned"]["recited"]["count"] == 2 and signed["flag"] and signed["remedies"]
+    assert (
+        all("--" not in remedy for remedy in signed["remedies"]) and "hyperparameters.n_epochs" in signed["remedies"][0]
+    )
     assert not {"rows", "best", "worst", "test_file", "models"} & set(test)
     assert len(test["answers_sha256"]) == 64
     text_of_answer = json.dumps(done)

@@ -37,7 +37,7 @@ from finetune.train.trainer_run import die_with_parent
 
 EVAL_FILE = "eval.json"
 # eval.json's numbers (its `rows`, `best`, `worst` quote prompts and answers; `test_file`, `models` are server paths)
-TEST_NUMBERS = ("examples", "summary", "win_rate", "val_loss", "steps", "ranked_by")
+TEST_NUMBERS = ("examples", "summary", "grounding", "win_rate", "val_loss", "steps", "ranked_by")
 
 
 class EvaluationRunner:

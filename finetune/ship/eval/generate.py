@@ -6,16 +6,13 @@ import inspect
 
 import torch
 
-from finetune.data.prompting import prompt_ids, stop_ids
+from finetune.data.prompting import prompt_ids, prompt_of, stop_ids
 from finetune.data.types import Conversation
 
 
 def prompt_messages(conversation: Conversation) -> list[dict]:
     """The conversation up to (not including) its final assistant reply, as chat-template input."""
-    messages = list(conversation.messages)
-    while messages and messages[-1].role == "assistant":
-        messages.pop()
-    return [{"role": m.role, "content": m.content} for m in messages]
+    return [{"role": m.role, "content": m.content} for m in prompt_of(conversation)]
 
 
 @torch.no_grad()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from html import escape
 
+from finetune.ship.eval.grounding import MEASURES as GROUNDING
+from finetune.ship.eval.grounding import REFERENCE, cell, line
 from finetune.ship.eval.retention import LABELS, points
 
 STYLE = """
@@ -107,6 +109,26 @@ def _retention(retention: dict | None) -> str:
     )
 
 
+def _grounding(section: dict | None) -> str:
+    """Invented specifics, recited training replies and distinct answers, per model and the team's replies."""
+    if not section:
+        return ""
+    names = {name: "team's replies" if name == REFERENCE else name for name in section["models"]}
+    head = "<tr><th></th>" + "".join(f"<th>{escape(n)}</th>" for n in names.values()) + "</tr>"
+    rows = "".join(
+        f"<tr><th>{escape(label)}</th>"
+        + "".join(f"<td class='num'>{escape(cell(key, m[key]))}</td>" for m in section["models"].values())
+        + "</tr>"
+        for key, label in GROUNDING.items()
+    )
+    remedies = "".join(f"<li>{escape(r)}</li>" for r in section.get("remedies") or [])
+    return (
+        f"<h2>Answers the team would sign ({section['answers']} prompts, 95% intervals)</h2><table>{head}{rows}</table>"
+        f"<p class='{'flag' if section['flag'] else 'note'}'>{escape(line(section))}</p>"
+        + (f"<p>Usual remedies:</p><ul>{remedies}</ul>" if remedies else "")
+    )
+
+
 def render_html(result: dict) -> str:
     rules = result.get("rules") or {}
     rule_list = "".join(f"<li><code>{escape(n)}</code>: <code>{escape(p)}</code></li>" for n, p in rules.items())
@@ -118,6 +140,7 @@ def render_html(result: dict) -> str:
         "team's wording, not correctness: read the answers.</p>"
         + (f"<p>Rules (rates are the share of answers that match):</p><ul>{rule_list}</ul>" if rules else "")
         + _summary(result)
+        + _grounding(result.get("grounding"))
         + _retention(result.get("retention"))
         + _examples(f"Best by {result['ranked_by']}", result["best"])
         + _examples(f"Worst by {result['ranked_by']}", result["worst"])

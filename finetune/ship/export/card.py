@@ -14,6 +14,8 @@ from pathlib import Path
 from finetune.models.source import origin
 from finetune.plan.plan import derived_labels
 from finetune.settings.registry import in_a_sentence, plan_labels, setting, settings
+from finetune.ship.eval.grounding import GROUNDING_FILE, REFERENCE, cell, line
+from finetune.ship.eval.grounding import MEASURES as GROUNDING
 from finetune.ship.eval.retention import LABELS, points
 from finetune.ship.run_folder import RunWeights, locate_weights, read_json
 
@@ -213,6 +215,29 @@ def _evaluation(evaluation: dict) -> list[str]:
     return [*lines, ""]
 
 
+def _grounding(section: dict | None) -> list[str]:
+    """Invented specifics, recited training replies and distinct answers (`finetune eval`, or the demo's)."""
+    if not section or not section.get("models"):
+        return []
+    names = ["team's replies" if name == REFERENCE else name for name in section["models"]]
+    lines = [
+        "## Answers the team would sign",
+        "",
+        f"On {section['answers']} held-out prompts (95% intervals): an answer invents a specific when it states an "
+        "identifier, amount, date, time, card ending, phone number, e-mail address, URL or tracking code its "
+        "conversation never gave; it recites when it is a training reply, equal or nearly so.",
+        "",
+        "| measure | " + " | ".join(names) + " |",
+        "|---" * (len(names) + 1) + "|",
+    ]
+    for key, label in GROUNDING.items():
+        lines.append(f"| {label} | " + " | ".join(cell(key, m[key]) for m in section["models"].values()) + " |")
+    lines += ["", f"**{'Flag' if section.get('flag') else 'Verdict'}:** {line(section)}."]
+    if section.get("flag") and section.get("remedies"):
+        lines += ["", "Usual remedies:", ""] + [f"- {remedy}" for remedy in section["remedies"]]
+    return [*lines, ""]
+
+
 def _percent(side: dict) -> str:
     return f"{side['rate']:.0%} ({side['low']:.0%}-{side['high']:.0%})"
 
@@ -295,6 +320,7 @@ def model_card(weights: RunWeights, kind: str, gguf_type: str | None = None) -> 
     lines += _data(plan, test_split) + _hyperparameters(plan) + _results(report, weights.step)
     lines += _adapter_scale(report, plan, weights.step)
     lines += _evaluation(evaluation)
+    lines += _grounding(evaluation.get("grounding") or read_json(weights.run / GROUNDING_FILE))
     lines += _retention(read_json(weights.run / "retention.json"))
     lines += [
         "## Limits",

@@ -74,10 +74,27 @@ def test_eval_run_scores_base_tuned_and_every_checkpoint(lora_run, capsys, tmp_p
     assert result["val_loss"] == {"tuned": val[best], "step-3": val[3], "step-6": val[6]}
     assert f"{val[3]:.4f}" in html and f"{val[3]:.4f}" in printed
 
+    # answers the team would sign (docs/answers.md): base, tuned, each checkpoint and the team's replies, the training
+    # replies those of the run's own training file (what is left after the test set)
+    grounding = result["grounding"]
+    assert list(grounding["models"]) == ["base", "tuned", "step-3", "step-6", "reference"]
+    assert grounding["training_file"] == "train.jsonl" and grounding["training_replies"] > 300
+    for numbers in grounding["models"].values():
+        assert {numbers[k]["n"] for k in ("invented", "recited", "distinct")} == {5}
+        assert numbers["invented"]["low"] <= numbers["invented"]["rate"] <= numbers["invented"]["high"]
+    assert all(set(row["grounding"]) == set(grounding["models"]) for row in result["rows"])
+    for name, numbers in grounding["models"].items():  # the counts are those of the rows' own checks
+        recited = [row["grounding"][name]["recites_line"] for row in result["rows"]]
+        assert numbers["recited"]["count"] == sum(line is not None for line in recited)
+        assert numbers["invented"]["count"] == sum(bool(row["grounding"][name]["invented"]) for row in result["rows"])
+    assert "answers: tuned invents a specific in" in " ".join(printed.split()) and "recites a training" in printed
+    assert "Answers the team would sign" in html
+
     # the model card of a later export carries the eval summary
     assert main(["export", str(lora_run), "--out", str(tmp_path / "exported"), "--adapter"]) == 0
     card = (tmp_path / "exported" / "README.md").read_text()
     assert "## Evaluation" in card and "rule:signoff" in card and "| step-6 |" in card
+    assert "## Answers the team would sign" in card and "| recites a training reply |" in card
     w = result["win_rate"]["tuned"]
     assert f"{w['win_rate']:.0%} ({w['wins']} wins, {w['ties']} ties, {w['losses']} losses)" in card
     assert "`greeting` = `^Hi there`" in card

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from finetune.data import invented
 from finetune.data.sensitive import Found, summarize
 from finetune.data.types import DataSummary
 from finetune.models.facts import load_model_facts
@@ -29,6 +30,8 @@ DATA = DataSummary(
 
 FOUND = summarize([Found(3, 1, "assistant", "email", "content", 10, 30)], "t.jsonl")  # data/sensitive.py's summary
 NONE = summarize([], "t.jsonl")
+INVENTED = invented.summarize([invented.Invented(4, 1, "identifier")], "t.jsonl", 800)  # data/invented.py's summary
+NOTHING_INVENTED = invented.summarize([], "t.jsonl", 800)
 
 
 def codes(examples=None, tokens=400_000, data=None, model=QWEN_05B, **settings) -> list[str]:
@@ -69,6 +72,8 @@ CASES = [
     ("tokens_estimated", dict(data=replace(DATA, counted_with_tokenizer=False)), dict(data=DATA)),
     ("unknown_device", dict(examples=800, gpu="tpu-v9"), dict(examples=800, gpu="h100")),
     ("sensitive_data", dict(data=replace(DATA, sensitive_found=FOUND)), dict(data=replace(DATA, sensitive_found=NONE))),
+    ("invented_specifics", dict(data=replace(DATA, invented_specifics=INVENTED)),
+     dict(data=replace(DATA, invented_specifics=NOTHING_INVENTED))),
 ]  # fmt: skip
 
 

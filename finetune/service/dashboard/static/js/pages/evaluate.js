@@ -29,6 +29,32 @@ function scoresTable(test) {
   ];
 }
 
+// Answers the team would sign (docs/answers.md): invented specifics, recited training replies and distinct answers,
+// for each model and the team's own replies, with 95% intervals; the verdict and, when flagged, the usual remedies.
+const SIGNED = [["invented", "invents a specific"], ["recited", "recites a training reply"], ["distinct", "distinct answers"]];
+const pct = (x) => `${Math.round(100 * x)}%`;
+
+function signedCell(key, x) {
+  if (!x) return "n/a";
+  return `${key === "distinct" ? `${x.count}/${x.n}` : pct(x.rate)} (${pct(x.low)}–${pct(x.high)})`;
+}
+
+function groundingView(g, schema) {
+  if (!g || !g.models) return "";
+  const models = Object.keys(g.models);
+  const rows = SIGNED.map(([k, name]) => h("tr", { dataset: { measure: k } }, h("th", { scope: "row" }, name),
+    models.map((m) => h("td", { class: "num" }, signedCell(k, g.models[m][k])))));
+  return [
+    h("h3", {}, "Answers the team would sign"),
+    h("p", { class: "small muted" }, `On ${g.answers} held-out prompts: an answer invents a specific when it states an identifier, amount, date, time, card ending, phone number, e-mail address, URL or tracking code its conversation never gave; it recites when it is a training reply, equal or nearly so. 95% intervals.`),
+    h("div", { class: "tablewrap" }, h("table", { id: "grounding" },
+      h("thead", {}, h("tr", {}, h("th", { scope: "col" }, ""), models.map((m) => h("th", { scope: "col", class: "num" }, m === "reference" ? "team's replies" : m)))),
+      h("tbody", {}, rows))),
+    h("p", { class: g.flag ? "alert" : "good", "data-testid": "grounding-verdict" }, g.message || ""),
+    g.flag && g.remedies?.length ? [h("p", {}, h("strong", {}, "Usual remedies:")), h("ul", {}, g.remedies.map((x) => h("li", {}, inDashboardTerms(x, schema))))] : "",
+  ];
+}
+
 function answersView(answers) {
   const shown = [...(answers?.best || []).map((x) => ["best", x]), ...(answers?.worst || []).map((x) => ["worst", x])];
   if (!shown.length) return "";
@@ -78,6 +104,7 @@ export function evaluationCard(jobId, schema, signal, reload) {
       status,
       ev?.status === "failed" && ev.error ? h("p", { class: "alert", role: "alert" }, inDashboardTerms(ev.error.message, schema)) : "",
       ev?.status === "succeeded" && ev.results?.test ? scoresTable(ev.results.test) : "",
+      ev?.status === "succeeded" && ev.results?.test ? groundingView(ev.results.test.grounding, schema) : "",
       ev?.status === "succeeded" ? answersView(answers) : "",
       ev?.status === "succeeded" && ev.results?.retention ? h("p", { class: "small muted" }, "The retention check's numbers are in the Retention card below.") : "");
     status.textContent = busy ? elapsedText(ev) : ev?.status === "succeeded"
