@@ -26,6 +26,7 @@ from pathlib import Path
 
 from finetune.commands.eval import print_grounding, print_retention
 from finetune.data.read import read_file
+from finetune.data.specifics import NAMES
 from finetune.data.tokenize import load_tokenizer
 from finetune.models.bases import converted, pull
 from finetune.models.known_bases import find_base
@@ -106,16 +107,36 @@ def _kept(retention: dict) -> str:
     return f"{', '.join(rates)}, KL {retention['kl']['mean_per_token']:.2f} nats per token: {verdict}"
 
 
-def _show_before_after(console, prompts, before: list[str], after: list[str]) -> None:
+def answer_note(check: dict, training_file: str | None) -> str:
+    """What a reader must know before trusting an answer: the specifics it made up, the training reply it recites."""
+    notes = []
+    if check["invented"]:
+        kinds = ", ".join(
+            f"an {NAMES[k]}" if NAMES[k][0] in "aeiou" else f"a {NAMES[k]}" for k in dict.fromkeys(check["invented"])
+        )
+        notes.append(f"states {kinds} the prompt never gave")
+    if check["recites_line"] is not None:
+        notes.append(
+            f"recites the training reply of {training_file or 'the training file'} line {check['recites_line']}"
+        )
+    return f"⚠ {'; '.join(notes)}" if notes else ""
+
+
+def _show_before_after(console, prompts, before: list[str], after: list[str], checked: dict, grounding: dict) -> None:
+    """The first pairs, each answer under its own warning: a newcomer never reads a made-up order number as success."""
     from rich.panel import Panel
     from rich.table import Table
 
-    for conversation, old, new in list(zip(prompts, before, after, strict=True))[:SHOWN_PROMPTS]:
+    shown = list(zip(prompts, before, after, strict=True))[:SHOWN_PROMPTS]
+    for i, (conversation, old, new) in enumerate(shown):
         question = next(m.content for m in reversed(conversation.messages) if m.role == "user")
         table = Table(show_header=True, expand=True)
         table.add_column("before (base model)", ratio=1)
         table.add_column("after (tuned)", ratio=1)
         table.add_row(old[:400], new[:400])
+        notes = [answer_note(checked[model][i], grounding["training_file"]) for model in ("base", "tuned")]
+        if any(notes):
+            table.add_row(*(f"[bold red]{note}[/]" if note else "" for note in notes))
         console.print(Panel(table, title=f"prompt: {question}", title_align="left"))
 
 
@@ -157,14 +178,14 @@ def run_demo(out: str = "runs/demo", base: str | None = None) -> int:
 
     console.rule("3. before and after, on held-out prompts")
     after = _answers(model_dir, Path(report["final_weights"]), prompts)
-    _show_before_after(console, prompts, before, after)
+    run_dir = root / "run"
+    grounding, checked = _grounding(run_dir, prompts, before, after)
+    _show_before_after(console, prompts, before, after, checked, grounding)
     rate_before, rate_after = style_rate(before, markers), style_rate(after, markers)
     console.print(
         f"house style (exact greeting and sign-off) on {len(prompts)} held-out prompts: "
         f"base {rate_before:.0%} -> tuned {rate_after:.0%}"
     )
-    run_dir = root / "run"
-    grounding, checked = _grounding(run_dir, prompts, before, after)
     print_grounding(grounding, console)
     console.rule("4. general kept: the retention check on the general set (finetune eval RUN --retention)")
     retention = check_retention(run_dir)
@@ -179,6 +200,13 @@ def run_demo(out: str = "runs/demo", base: str | None = None) -> int:
         console.print(
             f"Auto left self-replay and the adapter scale {replay_reason}; on a real base they keep what it knew "
             "(finetune demo --base smollm2-135m-instruct; docs/retention.md)"
+        )
+    if replay_reason.startswith("off") and grounding["flag"]:  # a toy base: why its answers are not ones to sign
+        console.print(
+            "The toy base cannot copy a value from the prompt (toy bases of its size, even pretrained "
+            "on read-back requests, copied 0 of 40: bench/AUTO.md), so every order number, amount or date it writes "
+            "is made up; a real base quotes the customer's own (finetune demo --base smollm2-135m-instruct; "
+            "docs/answers.md)"
         )
     result = {
         "held_out_prompts": len(prompts),

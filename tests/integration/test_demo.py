@@ -29,6 +29,20 @@ def test_demo_runs_end_to_end(tmp_path, capsys, pretrained_toy_base):
     assert json.loads((out / "run" / "retention.json").read_text())["general_set"] == result["retention"]["general_set"]
     # the retention advice names settings as flags, in the printout and in demo.json (the toy's run is flagged)
     assert result["retention"]["remedies"] and "⦃" not in printed + (out / "demo.json").read_text()
+    # issue 43: answers the team would sign, measured for base, tuned and the team's references and printed beside
+    # the voice; the toy cannot copy a value from the prompt, so its run is flagged and every shown answer that makes
+    # one up (or recites a training reply) says so under it
+    signed = result["grounding"]
+    assert set(signed["models"]) == {"base", "tuned", "reference"} and signed["answers"] == result["held_out_prompts"]
+    assert signed["training_file"] == "train.jsonl" and signed["models"]["reference"]["invented"]["rate"] <= 0.10
+    flat = " ".join(printed.split())
+    assert "answers the team would sign: tuned invents a specific in" in flat
+    assert json.loads((out / "run" / "grounding.json").read_text())["models"] == signed["models"]
+    assert "## Answers the team would sign" in (out / "run" / "adapter" / "README.md").read_text()
+    assert signed["flag"] and "The toy base cannot copy a value from the prompt" in flat
+    shown = [e["grounding"]["tuned"] for e in result["examples"][:3]]
+    warned = [c for c in shown if c["invented"] or c["recites_line"] is not None]
+    assert flat.count("⚠") >= len(warned)
     # a second demo replaces its own folder, but never a folder it did not make
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "keep.txt").write_text("user data")
