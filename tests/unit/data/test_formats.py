@@ -531,7 +531,7 @@ def test_convert_leaves_a_users_partial_file_alone(tmp_path):
 def test_the_codes_table_is_exactly_the_codes_of_the_code():
     import re
 
-    from finetune.data import fitting, validate
+    from finetune.data import fitting, invented, validate
     from finetune.data.formats import lines
 
     doc = (Path(__file__).parents[3] / "docs" / "formats.md").read_text(encoding="utf-8")
@@ -539,7 +539,7 @@ def test_the_codes_table_is_exactly_the_codes_of_the_code():
     documented = re.findall(r"^\| `([a-z_0-9]+)` \| (?:error|warning) \|", table, flags=re.M)
     constants = {
         value
-        for module in (lines, validate, fitting)
+        for module in (lines, validate, fitting, invented)
         for name, value in vars(module).items()
         if name.isupper() and isinstance(value, str) and re.fullmatch(r"[a-z][a-z_0-9]+", value)
     }
