@@ -4,7 +4,7 @@ Every assistant reply follows one house style: a fixed greeting line, a short an
 sentences or two to three numbered steps) and a fixed sign-off. The data is built from templates with
 a seeded random generator, so running this script again writes byte-identical files.
 
-    python examples/generate.py            # writes next to this file
+    python examples/generate.py            # writes next to this file (the data through its links into the package)
     python examples/generate.py OUT_DIR    # writes into OUT_DIR
 
 Files written: train.jsonl, test.jsonl (held out: slot values and some phrasings never seen in train),
@@ -623,6 +623,10 @@ a fine-tuned model has picked it up.
 
 This folder is written by `generate.py` (standard library only, seeded, so running it again gives
 byte-identical files): `python examples/generate.py [OUT_DIR]`. Do not edit the data files by hand.
+
+`train.jsonl`, `test.jsonl` and `house_style.json` here (and `generate_general.py`, the toy base's pretraining
+corpus) are links to the package's own copies in `finetune/ship/demo_data/`: `finetune demo` reads them there, so it
+runs from an installed wheel in any folder; the commands in the docs read them here, from a checkout.
 
 ## House style
 

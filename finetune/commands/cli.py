@@ -28,6 +28,7 @@ from finetune.data.preference import is_preference_file
 from finetune.data.preference_validate import run_validate_preferences
 from finetune.models.bases import run_list, run_pull
 from finetune.service.cli.parser import add_launcher_flags, add_service_parsers
+from finetune.settings import caches
 from finetune.settings.errors import ERROR_FILE_ENV, UserError
 from finetune.settings.version import __version__
 from finetune.ship.toy import BASE_PRETRAINING, BASE_SIZE, build_toy_model
@@ -293,6 +294,9 @@ def _add_base(sub) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # a command writes only where it is told and into finetune's cache: matplotlib's font cache and config (the loss
+    # curve) go there too, not into ~/.cache/matplotlib and ~/.config/matplotlib (unless the user chose a folder)
+    os.environ.setdefault("MPLCONFIGDIR", str(caches.root() / "matplotlib"))
     # deprecation notices from transformers/peft internals are not the user's business
     warnings.filterwarnings("ignore", category=FutureWarning)
     args = build_parser().parse_args(argv)

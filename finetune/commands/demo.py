@@ -6,8 +6,8 @@
    once by `finetune toy-model DIR --pretrain` into the cache (see `finetune.ship.toy.pretrained_base`) and
    reused afterwards; `--base` uses another: a model folder, a .gguf file, or a known base's name
    (`--base smollm2-135m-instruct`: the real SmolLM2-135M-Instruct, pulled once by `finetune base pull`),
-2. answers the held-out prompts of examples/test.jsonl with it (before),
-3. plans and trains a LoRA adapter on examples/train.jsonl with every value chosen by Auto,
+2. answers the held-out prompts of the bundled test.jsonl with it (before),
+3. plans and trains a LoRA adapter on the bundled train.jsonl with every value chosen by Auto,
 4. answers the same prompts with the tuned model (after), and measures how often each answer
    carries the team's house style (its exact greeting and sign-off), before vs after (the voice gained), and
    whether the answers are ones the team would sign (grounding.py): how often the base, the tuned model and the
@@ -43,11 +43,10 @@ from finetune.ship.eval.retention import LABELS, check_retention, points, write_
 from finetune.ship.eval.retention import summary as retention_summary
 from finetune.ship.export.card import refresh_run_card
 from finetune.ship.run_folder import load_for_generation, locate_weights
-from finetune.ship.toy import pretrained_base
+from finetune.ship.toy import DEMO_DATA, pretrained_base
 from finetune.train.model import load_model
 from finetune.train.progress import RunDisplay
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 MARKER = ".finetune-demo"  # a folder with this file was made by the demo and may be replaced by it
 SHOWN_PROMPTS = 3
 # room for the longest held-out reply (about 110 tokens with the base's tokenizer) and its sign-off; answers stop at end of turn
@@ -64,10 +63,10 @@ def _prepare_out(out: Path) -> None:
 
 
 def _load_examples():
-    test = read_file(str(EXAMPLES / "test.jsonl"))
-    if not test.ok or not (EXAMPLES / "train.jsonl").exists():
-        raise UserError(f"the bundled examples in {EXAMPLES} are missing or damaged")
-    style = json.loads((EXAMPLES / "house_style.json").read_text())
+    test = read_file(str(DEMO_DATA / "test.jsonl"))
+    if not test.ok or not (DEMO_DATA / "train.jsonl").exists():
+        raise UserError(f"the bundled examples in {DEMO_DATA} are missing or damaged")
+    style = json.loads((DEMO_DATA / "house_style.json").read_text())
     return test.conversations, [style["greeting"], style["sign_off"]]
 
 
@@ -170,7 +169,7 @@ def run_demo(out: str = "runs/demo", base: str | None = None) -> int:
     before = _answers(model_dir, None, prompts)
 
     console.rule("2. plan and train (LoRA, every value chosen by Auto)")
-    config = RunConfig(data=str(EXAMPLES / "train.jsonl"), model=str(model_dir), out=str(root / "run"))
+    config = RunConfig(data=str(DEMO_DATA / "train.jsonl"), model=str(model_dir), out=str(root / "run"))
     with RunDisplay(sys.stdout) as display:
         report = train(config, on_plan=display.on_plan, on_step=display.on_step).report
 

@@ -119,7 +119,7 @@ def build_tokenizer(texts: list[str], vocab_size: int, architecture: str = "llam
 
 @dataclass(frozen=True)
 class Pretraining:
-    """How the toy base is pretrained: the corpus (examples/generate_general.py) and the optimizer's run."""
+    """How the toy base is pretrained: the corpus (demo_data/generate_general.py) and the optimizer's run."""
 
     conversations: int = 3000  # generated chat conversations; a different corpus_seed gives other ones
     corpus_seed: int = 7
@@ -138,15 +138,20 @@ class Pretraining:
 # it answered 2 of 10 held-out support prompts on topic, with 4 (~65 s) 5 of 10; fine-tuned, 98% house style either way.
 BASE_SIZE = ToySize(hidden=128, layers=4, heads=4, kv_heads=2, intermediate=344, vocab=2048)
 BASE_PRETRAINING = Pretraining()
-GENERAL_CORPUS = Path(__file__).resolve().parents[2] / "examples" / "generate_general.py"
+# What the demo and the toy base read ships inside the package (pyproject.toml's package-data), so both run from an
+# installed wheel in any folder; examples/ links to these files for the docs' commands run from a checkout.
+DEMO_DATA = Path(__file__).resolve().parent / "demo_data"
+GENERAL_CORPUS = DEMO_DATA / "generate_general.py"
 
 
 def general_corpus(conversations: int, seed: int) -> list[dict]:
-    """The neutral general-purpose chat corpus of examples/generate_general.py (generated, never read)."""
+    """The neutral general-purpose chat corpus of demo_data/generate_general.py (generated, never read)."""
     import importlib.util
 
     if not GENERAL_CORPUS.exists():
-        raise UserError(f"{GENERAL_CORPUS} is missing: the pretraining corpus generator ships with the repository")
+        raise UserError(
+            f"{GENERAL_CORPUS} is missing: the pretraining corpus generator ships inside the package; reinstall finetune"
+        )
     spec = importlib.util.spec_from_file_location("finetune_general_corpus", GENERAL_CORPUS)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -170,11 +170,16 @@ def test_an_import_inside_a_function_says_why():
     assert not silent, "imports inside functions without a reason:\n" + "\n".join(sorted(set(silent)))
 
 
+# Python that ships as data, not as a module of the layers: the toy base's corpus generator, loaded by importlib from
+# its file (never imported) and digested byte for byte into the toy base's cache key, so it is not split
+SHIPPED_AS_DATA = {PACKAGE / "ship" / "demo_data" / "generate_general.py"}
+
+
 def test_no_module_is_over_450_lines():
     long = {
         str(p.relative_to(PACKAGE)): n
         for p in PACKAGE.rglob("*.py")
-        if (n := len(p.read_text(encoding="utf-8").splitlines())) > 450
+        if p not in SHIPPED_AS_DATA and (n := len(p.read_text(encoding="utf-8").splitlines())) > 450
     }
     assert not long, f"modules over 450 lines (split them by job): {long}"
 
