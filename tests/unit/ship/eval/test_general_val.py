@@ -25,6 +25,7 @@ from finetune.ship.eval import general_val
 EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
 TODAY = {"step", "epoch", "learning_rate", "train_loss", "grad_norm", "target_tokens", "tokens_per_s", "val_loss"}
 RUN = {"max_steps": 6, "eval_every": 2, "epochs": 1, "batch_size": 4, "gpu": "cpu"}
+PLANNED = RUN | {"max_steps": 12}  # a plan past a smoke test's length (rules/forgetting.py SHORT_RUN_STEPS)
 
 
 @pytest.fixture
@@ -128,7 +129,7 @@ def test_the_report_and_the_plot_read_the_curve(team, toy_model, tmp_path, calls
 
 
 def test_the_plan_says_it_is_on_with_replay_and_what_it_costs(team, toy_model, tmp_path, calls):
-    planned = _plan(team, toy_model, tmp_path / "a", replay=0.25, **RUN)
+    planned = _plan(team, toy_model, tmp_path / "a", replay=0.25, **PLANNED)
     assert planned.plan.general_val is True and "self-replay is on" in planned.plan.auto["general_val"]
     assert len(planned.general_val) == len(replay_mix.held_out_prompts())
     console = Console(file=io.StringIO(), width=400)
@@ -140,7 +141,7 @@ def test_the_plan_says_it_is_on_with_replay_and_what_it_costs(team, toy_model, t
         in text
     )
     assert "not billed" in text and "generated once for this base" in text
-    again = _plan(team, toy_model, tmp_path / "b", replay=0.25, **RUN)
+    again = _plan(team, toy_model, tmp_path / "b", replay=0.25, **PLANNED)
     assert calls["generate"] == 2  # the training slice and the held-out slice, once each; then the cache
     assert again.plan.general_val_set["cached"] is True
     console = Console(file=io.StringIO(), width=400)
@@ -149,7 +150,7 @@ def test_the_plan_says_it_is_on_with_replay_and_what_it_costs(team, toy_model, t
 
 
 def test_the_held_out_prompts_are_never_trained_on(team, toy_model, tmp_path, calls):
-    planned = _plan(team, toy_model, tmp_path / "a", replay=10, **RUN)
+    planned = _plan(team, toy_model, tmp_path / "a", replay=10, **PLANNED)
     held = {p.text for p in replay_mix.held_out_prompts()}
     mixed = (tmp_path / "a" / "replay" / "train.jsonl").read_text(encoding="utf-8")
     trained = [json.loads(line)["messages"][0]["content"] for line in mixed.splitlines()]
