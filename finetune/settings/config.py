@@ -183,7 +183,7 @@ class RunConfig:
         why_not="the checkpoint learned from another mix of general and team conversations",
     )  # fmt: skip
     """Mix general requests answered by the base model itself into training: replay rows per team row (e.g. 0.25),
-    auto (1 per team row on a real base; off below 10M parameters and for preference tuning), or off
+    auto (1 per 4 team rows on a real base; off below 10M parameters and for preference tuning), or off
     (docs/retention.md, "Self-replay")."""
     general_data: str | None = about(
         None, "General conversations", tokens=False, resume="refuse", api_file=True,

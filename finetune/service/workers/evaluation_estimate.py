@@ -18,9 +18,11 @@ Two models answer (the base and the tuned one), each:
                     model when it had measured it, else the plan's assumed rate (1e11 on a CPU, 35% of a GPU's peak)
 
 Generation runs one token of every sequence per forward call, so a small model's time is mostly calls (CALL_S each)
-and a large one's mostly FLOPs. Checked against measurements: SmolLM2-135M-Instruct's retention check took 278 s on
-two quiet CPU cores (docs/retention.md, "Time"), estimated 313 s (tests/service/test_evaluations.py holds it within a
-factor of 1.5); a toy run's took 17 s on this project's 2-core machine, estimated 17 s.
+and a large one's mostly FLOPs. Checked against measurements of the set before its instruction requests:
+SmolLM2-135M-Instruct's retention check took 278 s on two quiet CPU cores (docs/retention.md, "Time"), estimated
+313 s for that work (tests/service/test_evaluations.py holds it within a factor of 1.5); a toy run's took 17 s on this
+project's 2-core machine, estimated 17 s. With the 300 requests the same formula gives about 980 s for SmolLM2's
+first check; not yet checked against a quiet measurement (the tuned side alone took 1,349 s on one loaded thread).
 """
 
 from __future__ import annotations
@@ -48,10 +50,11 @@ def _tokens(text: str) -> int:
 
 
 @cache
-def retention_work() -> dict:
-    """Forward tokens and calls of one model answering and scoring the general set (its size, read once)."""
+def retention_work(with_requests: bool = True) -> dict:
+    """Forward tokens and calls of one model answering and scoring the general set (its size, read once); without
+    the instruction requests, the set as it was when the estimate was checked against a measurement (278 s)."""
     prompts, choices = load_general_set()
-    requests = load_instructions()
+    requests = load_instructions() if with_requests else []
     prompt_tokens = sum(_tokens(p.prompt) for p in prompts)
     answered = prompt_tokens + len(prompts) * MAX_NEW_TOKENS
     requested = sum(_tokens(r.prompt) for r in requests) + len(requests) * REQUEST_TOKENS
