@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from finetune.data.specifics import KINDS, NAMES, PLURALS, invented, known_keys
 from finetune.data.types import Conversation, Message, Problem
+from finetune.settings.wording import act
 
 INVENTED_SPECIFICS = "invented_specifics"  # the validation code and the plan's warning code (docs/formats.md)
 LINES_LISTED = 20  # a summary names this many lines per file at most (the counts are exact)
@@ -134,8 +135,8 @@ def message(summary: dict) -> str:
     return (
         f"{sentence(summary)}. A model trained on them learns to state such specifics from nothing: in the team's "
         "voice, with a wrong value. Give the facts in the conversation (a tool result or the system message holding "
-        "what the agent looked up), or write a placeholder the application fills ({order_id}); `finetune eval RUN "
-        "--test FILE` measures how often the tuned model invents one (docs/answers.md)"
+        "what the agent looked up), or write a placeholder the application fills ({order_id}); "
+        f"{act('evaluate')} with a test set measures how often the tuned model invents one (docs/answers.md)"
     )
 
 
