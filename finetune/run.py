@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from finetune.data.arrays import record_lengths
 from finetune.data.dispatch import prepare
-from finetune.data.prepare import found_in_users_files
+from finetune.data.prepare import found_in_users_files, invented_in_users_file
 from finetune.data.replay_mix import billed_lengths, replay_on, replay_ratio
 from finetune.data.skipped import write_skipped
 from finetune.data.tokenize import load_tokenizer
@@ -220,10 +220,15 @@ def _team_records(records, mixed) -> int:
 
 def _found_in_given_files(summary, given: RunConfig, out: Path | None, mixed):
     """The data's summary with the sensitive values named as found in the user's files (less the test split), the
-    general conversations replay mixed in included: the copies' names and lines mean nothing to the user."""
+    general conversations replay mixed in included, and the invented specifics of the team's own replies: the copies'
+    names and lines mean nothing to the user."""
     held = held_out_lines(out) if given.test_fraction and out is not None else set()
     general = given.general_data if mixed is not None else None
-    return dataclasses.replace(summary, sensitive_found=found_in_users_files(given, held, general))
+    return dataclasses.replace(
+        summary,
+        sensitive_found=found_in_users_files(given, held, general),
+        invented_specifics=invented_in_users_file(given, held),
+    )
 
 
 def _with_replay(plan: Plan, mixed, config: RunConfig, facts, team_tokens: int) -> Plan:

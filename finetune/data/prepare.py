@@ -313,6 +313,16 @@ def found_in_users_files(source: RunConfig, held_out: Collection[int] = (), gene
     return sensitive.of_sides(found, source.sensitive_data)
 
 
+def invented_in_users_file(source: RunConfig, held_out: Collection[int] = ()) -> dict:
+    """The specifics the team's own trained replies state that their conversation never gave, named by the user's
+    training file and its lines (less the lines `held_out` as a test split): never the replay rows a run mixes in,
+    which are the base's answers, not the team's."""
+    conversations, _ = read_conversations(source.data, source.format, source.skip_invalid)
+    conversations, _ = sensitive.scan_conversations(conversations, source.sensitive_data == "redact")  # as trained
+    kept = [c for c in conversations if c.line not in held_out]
+    return invented.summarize(invented.scan_replies(kept), display_name(source.data), invented.trained_replies(kept))
+
+
 def _stamped(prepared: PreparedData, data_digest: str, val_digest: str | None) -> PreparedData:
     """The files' sha256 in the summary: a plan carries them, and a trainer executing it checks them."""
     prepared.summary = replace(prepared.summary, data_sha256=data_digest, val_sha256=val_digest)

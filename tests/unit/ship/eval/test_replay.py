@@ -189,3 +189,23 @@ def test_a_run_cut_by_max_steps_gets_the_replay_rows_its_steps_read(team, toy_mo
     added = smoke.plan.replay_added
     assert added["rows"] == round(0.5 * 2 * 2) == 2 and added["generated"]["prompts"] == 2  # 4 team rows read at most
     assert smoke.plan.total_steps == 2
+
+
+def test_invented_specifics_count_the_teams_replies_alone_by_the_teams_lines(team, toy_model, tmp_path, monkeypatch):
+    """The base's replay answers are the product's rows, not the team's: a specific one of them states is not the
+    team's to fix, and the warning names the team's file and lines, never the mixed copy's."""
+    from replay_fixtures import counting_base
+
+    from finetune.data.invented import scan_replies, summarize
+    from finetune.data.read import read_file
+    from finetune.run import plan_run
+    from finetune.settings.config import RunConfig
+
+    counting_base(monkeypatch, tmp_path / "cache", lambda prompt: "It costs $41.17 and ships on March 3.")
+    config = RunConfig(data=team, model=str(toy_model), out=str(tmp_path / "run"), replay=1.0, max_steps=12)
+    planned = plan_run(config, tmp_path / "run", measure=False)
+    conversations = read_file(team).conversations
+    replies = sum(1 for c in conversations for m in c.messages if m.role == "assistant" and m.weight > 0)
+    team_only = summarize(scan_replies(conversations), "team.jsonl", replies)
+    assert planned.plan.replay_added["rows"] > 0  # the base's answers were mixed in, each stating an amount and date
+    assert planned.plan.data.invented_specifics == team_only
