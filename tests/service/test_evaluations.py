@@ -12,10 +12,11 @@ from pathlib import Path
 from service_helpers import EXAMPLES, FAKE_TRAINER, api_client
 from sqlalchemy import inspect, text, update
 
+from finetune.rules.cost import CPU_FLOPS, generation_seconds
 from finetune.service.storage.db import evaluations, jobs
 from finetune.service.storage.evaluations import MAX_ATTEMPTS, Evaluations
 from finetune.service.workers.evaluation import EvaluationRunner
-from finetune.service.workers.evaluation_estimate import evaluation_estimate, retention_work
+from finetune.service.workers.evaluation_estimate import MODELS, STARTUP_S, evaluation_estimate, retention_work
 
 FAKE_PROGRAM = [sys.executable, str(FAKE_TRAINER)]  # its `eval` is fake_evaluation.py
 SMOLLM2_PARAMETERS = 134_515_008  # SmolLM2-135M-Instruct's (its plan.json's memory.parameters)
@@ -307,9 +308,6 @@ def test_the_estimate_of_smollm2s_retention_check_is_near_its_measured_time(tmp_
     """docs/retention.md, "Time": the retention check of SmolLM2-135M-Instruct took 278 s on two quiet CPU cores, on
     the set before its instruction requests (a plan with no measured speed assumes 1e11 FLOP/s). The formula's
     estimate of that work is within a factor of 1.5 of it; the whole set's estimate adds the requests' work."""
-    from finetune.rules.cost import CPU_FLOPS, generation_seconds
-    from finetune.service.workers.evaluation_estimate import MODELS, STARTUP_S
-
     measured = retention_work(with_requests=False)
     assert measured["prompts"] == 265 and "requests" in measured and measured["requests"] == 0
     then = STARTUP_S + MODELS * generation_seconds(SMOLLM2_PARAMETERS, measured["tokens"], measured["calls"], CPU_FLOPS)

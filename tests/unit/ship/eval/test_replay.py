@@ -13,6 +13,8 @@ from replay_fixtures import counting_base
 from rich.console import Console
 
 from finetune.data import replay_mix
+from finetune.data.invented import scan_replies, summarize
+from finetune.data.read import read_file
 from finetune.plan.render import render_plan
 from finetune.rules import replay as replay_rule
 from finetune.run import plan_run, train
@@ -194,13 +196,6 @@ def test_a_run_cut_by_max_steps_gets_the_replay_rows_its_steps_read(team, toy_mo
 def test_invented_specifics_count_the_teams_replies_alone_by_the_teams_lines(team, toy_model, tmp_path, monkeypatch):
     """The base's replay answers are the product's rows, not the team's: a specific one of them states is not the
     team's to fix, and the warning names the team's file and lines, never the mixed copy's."""
-    from replay_fixtures import counting_base
-
-    from finetune.data.invented import scan_replies, summarize
-    from finetune.data.read import read_file
-    from finetune.run import plan_run
-    from finetune.settings.config import RunConfig
-
     counting_base(monkeypatch, tmp_path / "cache", lambda prompt: "It costs $41.17 and ships on March 3.")
     config = RunConfig(data=team, model=str(toy_model), out=str(tmp_path / "run"), replay=1.0, max_steps=12)
     planned = plan_run(config, tmp_path / "run", measure=False)
