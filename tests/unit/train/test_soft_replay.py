@@ -28,6 +28,7 @@ def _moved_lora(toy_model, train_head: bool = False, dtype=torch.float32, layers
     extra = {} if layers is None else {"num_hidden_layers": layers}
     base = AutoModelForCausalLM.from_pretrained(toy_model, dtype=dtype, **extra)
     model = add_lora(base, 4, 8, 0.0, seed=0, train_head=train_head)
+    torch.manual_seed(1)
     with torch.no_grad():
         for name, param in model.named_parameters():
             if param.requires_grad:
@@ -110,13 +111,14 @@ def _soft_run(toy_model, records, out, plan, model=None, on_step=None, resume=Fa
 
 
 def test_accumulation_gives_the_weights_of_one_batch(toy_model, records, tmp_path):
-    """batch 4 x accumulation 2 == batch 8 x 1 == 1 x 8 padded with replay rows in the steps (float64, one layer):
-    the KL sums are divided by the whole step's target tokens, never averaged per micro-batch."""
+    """batch 4 x accumulation 2 == batch 8 x 1 == 1 x 8 padded with replay rows in the steps (float64, one layer,
+    from an adapter already moved off the base): the KL sums are divided by the whole step's target tokens, never
+    averaged per micro-batch."""
     weights = []
     for batch, grad_accum, packing in [(8, 1, True), (4, 2, True), (1, 8, False)]:
         plan = make_plan(records, batch_size=batch, grad_accum=grad_accum, packing=packing, max_steps=3)
-        base = AutoModelForCausalLM.from_pretrained(toy_model, num_hidden_layers=1, dtype=torch.float64)
-        model, _ = _soft_run(toy_model, records, tmp_path / f"run{batch}", plan, add_lora(base, 4, 8, 0.0, seed=0))
+        moved = _moved_lora(toy_model, dtype=torch.float64, layers=1)  # tuned != base: the KL and its gradient count
+        model, _ = _soft_run(toy_model, records, tmp_path / f"run{batch}", plan, moved)
         weights.append({n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad})
     for other in weights[1:]:
         for name, value in weights[0].items():
