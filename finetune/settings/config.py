@@ -286,6 +286,9 @@ class RunConfig:
             )
         if self.team_system is not None and not self.team_system.strip():
             raise ConfigError(f"{ref('team_system')} is empty: give the team's system message, or leave it unset")
+        if self.team_system is not None and self.method == "dpo":
+            raise ConfigError(f"{ref('team_system')} binds supervised replies to the team's context; it does not apply "
+                              f"to {ref('method', 'dpo')}: put the system message in the pairs' prompts")  # fmt: skip
         if self.general_val is True and self.method == "dpo":
             raise ConfigError(
                 f"{ref('general_val')} scores supervised answers; it does not apply to {ref('method', 'dpo')}"

@@ -30,7 +30,7 @@ def _moved_lora(toy_model, train_head: bool = False, dtype=torch.float32, layers
     model = add_lora(base, 4, 8, 0.0, seed=0, train_head=train_head)
     torch.manual_seed(1)
     with torch.no_grad():
-        for name, param in model.named_parameters():
+        for param in model.parameters():
             if param.requires_grad:
                 param.add_(0.05 * torch.randn_like(param))
     return model
