@@ -58,7 +58,7 @@ def scored_cells(scored: dict) -> list[str]:
 def point_rows(row: dict) -> list[str]:
     steps = row["plan"]["total_steps"]
     ratio = steps / row["team_steps"] if row.get("team_steps") else None
-    fit = f"{row['best_val_loss']:.3f} / {row['kept_val_loss']:.3f} ({row['kept_scale']})"
+    fit = f"{row['best_val_loss']:.3f} / {row['kept_val_loss']:.3f} ({row['kept_scale'] or 'off'})"
     seconds = row.get("measure_seconds") or {}
     wall = f"{row.get('train_and_scale_seconds') or '—'} s / {seconds.get('retention', '—')} s"
     lines = [
