@@ -182,6 +182,7 @@ def measure_point(name: str, out: Path, at_scale_1: bool = False) -> dict:
         "best_step": report.get("best_step"),
         "kept_scale": scale.get("value"),
         "kept_val_loss": _kept_val_loss(report),
+        "kept_general_loss": _kept_val_loss(report, "general_loss"),  # the held-out replay slice: for choosing
         "train_seconds": report.get("wall_time_s"),
         "train_and_scale_seconds": bench_seconds.get("train_and_scale"),
         **_scored(run),
@@ -234,13 +235,14 @@ def measure_earliest(name: str, out: Path, scale: float = 1.0) -> dict | None:
     return {"step": step, "val_loss": val_loss, "scale": scale, **_scored(checkpoint_copy(run, step, scale))}
 
 
-def _kept_val_loss(report: dict) -> float | None:
-    """The validation loss of the adapter the run keeps: at the kept scale when Auto measured one."""
+def _kept_val_loss(report: dict, key: str = "val_loss") -> float | None:
+    """The validation loss (or the general probe's, `general_loss`) of the adapter the run keeps, at the kept scale
+    when Auto measured one."""
     scale = report.get("adapter_scale") or {}
     for measured in scale.get("measured") or []:
         if measured.get("alpha") == scale.get("value"):
-            return measured.get("val_loss")
-    return report.get("best_val_loss")
+            return measured.get(key)
+    return report.get("best_val_loss") if key == "val_loss" else None
 
 
 def _measure(names: list[str], out: Path, args) -> None:

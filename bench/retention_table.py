@@ -12,7 +12,8 @@ from pathlib import Path
 
 RATES = ("accuracy", "rule_pass_rate", "choice_accuracy", "instruction_following", "instructions_kept")
 HEADER = (
-    "| point | steps (× team-only) | tokens billed | house style | val loss: best / kept (scale) | accuracy | rule "
+    "| point | steps (× team-only) | tokens billed | house style | val loss: best / kept (scale) | general probe "
+    "loss (kept) | accuracy | rule "
     "| multiple choice | instruction following (strict) | instructions kept | kinds below the base beyond their "
     "interval | team's voice | KL | flagged | wall: train+scale / check |"
 )
@@ -59,10 +60,11 @@ def point_rows(row: dict) -> list[str]:
     steps = row["plan"]["total_steps"]
     ratio = steps / row["team_steps"] if row.get("team_steps") else None
     fit = f"{row['best_val_loss']:.3f} / {row['kept_val_loss']:.3f} ({row['kept_scale'] or 'off'})"
+    probe = f"{row['kept_general_loss']:.3f}" if row.get("kept_general_loss") is not None else "—"
     seconds = row.get("measure_seconds") or {}
     wall = f"{row.get('train_and_scale_seconds') or '—'} s / {seconds.get('retention', '—')} s"
     lines = [
-        f"| {row['name']} | {steps}{f' ({ratio:.2f}×)' if ratio else ''} | {row['tokens_billed']:,} | {pct(row['house_style'])} | {fit} | "
+        f"| {row['name']} | {steps}{f' ({ratio:.2f}×)' if ratio else ''} | {row['tokens_billed']:,} | {pct(row['house_style'])} | {fit} | {probe} | "
         + " | ".join(scored_cells(row))
         + f" | {wall} |"
     ]
@@ -73,7 +75,7 @@ def point_rows(row: dict) -> list[str]:
             continue
         where = f"step {extra['step']}, scale {extra.get('scale', 1):g}" if "step" in extra else "scale 1"
         loss = f"{extra['val_loss']:.3f} (scale 1)" if "val_loss" in extra else "—"
-        lines.append(f"| ↳ {row['name']}: {label} ({where}) | — | — | {pct(extra['house_style'])} | {loss} | "
+        lines.append(f"| ↳ {row['name']}: {label} ({where}) | — | — | {pct(extra['house_style'])} | {loss} | — | "
                      + " | ".join(scored_cells(extra)) + f" | — / {(extra.get('measure_seconds') or {}).get('retention', '—')} s |")  # fmt: skip
     return lines
 

@@ -29,6 +29,6 @@ def test_every_point_is_a_valid_run_and_the_bound_ones_use_the_teams_own_message
 def test_the_table_prints_each_measure_with_its_interval():
     results = json.loads((REPO / "bench" / "retention_price_smollm2.json").read_text())
     table = retention_table(results)
-    assert "| replay-0.25 | 156 | 140,412 | 100% | 0.021 / 0.037 (0.75) | 34% → 36% (+2, −3 to +8) |" in table
+    assert "| replay-0.25 | 156 | 140,412 | 100% | 0.021 / 0.037 (0.75) | — | 34% → 36% (+2, −3 to +8) |" in table
     assert "**17.0% → 13.0% (−4.0, −8.0 to −0.1)**" in table  # the dropped measure in bold
     assert "| sections (21) | 48% → 0% | 48% → 0% |" in table
