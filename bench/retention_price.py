@@ -53,6 +53,7 @@ POINTS: dict[str, dict] = {  # name -> the RunConfig values it sets; everything 
     "replay-0.1-soft": {"replay": 0.1, "replay_targets": "soft"},
     "replay-0.25-team-system": {"replay": 0.25, "team_system": "TEAM"},
     "replay-0.25-soft-team-system": {"replay": 0.25, "replay_targets": "soft", "team_system": "TEAM"},
+    "replay-0.25-rank-4": {"replay": 0.25, "lora_rank": 4},  # LoRA forgets less at lower ranks (Biderman et al. 2024)
 }
 UPPER_HALF = {"replay-0.25-upper-half"}  # the lower half of the blocks frozen: no adapter there (a bench-only patch)
 PLAN_KEYS = ("method", "learning_rate", "lora_rank", "epochs", "effective_batch", "total_steps", "tokens_processed",
