@@ -196,6 +196,7 @@ class RemoteRun:
 
 def open_remote_run(out: str | None, resume: bool, rank: int, run_files: Iterable[str]) -> RemoteRun | None:
     """The RemoteRun of an OUT that is a bucket URI, opened; None for a local folder."""
+    check_location(out, ref("out"))  # s3:/one-slash and other schemes: refused, never made a local folder
     if not is_remote(out):
         return None
     remote = RemoteRun(out, rank)
@@ -203,3 +204,22 @@ def open_remote_run(out: str | None, resume: bool, rank: int, run_files: Iterabl
     if remote.main:
         log.info("the run goes to %s (this node writes its copy in %s first)", remote.uri, remote.local)
     return remote
+
+
+def run_copy(uri: str, checkpoint: int | None = None) -> Path:
+    """A finished (or stopped) run in a bucket, as a folder on this node to read: its files but its checkpoints, and
+    the one checkpoint `checkpoint` names (verified against its manifest). `finetune export`, `eval` and `chat` read it."""
+    remote = Remote(uri.rstrip("/"))
+    local = caches.root() / "runs" / f"{slug(uri)}-read"
+    shutil.rmtree(local, ignore_errors=True)
+    listing = remote.listing()
+    if not listing:
+        raise UserError(f"{uri} holds no run (nothing is stored under it)")
+    wanted = [n for n in listing if not n.startswith(f"{CHECKPOINTS}/") and not n.startswith(PROBE)]
+    remote.get({name: local / name for name in wanted})
+    if checkpoint is not None:
+        name = f"{STEP_PREFIX}{checkpoint:06d}"
+        problem = download_folder(remote.child(CHECKPOINTS, name), local / CHECKPOINTS / name)
+        if problem:
+            raise UserError(f"checkpoint {name} of {uri} cannot be used: {problem}")
+    return local
