@@ -295,7 +295,7 @@ def train(
                     raise full from None
                 raise
     finally:
-        if remote is not None and ctx.is_main:
+        if remote is not None:
             remote.close()
         if joined:
             shutdown(ctx)
@@ -321,7 +321,7 @@ def load_plan(path: str | Path, out: str, resume: bool = False, allow_changes: s
 def _executing(plan: Plan, config: RunConfig, ctx: DistContext) -> PlannedRun:
     """The given plan's data, prepared again (from the token cache), after checking it is the data planned on."""
     run = dataclasses.replace(plan.run, out=config.out, resume=config.resume, allow_changes=config.allow_changes)
-    run = dataclasses.replace(run, **local_inputs({name: getattr(run, name) for name in INPUT_SETTINGS}))  # s3://…
+    run = dataclasses.replace(run, **local_inputs({n: getattr(run, n) for n in INPUT_SETTINGS}, run.out))  # s3://…
     tokenizer = load_tokenizer(run.model, run.trust_remote_code, run.chat_template)
     prepared = _prepare_on_every_rank(run, tokenizer, ctx, plan.model_facts)
     for name, planned, now in (

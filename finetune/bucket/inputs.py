@@ -27,16 +27,18 @@ from finetune.settings.manifest import MANIFEST, manifest_problem
 
 FOLDER = "folder"
 STAMP = ".stamp.json"
+EPHEMERAL_ENV = "FINETUNE_EPHEMERAL"  # set by a service worker: a job's trainer keeps no copy on its node
 
 
 def inputs_root() -> Path:
     return caches.root() / "inputs"
 
 
-def local_copy(uri: str) -> Path:
-    """The node-local copy of `uri`: a folder committed by its manifest, or one object (see the module's doc)."""
+def local_copy(uri: str, home: Path | None = None) -> Path:
+    """The node-local copy of `uri`: a folder committed by its manifest, or one object (see the module's doc); in
+    `home` (default: the cache's inputs/<name>-<hash>)."""
     remote = Remote(uri)
-    home = inputs_root() / slug(uri)
+    home = home or inputs_root() / slug(uri)
     caches.sweep_stale(home)
     manifest = remote.read_bytes(MANIFEST)
     if manifest is not None:
@@ -94,9 +96,16 @@ def publish_folder(local: Path, uri: str) -> str:
 INPUT_SETTINGS = ("data", "val_file", "model", "general_data", "chat_template")  # what a run reads from a path
 
 
-def local_inputs(values: dict[str, object]) -> dict[str, str]:
-    """Those of `values` that are bucket URIs, as the paths of this node's copies (downloaded when needed)."""
-    return {name: str(local_copy(value)) for name, value in values.items() if is_remote(value)}
+def local_inputs(values: dict[str, object], out: str | Path | None = None) -> dict[str, str]:
+    """Those of `values` that are bucket URIs, as the paths of this node's copies (downloaded when needed). With
+    $FINETUNE_EPHEMERAL (a service job's trainer), the data goes into OUT/.inputs, removed with the run's copy;
+    the model stays in the cache."""
+    scratch = Path(out) / ".inputs" if out is not None and os.environ.get(EPHEMERAL_ENV) else None
+    return {
+        name: str(local_copy(value, scratch / slug(value) if scratch and name != "model" else None))
+        for name, value in values.items()
+        if is_remote(value)
+    }
 
 
 def read_text(location: str | Path) -> str:

@@ -61,6 +61,16 @@ class Remote:
         except Exception as exc:
             raise self._fail(exc, "read", rel) from None
 
+    def object_size(self, rel: str = "") -> int | None:
+        """The bytes of the object `rel`; None when it is no object (absent, or a prefix of others)."""
+        try:
+            info = filesystem(self.uri).info(self._at(rel))
+        except FileNotFoundError:
+            return None
+        except Exception as exc:
+            raise self._fail(exc, "read", rel) from None
+        return int(info.get("size") or 0) if info.get("type") == "file" else None
+
     def read_bytes(self, rel: str) -> bytes | None:
         """The object's bytes; None when there is no such object."""
         try:

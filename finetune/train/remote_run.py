@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from finetune.bucket.inputs import EPHEMERAL_ENV
 from finetune.bucket.remote import Remote, commit_folder, committed, download_folder
 from finetune.bucket.uri import check_location, is_remote, slug
 from finetune.settings import caches
@@ -37,6 +39,7 @@ CHECKPOINTS = "checkpoints"
 LOG_EVERY_S = 5.0  # metrics.jsonl reaches the bucket this often while a run trains (and at every checkpoint)
 LOGS = ("plan.json", "metrics.jsonl", "skipped.jsonl")
 PROBE = ".finetune-probe-"
+INPUTS = ".inputs"  # a service job's data, downloaded into the run's copy (bucket/inputs.py): never uploaded
 
 
 def staging_folder(uri: str, rank: int = 0) -> Path:
@@ -180,18 +183,22 @@ class RemoteRun:
         files = {
             p: p.relative_to(self.local).as_posix()
             for p in sorted(self.local.rglob("*"))
-            if p.is_file() and p.relative_to(self.local).parts[0] not in (CHECKPOINTS, "report.json")
+            if p.is_file() and p.relative_to(self.local).parts[0] not in (CHECKPOINTS, "report.json", INPUTS)
         }
         self.remote.put(files)
         self.remote.write_bytes("report.json", json.dumps(uploaded, indent=2).encode())
         return uploaded
 
     def close(self) -> None:
-        """Whatever ended the run (a stop, an error): the log so far reaches the bucket."""
+        """Whatever ended the run (a stop, an error): the log so far reaches the bucket (rank 0). A service job's
+        trainer ($FINETUNE_EPHEMERAL) then removes this node's copy: the bucket holds all a resume needs."""
         try:
-            self.push_logs()
+            if self.main:
+                self.push_logs()
         except UserError as exc:  # the bucket is what failed: say it, the run's own error follows
             log.warning("%s", exc)
+        if os.environ.get(EPHEMERAL_ENV):
+            shutil.rmtree(self.local, ignore_errors=True)
 
 
 def open_remote_run(out: str | None, resume: bool, rank: int, run_files: Iterable[str]) -> RemoteRun | None:
