@@ -161,6 +161,7 @@ def plan_run(
     another one (the service's API planning for its workers)."""
     if config.gpu is None:  # size memory and time for the machine the run is planned on
         config = dataclasses.replace(config, gpu=local_device_kind(ctx.device if ctx else None))
+    config = dataclasses.replace(config, **local_inputs({n: getattr(config, n) for n in INPUT_SETTINGS}))  # s3://…
     given = config  # the user's own files: a copy the run reads is named by them
     if config.test_fraction and out is not None:
         config = hold_out_test(config, out)  # before the split and the plan: the test set is never trained on

@@ -43,8 +43,13 @@ def pretrained_toy_base(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory):
     """A real S3 server on loopback (moto's, tests/s3_server.py), started on first use, stopped at the end."""
-    pytest.importorskip("moto", reason="the dev extra's moto runs the S3 server the bucket tests use")
-    pytest.importorskip("s3fs", reason="s3:// needs the s3 extra (s3fs)")
+    for module, why in (("moto", "the dev extra's moto runs the S3 server"), ("s3fs", "s3:// needs the s3 extra")):
+        try:
+            __import__(module)
+        except ImportError:
+            if os.environ.get("FINETUNE_REQUIRE_S3"):  # CI (.ci/run): a missing install fails, never skips
+                raise
+            pytest.skip(f"{module} is not installed ({why})")
     from s3_server import S3Server
 
     server = S3Server(tmp_path_factory.mktemp("s3") / "server.log")

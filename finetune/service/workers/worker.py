@@ -226,8 +226,9 @@ class Worker:
         env = {ERROR_FILE_ENV: str(error_path), AUDIENCE_ENV: f"api:{method_type(job)}"}
         env |= {EPHEMERAL_ENV: "1"} if bucket_copy.enabled(self.options) else {}  # no copy stays on the nodes
         started = time.monotonic()  # after the job's start was written: a status read before is not a cancel
-        where = (bucket_copy.uri(self.options, plan_path), bucket_copy.uri(self.options, run))  # --storage
-        plan, out = where if bucket_copy.enabled(self.options) else (plan_path, run)
+        plan, out = (plan_path, run)
+        if bucket_copy.enabled(self.options):  # --storage: the trainer reads its plan, and writes, in the bucket
+            plan, out = bucket_copy.uri(self.options, plan_path), bucket_copy.uri(self.options, run)
         trainer = self.launcher.start(TrainerRun(plan, out, resume, log=log_path, env=env))
         stop_sent = False
         try:
