@@ -169,9 +169,7 @@ def plan_run(
     config = dataclasses.replace(config, model=resolve_model(config.model)) if config.model else config
     tokenizer = load_tokenizer(config.model, config.trust_remote_code, config.chat_template) if config.model else None
     facts = load_model_facts(config.model)  # once: the data's Auto limit and the plan read the same facts
-    if config.team_system:  # the team's conversations with the team's system message, in OUT/team/
-        config = bind_team_system(config, out, write=_is_main(ctx))
-        _wait_for_every_rank(ctx)
+    config = bind_team_system(config, out, _is_main(ctx), lambda: _wait_for_every_rank(ctx))  # OUT/team/ (unset: as is)
     config, mixed = _replayed(config, out, tokenizer, ctx, facts)  # self-replay (off: nothing changes)
     prepared = _prepare_on_every_rank(config, tokenizer, ctx, facts)
     if config.data != given.data:  # a copy (test split, replay mix): its values named by the user's files and lines

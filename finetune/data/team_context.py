@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from finetune.data.convert import conversation_to_openai
@@ -51,12 +52,22 @@ def bound_conversation(conversation: Conversation, system: str) -> Conversation:
     return dataclasses.replace(conversation, messages=(Message("system", system), *conversation.messages))
 
 
-def bind_team_system(config: RunConfig, out: Path | None, write: bool = True) -> RunConfig:
+def bind_team_system(
+    config: RunConfig, out: Path | None, write: bool = True, written: Callable[[], None] | None = None
+) -> RunConfig:
     """The config reading OUT/team/train.jsonl (and val.jsonl): the team's conversations, split as the data path
     would split them, each with the team's system message; `config` itself when `team_system` is unset.
-    `write=False`: the config only (another rank of the run: rank 0 writes the files)."""
+    `write=False`: the config only (another rank of the run: rank 0 writes the files); `written()` is called once the
+    files are there (a run of several processes waits for every rank)."""
     if not config.team_system or config.objective != "sft":
         return config
+    bound = _bound(config, out, write)
+    if written is not None:
+        written()
+    return bound
+
+
+def _bound(config: RunConfig, out: Path | None, write: bool) -> RunConfig:
     train, val, _ = team_split(config)
     if config.val_file:
         val, _, _ = team_split(dataclasses.replace(config, data=config.val_file, val_file=None, val_fraction=0.0))
