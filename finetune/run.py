@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from finetune.data.arrays import record_lengths
 from finetune.data.dispatch import prepare
-from finetune.data.prepare import found_in_users_files, invented_in_users_file
+from finetune.data.prepare import scanned_users_files
 from finetune.data.replay_mix import billed_lengths, replay_on, replay_ratio
 from finetune.data.skipped import write_skipped
 from finetune.data.tokenize import load_tokenizer
@@ -224,11 +224,8 @@ def _found_in_given_files(summary, given: RunConfig, out: Path | None, mixed):
     names and lines mean nothing to the user."""
     held = held_out_lines(out) if given.test_fraction and out is not None else set()
     general = given.general_data if mixed is not None else None
-    return dataclasses.replace(
-        summary,
-        sensitive_found=found_in_users_files(given, held, general),
-        invented_specifics=invented_in_users_file(given, held),
-    )
+    sensitive_found, invented_specifics = scanned_users_files(given, held, general)
+    return dataclasses.replace(summary, sensitive_found=sensitive_found, invented_specifics=invented_specifics)
 
 
 def _with_replay(plan: Plan, mixed, config: RunConfig, facts, team_tokens: int) -> Plan:
