@@ -43,6 +43,7 @@ from finetune.settings.errors import UserError
 from finetune.settings.fingerprint import run_fingerprint
 from finetune.settings.version import code_version
 from finetune.settings.wording import ref, render
+from finetune.ship.eval.replay_preview import PendingReplay, as_given, is_pending, pending_replay
 from finetune.ship.eval.test_split import held_out_lines, hold_out_test
 from finetune.ship.export.card import model_card
 from finetune.ship.run_folder import locate_weights
@@ -168,25 +169,29 @@ def plan_run(
     facts = load_model_facts(config.model)  # once: the data's Auto limit and the plan read the same facts
     config, mixed = _replayed(config, out, tokenizer, ctx, facts)  # self-replay (off: nothing changes)
     prepared = _prepare_on_every_rank(config, tokenizer, ctx, facts)
-    if config.data != given.data:  # a copy (test split, replay mix): its values named by the user's files and lines
-        prepared.summary = _found_in_given_files(prepared.summary, given, out, mixed)
+    if config.data != given.data or (mixed and given.general_data):  # a copy (test split, replay mix): its values
+        prepared.summary = _found_in_given_files(prepared.summary, given, out, mixed)  # named by the user's files
     if prepared.from_cache and _is_main(ctx):
         log.info("tokenized data read from the token cache (%s)", prepared.cache_entry)
-    train = prepared.train
-    billed = billed_lengths(train, mixed.team_rows if mixed else None)  # a replay row's tokens are not billed
+    lengths = record_lengths(prepared.train)
+    if isinstance(mixed, PendingReplay):  # no output folder: the replay rows counted into the data, none generated
+        prepared.summary, lengths, billed, team = mixed.counted(prepared.summary, lengths, config)
+    else:  # a replay row's tokens are not billed
+        billed = billed_lengths(prepared.train, mixed.team_rows if mixed else None)
+        team = _team_records(prepared.train, mixed) if mixed else 0
     plan = build_plan(
         config,
         prepared.summary,
         facts,
         step_tokens=lambda effective, steps: schedule_tokens(  # called only when a run reads part of its records
-            record_lengths(train), effective, config.seed, config.last_batch, steps
+            lengths, effective, config.seed, config.last_batch, steps
         ),
         speed=planned_speed(config, prepared.summary, ctx.device if ctx else None, measure, speed_of) if config.model else None,
-        billed=Billed(_team_records(train, mixed), sum(billed), lambda effective, steps: schedule_tokens(
+        billed=Billed(team, sum(billed), lambda effective, steps: schedule_tokens(
             billed, effective, config.seed, config.last_batch, steps)) if mixed else None,
     )  # fmt: skip
     plan = _with_replay(plan, mixed, config, facts, sum(billed))
-    plan, general = _general_val(plan, tokenizer, ctx)  # the forgetting curve (off: nothing)
+    plan, general = _general_val(plan, tokenizer, ctx, generate=out is not None)  # the forgetting curve (off: nothing)
     return PlannedRun(config, tokenizer, prepared, plan, general)
 
 
@@ -195,6 +200,8 @@ def _replayed(config: RunConfig, out: Path | None, tokenizer, ctx: DistContext |
     params = facts.total_params if facts else None
     if not replay_on(config, params):
         return config, None
+    if out is None:  # a plan that trains nothing: the rows counted, no model loaded (ship/eval/replay_preview.py)
+        return config, pending_replay(config, tokenizer, params)
     from finetune.ship.eval.replay import mix_replay  # torch: replay generates its rows with the base model
 
     mixed, failure = None, None
@@ -240,14 +247,14 @@ def _with_replay(plan: Plan, mixed, config: RunConfig, facts, team_tokens: int) 
     return dataclasses.replace(plan, replay_added=mixed.to_dict(in_file, trained), auto=auto)
 
 
-def _general_val(plan: Plan, tokenizer, ctx: DistContext | None) -> tuple[Plan, object]:
+def _general_val(plan: Plan, tokenizer, ctx: DistContext | None, generate: bool = True) -> tuple[Plan, object]:
     """The forgetting curve's records (held-out general prompts answered by the base), and the plan saying what
-    they cost; off (or a plan without a model): the plan as it is, and None."""
+    they cost; off (or a plan without a model): the plan as it is, and None. `generate` False: counted (None)."""
     if not plan.general_val or tokenizer is None:
         return plan, None
-    from finetune.ship.eval.general_val import general_val_set  # torch: the base model answers the prompts once
+    from finetune.ship.eval.general_val import counted_set, general_val_set  # torch: the base answers the prompts
 
-    records, about = general_val_set(plan, tokenizer, ctx)
+    records, about = general_val_set(plan, tokenizer, ctx) if generate else (None, counted_set(plan, tokenizer))
     return dataclasses.replace(plan, general_val_set=about), records
 
 
@@ -305,7 +312,11 @@ def load_plan(path: str | Path, out: str, resume: bool = False, allow_changes: s
 
 
 def _executing(plan: Plan, config: RunConfig, ctx: DistContext) -> PlannedRun:
-    """The given plan's data, prepared again (from the token cache), after checking it is the data planned on."""
+    """The given plan's data, prepared again (from the token cache), after checking it is the data planned on. A plan
+    made without an output folder, with replay rows the base had not answered, is completed first: planned again here
+    with their answers, Auto choosing again (a worker's plan and a run's own never are)."""
+    if is_pending(plan):
+        return _completed(plan, config, ctx)
     run = dataclasses.replace(plan.run, out=config.out, resume=config.resume, allow_changes=config.allow_changes)
     tokenizer = load_tokenizer(run.model, run.trust_remote_code, run.chat_template)
     prepared = _prepare_on_every_rank(run, tokenizer, ctx, plan.model_facts)
@@ -322,6 +333,14 @@ def _executing(plan: Plan, config: RunConfig, ctx: DistContext) -> PlannedRun:
         raise UserError("the data prepares into other records than the plan's: plan the run again")
     plan = dataclasses.replace(plan, run=run)
     return PlannedRun(run, tokenizer, prepared, plan, _general_val(plan, tokenizer, ctx)[1])  # the plan says its cost
+
+
+def _completed(preview: Plan, config: RunConfig, ctx: DistContext) -> PlannedRun:
+    planned = plan_run(as_given(preview, config), Path(config.out), ctx, measure=False)
+    if planned.plan.total_steps != preview.total_steps and _is_main(ctx):  # the replay rows' lengths moved a choice
+        log.warning("the plan counted %d steps; with the base's answers the run takes %d (plan.json has them)",
+                    preview.total_steps, planned.plan.total_steps)  # fmt: skip
+    return planned
 
 
 def _prepare_on_every_rank(config: RunConfig, tokenizer, ctx: DistContext | None, facts: ModelFacts | None):
