@@ -22,10 +22,11 @@ from finetune.data.prepare import prepare_conversations
 from finetune.data.read import parse_bytes
 from finetune.data.replay_mix import held_out_prompts
 from finetune.data.skipped import usable_conversations
+from finetune.data.tokenize import ChatTokenizer
 from finetune.plan.plan import Plan
 from finetune.settings.config import RunConfig
 from finetune.ship.eval import replay
-from finetune.ship.eval.replay_preview import row_tokens
+from finetune.ship.eval.replay_preview import Records, answer_row
 from finetune.train.distributed import DistContext, barrier
 from finetune.train.loop import _evaluates_after
 
@@ -114,11 +115,12 @@ def counted_set(plan: Plan, tokenizer) -> dict:
         return general_val_set(plan, tokenizer)[1]
     cached = replay.cached_answers(config, tokenizer)
     missing = [p for p in prompts if p not in cached]
-    counts = [row_tokens(tokenizer, p, cached.get(p)) for p in prompts if cached.get(p, "") is not None]
-    tokens, count = sum(t for t, _ in counts), evaluations(plan)
+    records = Records(ChatTokenizer(tokenizer), config.record_policy, replay.MAX_NEW_TOKENS)
+    lengths, targets = records.of([answer_row(p, cached.get(p)) for p in prompts if cached.get(p, "") is not None])
+    tokens, count = sum(min(n, plan.max_seq_len) for n in lengths), evaluations(plan)
     return {
-        "prompts": len(prompts), "answers": None, "records": len(counts), "shortened": None, "left_out": None,
-        "tokens": tokens, "target_tokens": sum(t for _, t in counts), "evaluations": count,
+        "prompts": len(prompts), "answers": None, "records": len(lengths), "shortened": None, "left_out": None,
+        "tokens": tokens, "target_tokens": targets, "evaluations": count,
         "tokens_read": tokens * count, "seconds": _seconds(plan, tokens * count), "source": "base model",
         "cached": False, "generation_s": None, "billed": False,
         "pending": {"prompts": len(missing), "estimated_s": replay.generation_estimate(config, tokenizer, missing)},

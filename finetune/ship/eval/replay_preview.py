@@ -25,9 +25,11 @@ import numpy as np
 
 from finetune.data import replay_mix
 from finetune.data.parallel import file_digest
-from finetune.data.prompting import prompt_ids
+from finetune.data.prepare import read_conversations
+from finetune.data.records import build_records
 from finetune.data.seq_len import choose_max_seq_len
-from finetune.data.types import DataSummary
+from finetune.data.tokenize import ChatTokenizer
+from finetune.data.types import Conversation, DataSummary, Message
 from finetune.plan.plan import Plan
 from finetune.settings.config import AUTO, RunConfig
 from finetune.settings.errors import UserError
@@ -39,11 +41,12 @@ class PendingReplay:
     """What self-replay will add to the run, counted before the base answers (`mix_replay` makes the rows)."""
 
     ratio: float
-    rows: int  # replay rows the run mixes in
+    rows: int  # replay rows (conversations) the run mixes in
     team_rows: int  # the team's training conversations
     source: str  # "base model" or the general-data file
-    row_tokens: tuple[int, ...]  # each row's tokens: its own when its answer is cached, else at the cap
-    row_targets: int  # of them scored (the answers)
+    record_tokens: tuple[int, ...]  # each of their records' tokens: its own when its answer is known, else at the cap
+    record_targets: int  # of them scored (the answers)
+    messages: int  # in the rows
     distinct_rows: int
     to_answer: int  # prompts the base answers when training starts (0: every answer the rows need is cached)
     from_cache: int  # answers the rows read from the cache
@@ -52,28 +55,26 @@ class PendingReplay:
     def counted(
         self, summary: DataSummary, lengths: list[int], config: RunConfig
     ) -> tuple[DataSummary, list[int], list[int], int]:
-        """The data as the run will read it (the team's records, then the replay rows), each record's tokens, each
-        record's tokens as billed (a replay row's 0), and the team's records."""
+        """The data as the run will read it (the team's records, then the replay rows'), each record's tokens, each
+        record's tokens as billed (a replay record's 0), and the team's records."""
         limit, reason = summary.max_seq_len, summary.max_seq_len_reason
-        if config.max_seq_len == AUTO and self.row_tokens:  # Auto's limit from every record, the rows among them
-            choice = choose_max_seq_len(config, np.array([*lengths, *self.row_tokens], dtype=np.int64))
+        if config.max_seq_len == AUTO and self.record_tokens:  # Auto's limit from every record, the rows' among them
+            choice = choose_max_seq_len(config, np.array([*lengths, *self.record_tokens], dtype=np.int64))
             limit, reason = choice.value, choice.reason
-        rows = [min(tokens, limit) if limit else tokens for tokens in self.row_tokens]
-        added = sum(rows)
+        added = [min(tokens, limit) if limit else tokens for tokens in self.record_tokens]
         summary = dataclasses.replace(
             summary,
-            examples=summary.examples + self.rows,
+            examples=summary.examples + len(added),
             conversations=(summary.conversations or 0) + self.rows,
-            messages=(summary.messages or 0) + 2 * self.rows,
-            tokens_in_file=(summary.tokens_in_file or 0) + added,
-            target_tokens=(summary.target_tokens or 0) + self.row_targets,
-            context_tokens=(summary.context_tokens or 0) + added - self.row_targets,
-            max_record_tokens=max([summary.max_record_tokens or 0, *rows]),
+            messages=(summary.messages or 0) + self.messages,
+            tokens_in_file=(summary.tokens_in_file or 0) + sum(added),
+            target_tokens=(summary.target_tokens or 0) + self.record_targets,
+            context_tokens=(summary.context_tokens or 0) + sum(added) - self.record_targets,
+            max_record_tokens=max([summary.max_record_tokens or 0, *added]),
             max_seq_len=limit,
             max_seq_len_reason=reason,
-            counted_with_tokenizer=summary.counted_with_tokenizer,
         )
-        return summary, [*lengths, *rows], [*lengths, *([0] * self.rows)], len(lengths)
+        return summary, [*lengths, *added], [*lengths, *([0] * len(added))], len(lengths)
 
     def to_dict(self, tokens: int | None, tokens_processed: int | None) -> dict:
         """plan.json's replay_added, as a run's (replay_mix.Mixed.to_dict) with `pending`: what is not known yet."""
@@ -94,11 +95,15 @@ def pending_replay(config: RunConfig, tokenizer, total_params: int | None) -> Pe
 
     train, _, _ = replay_mix.team_split(config)
     needed = replay_mix.replay_count(ratio, replay.rows_read(config, len(train)))
+    records = Records(ChatTokenizer(tokenizer), config.record_policy, replay.MAX_NEW_TOKENS)
     if config.general_data:
-        rows = replay_mix.pick(replay_mix.general_rows(config.general_data), needed, config.seed)
-        counts = [_conversation_tokens(tokenizer, row["messages"]) for row in rows]
-        distinct = len({str(row) for row in rows})
-        return PendingReplay(ratio, needed, len(train), str(config.general_data), *_summed(counts), distinct, 0, 0, 0.0)
+        general, _ = read_conversations(config.general_data)
+        rows = replay_mix.pick(general, needed, config.seed)  # the rows write_mixed picks (the same seeded order)
+        tokens, targets = records.of(rows)
+        distinct = len({row.key() for row in rows})
+        messages = sum(len(row.messages) for row in rows)
+        return PendingReplay(ratio, needed, len(train), str(config.general_data), tokens, targets, messages, distinct,
+                             0, 0, 0.0)  # fmt: skip
     order = [p.text for p in replay_mix.training_prompts()]
     random.Random(f"replay-{config.seed}").shuffle(order)  # the order mix_replay asks them in
     cached = replay.cached_answers(config, tokenizer)
@@ -112,43 +117,45 @@ def pending_replay(config: RunConfig, tokenizer, total_params: int | None) -> Pe
             if cached.get(prompt, "") is not None:
                 found.append((prompt, cached.get(prompt)))
     chosen = replay_mix.pick(found, needed, config.seed)
-    counts = [row_tokens(tokenizer, prompt, answer) for prompt, answer in chosen]
-    distinct = len(set(chosen))
+    tokens, targets = records.of([answer_row(prompt, answer) for prompt, answer in chosen])
     seconds = replay.generation_estimate(config, tokenizer, to_answer)
     from_cache = sum(1 for _, answer in set(chosen) if answer is not None)
-    return PendingReplay(ratio, needed, len(train), "base model", *_summed(counts), distinct, len(to_answer),
-                         from_cache, seconds)  # fmt: skip
+    return PendingReplay(ratio, needed, len(train), "base model", tokens, targets, 2 * needed, len(set(chosen)),
+                         len(to_answer), from_cache, seconds)  # fmt: skip
 
 
-def row_tokens(tokenizer, prompt: str, answer: str | None) -> tuple[int, int]:
-    """(tokens, scored tokens) of a chat row of a prompt and its answer, rendered as training renders it; an answer
-    not given yet (None) at the cap, closed by its end of turn."""
-    from finetune.ship.eval.replay import MAX_NEW_TOKENS  # torch: as above (loaded already by the caller)
+@dataclass(frozen=True)
+class Records:
+    """Conversations' training records tokenized as the data path tokenizes them, for their lengths: an answer not
+    given yet (None) stands at the `cap` (the tokens of a one-token placeholder, then cap - 1 more)."""
 
-    asked = prompt_ids(tokenizer, [{"role": "user", "content": prompt}])
-    if answer is None:
-        return len(asked) + MAX_NEW_TOKENS + 1, MAX_NEW_TOKENS + 1
-    messages = [{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}]
-    whole = _rendered(tokenizer, messages)
-    return whole, whole - len(asked)
+    chat: ChatTokenizer
+    policy: str
+    cap: int
+
+    def of(self, conversations: list[Conversation]) -> tuple[tuple[int, ...], int]:
+        """Each record's tokens, and the records' scored tokens in all."""
+        tokens, targets = [], 0
+        for conversation in conversations:
+            pending = any(m.content is None for m in conversation.messages)
+            if pending:  # the cap's worth of answer: a placeholder of one token, and the rest counted
+                conversation = dataclasses.replace(conversation, messages=tuple(
+                    dataclasses.replace(m, content=PLACEHOLDER) if m.content is None else m
+                    for m in conversation.messages))  # fmt: skip
+            for record in build_records(conversation, 0, self.policy):
+                outcome = self.chat.tokenize_whole(record)
+                more = self.cap - len(self.chat.encode(PLACEHOLDER)) if pending else 0
+                tokens.append(outcome.total_tokens + more)
+                targets += int((outcome.weights > 0).sum()) + more
+        return tuple(tokens), targets
 
 
-def _conversation_tokens(tokenizer, messages: list[dict]) -> tuple[int, int]:
-    """(tokens, scored tokens: those after the first assistant reply's prompt) of a general conversation."""
-    first = next((i for i, m in enumerate(messages) if m.get("role") == "assistant"), len(messages))
-    whole = _rendered(tokenizer, messages)
-    return whole, whole - len(prompt_ids(tokenizer, messages[:first])) if first else whole
+PLACEHOLDER = "."
 
 
-def _rendered(tokenizer, messages: list[dict]) -> int:
-    """Tokens of a whole conversation, rendered with the chat template and encoded as training encodes it."""
-    return len(
-        tokenizer(tokenizer.apply_chat_template(messages, tokenize=False), add_special_tokens=False)["input_ids"]
-    )
-
-
-def _summed(counts: list[tuple[int, int]]) -> tuple[tuple[int, ...], int]:
-    return tuple(tokens for tokens, _ in counts), sum(targets for _, targets in counts)
+def answer_row(prompt: str, answer: str | None) -> Conversation:
+    """A prompt and the base's answer to it (None: not given yet), as a conversation of the data path."""
+    return Conversation((Message("user", prompt), Message("assistant", answer)), 0)  # type: ignore[arg-type]
 
 
 def is_pending(plan: Plan) -> bool:
