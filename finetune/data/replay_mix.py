@@ -39,7 +39,6 @@ PROMPTS_FILE = Path(__file__).resolve().parent / "replay" / "prompts.jsonl"
 OFF = "off"
 HELD_OUT_EVERY = 8  # about one prompt in eight is kept back for a later general validation set
 TRAIN_FILE, VAL_FILE, RECORD_FILE = "train.jsonl", "val.jsonl", "replay.json"
-PROGRESS = "finetune_progress"  # a log record's attribute with a progress line's numbers (ship/eval/replay.py `_tell`)
 
 
 @dataclass(frozen=True)

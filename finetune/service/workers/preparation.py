@@ -22,7 +22,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from finetune.data.replay_mix import PROGRESS
 from finetune.plan.plan import Plan
 from finetune.service.options import ServiceOptions
 from finetune.service.storage import usage
@@ -33,6 +32,7 @@ from finetune.settings.config import RunConfig
 from finetune.settings.errors import DataError, UserError
 from finetune.settings.registry import setting
 from finetune.settings.wording import render
+from finetune.ship.eval.progress import PROGRESS
 
 
 @contextmanager

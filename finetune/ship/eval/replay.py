@@ -40,6 +40,7 @@ from finetune.settings.errors import UserError
 from finetune.settings.fingerprint import model_identity
 from finetune.settings.wording import ref
 from finetune.ship.eval.generate import generate_ids
+from finetune.ship.eval.progress import tell
 from finetune.train.model import load_model
 
 log = logging.getLogger("finetune")
@@ -150,21 +151,15 @@ def _say_cost(config: RunConfig, tokenizer, left: list[str], cached: dict, neede
     most = len(unknown) if needed is None else min(len(unknown), max(CHUNK, 2 * (needed - have)))
     seconds = generation_estimate(config, tokenizer, unknown[:most])
     estimate = f", about {round(seconds / 60) or '<1'} min at most (an estimate)" if seconds is not None else ""
-    _tell(f"The base model answers up to {most} general prompts before the first step{estimate}; once per base: "
+    tell(f"The base model answers up to {most} general prompts before the first step{estimate}; once per base: "
           "cached for later runs", {"prompts": most, "estimated_s": seconds})  # fmt: skip
     return most
 
 
 def _say_progress(answered: int, most: int, seconds: float) -> None:
     """A line per batch while the base answers (the command line's log, a job's events)."""
-    _tell(f"The base model answered {answered} of up to {most} general prompts ({seconds:.0f} s)",
+    tell(f"The base model answered {answered} of up to {most} general prompts ({seconds:.0f} s)",
           {"answered": answered, "prompts": most, "seconds": round(seconds, 1)})  # fmt: skip
-
-
-def _tell(message: str, data: dict) -> None:
-    """A line of the finetune log that a service worker also turns into an event of the job it prepares
-    (`extra["progress"]`: service/workers/preparation.py)."""
-    log.info("%s", message, extra={replay_mix.PROGRESS: data})
 
 
 def generation_estimate(config: RunConfig, tokenizer, prompts: list[str]) -> float | None:

@@ -87,7 +87,9 @@ def test_train_with_a_pending_plan_completes_it(team, toy_model, tmp_path, monke
     assert calls["generate"] > 0 and run.plan.replay_added["generated"]["answered_now"] > 0
     assert run.plan.total_steps == preview.total_steps == run.loop.steps
     written = json.loads((out / "plan.json").read_text())
-    assert "pending" not in written["replay_added"] and written["settings"]["data"] == str(out / "replay" / "train.jsonl")
+    assert "pending" not in written["replay_added"] and written["settings"]["data"] == str(
+        out / "replay" / "train.jsonl"
+    )
 
 
 # ----------------------------------------------------------------------------- the cache, batch by batch
