@@ -29,7 +29,7 @@ from finetune.bucket.inputs import INPUT_SETTINGS, local_inputs, read_text
 from finetune.data.arrays import record_lengths
 from finetune.data.dispatch import prepare
 from finetune.data.prepare import scanned_users_files
-from finetune.data.replay_mix import billed_lengths, replay_on, replay_ratio
+from finetune.data.replay_mix import billed_lengths, replay_on, team_records
 from finetune.data.skipped import write_skipped
 from finetune.data.tokenize import load_tokenizer
 from finetune.models.facts import load_model_facts
@@ -44,7 +44,7 @@ from finetune.settings.errors import UserError
 from finetune.settings.fingerprint import run_fingerprint
 from finetune.settings.version import code_version
 from finetune.settings.wording import ref, render
-from finetune.ship.eval.replay_preview import PendingReplay, as_given, is_pending, pending_replay
+from finetune.ship.eval.replay_preview import PendingReplay, as_given, is_pending, pending_replay, with_replay
 from finetune.ship.eval.test_split import held_out_lines, hold_out_test
 from finetune.ship.export.card import model_card
 from finetune.ship.run_folder import locate_weights
@@ -180,7 +180,7 @@ def plan_run(
         prepared.summary, lengths, billed, team = mixed.counted(prepared.summary, lengths, config)
     else:  # a replay row's tokens are not billed
         billed = billed_lengths(prepared.train, mixed.team_rows if mixed else None)
-        team = _team_records(prepared.train, mixed) if mixed else 0
+        team = team_records(prepared.train, mixed.team_rows) if mixed else 0
     plan = build_plan(
         config,
         prepared.summary,
@@ -192,7 +192,7 @@ def plan_run(
         billed=Billed(team, sum(billed), lambda effective, steps: schedule_tokens(
             billed, effective, config.seed, config.last_batch, steps)) if mixed else None,
     )  # fmt: skip
-    plan = _with_replay(plan, mixed, config, facts, sum(billed))
+    plan = with_replay(plan, mixed, config, facts.total_params if facts else None, sum(billed))
     plan, general = _general_val(plan, tokenizer, ctx, generate=out is not None)  # the forgetting curve (off: nothing)
     return PlannedRun(config, tokenizer, prepared, plan, general)
 
@@ -221,12 +221,6 @@ def _replayed(config: RunConfig, out: Path | None, tokenizer, ctx: DistContext |
     return mixed.config, mixed
 
 
-def _team_records(records, mixed) -> int:
-    """The training records of the team's own conversations (the mixed file's first `team_rows` lines)."""
-    lines = records.line.tolist() if hasattr(records, "line") else [r.line for r in records]
-    return sum(1 for line in lines if line <= mixed.team_rows)
-
-
 def _found_in_given_files(summary, given: RunConfig, out: Path | None, mixed):
     """The data's summary with the sensitive values named as found in the user's files (less the test split), the
     general conversations replay mixed in included, and the invented specifics of the team's own replies: the copies'
@@ -235,18 +229,6 @@ def _found_in_given_files(summary, given: RunConfig, out: Path | None, mixed):
     general = given.general_data if mixed is not None else None
     sensitive_found, invented_specifics = scanned_users_files(given, held, general)
     return dataclasses.replace(summary, sensitive_found=sensitive_found, invented_specifics=invented_specifics)
-
-
-def _with_replay(plan: Plan, mixed, config: RunConfig, facts, team_tokens: int) -> Plan:
-    """The plan records what replay added (rows, their tokens: trained on, not billed) and Auto's ratio or why Auto
-    left it off."""
-    _, reason = replay_ratio(config, facts.total_params if facts else None)
-    auto = {**plan.auto, "replay": reason} if reason else plan.auto
-    if mixed is None:
-        return dataclasses.replace(plan, auto=auto)
-    in_file = plan.data.tokens_in_file - team_tokens if plan.data.tokens_in_file is not None else None
-    trained = plan.tokens_trained - plan.tokens_processed if plan.tokens_trained is not None else None
-    return dataclasses.replace(plan, replay_added=mixed.to_dict(in_file, trained), auto=auto)
 
 
 def _general_val(plan: Plan, tokenizer, ctx: DistContext | None, generate: bool = True) -> tuple[Plan, object]:

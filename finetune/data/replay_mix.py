@@ -181,6 +181,12 @@ def replay_tokens(records, team_rows: int) -> int:
     return sum(len(r.input_ids) for r in records if r.line > team_rows)
 
 
+def team_records(records, team_rows: int) -> int:
+    """The training records of the team's own conversations (the mixed file's first `team_rows` lines)."""
+    lines = records.line.tolist() if hasattr(records, "line") else [r.line for r in records]
+    return sum(1 for line in lines if line <= team_rows)
+
+
 def billed_lengths(records, team_rows: int | None) -> list[int]:
     """Each training record's tokens as billed: the team's as they are, a replay row's (after the team's `team_rows`
     lines of the mixed file) 0. Without replay (`team_rows` None), every record's."""

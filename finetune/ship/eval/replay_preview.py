@@ -1,4 +1,5 @@
-"""Self-replay counted for a plan that trains nothing: its rows, tokens and the base's time, nothing generated.
+"""Self-replay in the plan: what a run mixed in, or, for a plan that trains nothing, its rows, tokens and the base's
+time counted with nothing generated.
 
     pending = pending_replay(config, tokenizer, total_params)     # None when replay is off
     summary, lengths, billed, team = pending.counted(summary, team_lengths, config)
@@ -156,6 +157,18 @@ PLACEHOLDER = "."
 def answer_row(prompt: str, answer: str | None) -> Conversation:
     """A prompt and the base's answer to it (None: not given yet), as a conversation of the data path."""
     return Conversation((Message("user", prompt), Message("assistant", answer)), 0)  # type: ignore[arg-type]
+
+
+def with_replay(plan: Plan, mixed, config: RunConfig, total_params: int | None, team_tokens: int) -> Plan:
+    """The plan records what replay added (rows, their tokens: trained on, not billed; `mixed` a run's Mixed or a
+    PendingReplay) and Auto's ratio or why Auto left it off."""
+    _, reason = replay_mix.replay_ratio(config, total_params)
+    auto = {**plan.auto, "replay": reason} if reason else plan.auto
+    if mixed is None:
+        return dataclasses.replace(plan, auto=auto)
+    in_file = plan.data.tokens_in_file - team_tokens if plan.data.tokens_in_file is not None else None
+    trained = plan.tokens_trained - plan.tokens_processed if plan.tokens_trained is not None else None
+    return dataclasses.replace(plan, replay_added=mixed.to_dict(in_file, trained), auto=auto)
 
 
 def is_pending(plan: Plan) -> bool:
