@@ -7,7 +7,8 @@ that holds the pulled base (`finetune base pull BASE` first: its GGUF and its co
 and nothing else: no replay answers, no forgetting-curve answers, no token cache, no known speed. The process runs
 with transformers' `AutoModelForCausalLM.from_pretrained` replaced by a function that fails, so a plan that loaded
 the model's weights would fail here. Printed and written: the wall time of each run, the load average around it,
-what the plan says self-replay and the forgetting curve will cost (counted, not generated) and its step count.
+its CPU seconds (the steadier measure on a shared machine), what the plan says self-replay and the forgetting curve
+will cost (counted, not generated) and its step count.
 Target: <= 10 s (before issue 49 the same plan answered the replay and forgetting-curve prompts: minutes).
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -44,18 +46,22 @@ def one_run(base: str, data: Path, usual: Path) -> dict:
                 os.symlink(usual / name, Path(root) / name)
         env = {**os.environ, "FINETUNE_CACHE": root, "PYTHONPATH": str(REPO)}
         load = os.getloadavg()[0]
+        used = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
         done = subprocess.run(
             [sys.executable, "-c", PLAN, "plan", str(data), "--model", base, "--json"],
             env=env, capture_output=True, text=True, cwd=REPO,
         )  # fmt: skip
         wall = time.perf_counter() - started
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = after.ru_utime - used.ru_utime + after.ru_stime - used.ru_stime
         if done.returncode != 0:
             raise SystemExit(f"the plan failed ({done.returncode}):\n{done.stderr[-3000:]}")
         left = sorted(p.name for p in Path(root).iterdir() if p.name not in LINKED)
     plan = json.loads(done.stdout)
     return {
         "wall_s": round(wall, 2),
+        "cpu_s": round(cpu, 2),  # the process's CPU seconds: the steadier measure on a shared machine
         "load_before": round(load, 2),
         "load_after": round(os.getloadavg()[0], 2),
         "total_steps": plan["total_steps"],
@@ -82,6 +88,7 @@ def main(argv: list[str] | None = None) -> None:
         "cores": len(os.sched_getaffinity(0)),
         "runs": runs,
         "wall_s": [r["wall_s"] for r in runs],
+        "cpu_s": [r["cpu_s"] for r in runs],
         "left_in_tmp": tmp_left,
         "target_s": 10,
     }
