@@ -139,13 +139,14 @@ def _when_training(pending: dict) -> str:
 
 def _general_val_line(general: dict) -> str:
     """What the forgetting curve measures and what it costs (its evaluations are not billed)."""
-    answers = (
-        "read from the cache"
-        if general["cached"]
-        else f"generated once for this base in {_duration(general['generation_s'])} (cached)"
-    )
     if general.get("pending"):  # a plan that generates nothing: counted, answers not given yet at the cap
         answers = f"given to {_when_training(general['pending'])}"
+    else:
+        answers = (
+            "read from the cache"
+            if general["cached"]
+            else f"generated once for this base in {_duration(general['generation_s'])} (cached)"
+        )
     time = f", about {_duration(general['seconds'])} in all" if general.get("seconds") is not None else ""
     notes = [f"{general['answers']} finished" if general["answers"] is not None else "counted at the cap"]
     notes += [f"{general['left_out']} left out as longer than the record limit"] if general.get("left_out") else []

@@ -5,6 +5,7 @@ batch as it arrives: a run killed during generation loses nothing, and the next 
 
 from __future__ import annotations
 
+import io
 import json
 import signal
 import subprocess
@@ -14,11 +15,13 @@ from pathlib import Path
 
 import pytest
 from replay_fixtures import counting_base
+from rich.console import Console
 
 from finetune.commands.plan import make_plan
 from finetune.data import replay_mix
 from finetune.data.tokenize import load_tokenizer
 from finetune.plan.plan import Plan
+from finetune.plan.render import render_plan
 from finetune.run import train
 from finetune.settings.config import RunConfig
 from finetune.ship.eval import replay
@@ -56,6 +59,11 @@ def test_a_plan_loads_no_model_generates_nothing_and_leaves_nothing_behind(team,
     assert general["pending"]["prompts"] == general["prompts"] == len(replay_mix.held_out_prompts())
     assert general["records"] == general["prompts"] and general["answers"] is None and general["cached"] is False
     assert plan.tokens_processed == plan.data.tokens_in_file * plan.epochs - added["tokens_processed"]
+    console = Console(file=io.StringIO(), width=400)
+    render_plan(plan, console)
+    text = console.file.getvalue()
+    assert "the base answers 32 prompts when training starts (" in text and "counted at the cap" in text
+    assert f"the base's answers given to {general['prompts']} prompts when training starts (" in text
 
 
 def test_the_run_takes_the_steps_the_plan_counted_and_its_answers_make_the_counts_exact(team, toy_model, tmp_path,
@@ -99,6 +107,7 @@ import os, signal, sys
 import pytest
 sys.path.insert(0, {tests!r})
 from replay_fixtures import counting_base
+from rich.console import Console
 from finetune.data.tokenize import load_tokenizer
 from finetune.settings.config import RunConfig
 from finetune.ship.eval import replay
