@@ -205,7 +205,7 @@ def verdict(report: dict) -> tuple[bool, list[str], str]:
 
 
 def check_retention(
-    run: str | Path, *, max_new_tokens: int | None = None, batch_size: int = BATCH, limit: int | None = None
+    run: str | Path, *, max_new_tokens: int | None = None, batch_size: int | None = None, limit: int | None = None
 ) -> dict:
     """Compare a run's final weights with its base on the general set; returns retention.json's content.
 
@@ -218,7 +218,7 @@ def check_retention(
     started = time.perf_counter()
     prompts, choices = load_general_set()
     items = GeneralItems(subset(prompts, limit), subset(load_instructions(), limit), subset(choices, limit))
-    settings = Settings(max_new_tokens or MAX_NEW_TOKENS, REQUEST_TOKENS, batch_size, SCORE_BATCH)
+    settings = Settings(max_new_tokens or MAX_NEW_TOKENS, REQUEST_TOKENS, batch_size or BATCH, SCORE_BATCH)
     weights, sides, tokenizer = _load(Path(run))
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     choice_rows = _choice_rows(tokenizer, items.choices)
@@ -234,7 +234,7 @@ def check_retention(
     report["settings"] = {
         "max_new_tokens": settings.max_new_tokens,
         "request_tokens": settings.request_tokens,
-        "batch_size": batch_size,
+        "batch_size": settings.batch_size,
         "choice_score": "mean log-likelihood per option token, after the question and the reply's lead",
         "interval": "95%: Wilson per model; Newcombe's paired score interval (method 10) for the change",
     }

@@ -99,7 +99,8 @@ def test_a_limited_check_says_its_estimate_first_then_each_batch_and_that_it_was
     answer, and `--retention-limit N`: N of each kind, spread evenly, said in the verdict."""
     monkeypatch.setattr(retention, "MAX_NEW_TOKENS", 2)
     monkeypatch.setattr(retention, "REQUEST_TOKENS", 2)
-    limit = retention.BATCH + 6  # two batches of general prompts: 64, then 6
+    monkeypatch.setattr(retention, "BATCH", 4)
+    limit = 6  # two batches of general prompts: 4, then 2
     assert main(["eval", str(run_copy), "--retention", "--retention-only", "--retention-limit", str(limit)]) == 0
     lines = capsys.readouterr().err.splitlines()
     estimate = evaluation_estimate(run_copy, retention=True, test=False, limit=limit)
