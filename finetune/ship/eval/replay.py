@@ -118,7 +118,7 @@ def answer_prompts(config: RunConfig, tokenizer, prompts: list[str], needed: int
             new |= _answer(model, tokenizer, missing)
             cached |= new
             _append_cache(path, {p: cached[p] for p in missing})
-            _say_progress(len(new), most, time.perf_counter() - started)
+            _say_progress(len(new), max(most, len(new)), time.perf_counter() - started)
         rows += [_row(p, cached[p]) for p in chunk if cached[p] is not None]
         asked += len(chunk)
     if not rows:
