@@ -22,15 +22,17 @@ the setting, and the message is context (never scored).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 from finetune.data.convert import conversation_to_openai
+from finetune.data.parallel import file_digest
 from finetune.data.redaction import redact_document
-from finetune.data.replay_mix import SCRATCH_PREFIX, team_split
+from finetune.data.replay_mix import team_split
 from finetune.data.types import Conversation, Message
+from finetune.settings import caches
 from finetune.settings.config import AUTO, RunConfig
 
 FOLDER = "team"
@@ -71,7 +73,7 @@ def _bound(config: RunConfig, out: Path | None, write: bool) -> RunConfig:
     train, val, _ = team_split(config)
     if config.val_file:
         val, _, _ = team_split(dataclasses.replace(config, data=config.val_file, val_file=None, val_fraction=0.0))
-    folder = out / FOLDER if out is not None else Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))
+    folder = out / FOLDER if out is not None else _cached_folder(config)
     changes: dict = {"data": str(folder / TRAIN_FILE), "format": "chat"}
     changes |= {"val_file": str(folder / VAL_FILE), "val_fraction": AUTO} if val else {"val_fraction": 0.0}
     if write:
@@ -81,6 +83,19 @@ def _bound(config: RunConfig, out: Path | None, write: bool) -> RunConfig:
         if val:
             _write(folder / VAL_FILE, [bound_conversation(c, config.team_system) for c in val], redact)
     return dataclasses.replace(config, **changes)
+
+
+def _cached_folder(config: RunConfig) -> Path:
+    """Where a plan without an output folder (`finetune plan`, the API's preview) keeps its copy: the cache root, under
+    a key of what the copy holds (never /tmp: nothing is left behind, and the next plan of the same data reads it)."""
+    key = {
+        "data": file_digest(config.data),
+        "val_file": file_digest(config.val_file) if config.val_file else None,
+        "split": [str(config.val_fraction), config.seed, config.format, config.skip_invalid, config.sensitive_data],
+        "team_system": config.team_system,
+    }
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
+    return caches.root() / FOLDER / digest
 
 
 def _write(path: Path, conversations: list[Conversation], redact: bool) -> None:

@@ -78,6 +78,18 @@ def test_team_conversations_get_it_after_the_split_and_validation_holds_the_same
     assert plain.config.data == team  # unset: the run reads the user's file as before
 
 
+def test_a_plan_without_an_output_folder_leaves_nothing_in_tmp(team, toy_model, tmp_path, calls, monkeypatch):
+    import tempfile
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    first = plan_run(RunConfig(data=team, model=str(toy_model), team_system=SYSTEM), None, measure=False)
+    again = plan_run(RunConfig(data=team, model=str(toy_model), team_system=SYSTEM), None, measure=False)
+    assert Path(first.config.data).parent.parent == tmp_path / "cache" / "team" and first.config.data == again.config.data
+    assert not any(scratch.iterdir()) and first.plan.data.conversations > 0
+
+
 def test_replay_rows_keep_the_templates_default_context(team, toy_model, tmp_path, calls):
     on = _plan(team, toy_model, tmp_path / "on", replay=0.25, team_system=SYSTEM)
     rows = _rows(on.config.data)
