@@ -28,6 +28,7 @@ from finetune.data.combine import val_fraction
 from finetune.data.convert import conversation_to_openai
 from finetune.data.prepare import read_conversations
 from finetune.data.redaction import redact_document
+from finetune.data.sensitive import redacted
 from finetune.data.split import split_conversations
 from finetune.data.types import Conversation
 from finetune.rules.replay import auto_replay
@@ -173,13 +174,19 @@ def write_mixed(
     if write:
         folder.mkdir(parents=True, exist_ok=True)
         redact = config.sensitive_data == "redact"  # the copies hold placeholders, as the tokens will
-        _write(folder / TRAIN_FILE, [conversation_to_openai(c) for c in train] + chosen, redact)
+        _write(folder / TRAIN_FILE, [conversation_to_openai(c) for c in _as_trained(train, redact)] + chosen, redact)
         if val:
-            _write(folder / VAL_FILE, [conversation_to_openai(c) for c in val], redact)
+            _write(folder / VAL_FILE, [conversation_to_openai(c) for c in _as_trained(val, redact)], redact)
         record = {"source_data": config.data, "ratio": ratio, "rows": len(chosen), "team_rows": len(train)}
         (folder / RECORD_FILE).write_text(json.dumps(record | {"from": source}, indent=2), encoding="utf-8")
     distinct = len({json.dumps(row, sort_keys=True) for row in chosen})
     return Mixed(dataclasses.replace(config, **changes), ratio, len(chosen), distinct, len(train), source)
+
+
+def _as_trained(conversations: list[Conversation], redact: bool) -> list[Conversation]:
+    """The conversations as the tokens will hold them: with redact, their values replaced where the reader found them
+    (a number in a tool call's arguments, an address split over content parts), before they are written out."""
+    return redacted(conversations) if redact else conversations
 
 
 def replay_tokens(records, team_rows: int) -> int:

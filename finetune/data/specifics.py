@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
-from finetune.data.sensitive import email_spans, phone_spans
+from finetune.data.detectors import email_spans, phone_spans
 
 KINDS = ("identifier", "amount", "date", "time", "ending", "phone", "email", "url", "tracking")
 NAMES = {
