@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING
 from finetune.data.arrays import record_lengths
 from finetune.data.dispatch import prepare
 from finetune.data.prepare import found_in_users_files, invented_in_users_file
-from finetune.data.replay_mix import billed_lengths, replay_on, replay_ratio
+from finetune.data.replay_mix import billed_flags, replay_on, replay_ratio
 from finetune.data.skipped import write_skipped
 from finetune.data.tokenize import load_tokenizer
 from finetune.models.facts import load_model_facts
 from finetune.models.source import model_name, resolve_model
-from finetune.plan.build import Billed, build_plan
+from finetune.plan.build import build_plan
 from finetune.plan.plan import Plan
 from finetune.report.metrics import read_metrics
 from finetune.report.plot import plot_loss_curve
@@ -47,6 +47,7 @@ from finetune.ship.eval.test_split import held_out_lines, hold_out_test
 from finetune.ship.export.card import model_card
 from finetune.ship.run_folder import locate_weights
 from finetune.track import Trackers, start_trackers
+from finetune.train.billed import checked_bill, planned_bill, replay_tokens_trained
 from finetune.train.order import schedule_tokens
 from finetune.train.speed import local_device_kind, planned_speed, remember_speed
 
@@ -124,7 +125,7 @@ def _run(config: RunConfig, plan: Plan | None, on_plan, on_step, objective: Obje
         model, planned.prepared.train, planned.prepared.val, plan, out, ctx,
         objective=objective, pad_id=pad_id, resume=config.resume, on_step=trackers.chain(on_step),
         fingerprint=run_fingerprint(plan), allow_changes=config.allow_changes,
-        general_val=planned.general_val or (),
+        general_val=planned.general_val or (), billed=billed_flags(planned.prepared.train, plan.replay_added),
     )  # fmt: skip
     if not ctx.is_main:
         return TrainResult(out, plan, {}, None, result)
@@ -136,8 +137,8 @@ def _run(config: RunConfig, plan: Plan | None, on_plan, on_step, objective: Obje
         model, planned.tokenizer, plan, objective, planned.prepared.val, pad_id, final, ctx.device,
         use_bf16(plan.dtype, ctx.device),
     )  # fmt: skip  # adapter_scale (ship/adapter_scale.py): None when off, and the adapter stays as written
-    billed = _billed_tokens(planned.prepared.train, plan, result.steps)
-    report = write_run_report(out, plan, result, final, objective, scale, billed)  # report.json, loss_curve.png
+    bill = checked_bill(planned.prepared.train, plan, result.steps, result.tokens_billed, result.tokens_processed)
+    report = write_run_report(out, plan, result, final, objective, scale, bill)  # report.json, loss_curve.png
     kind = "adapter" if plan.method == "lora" else "full"
     (final / "README.md").write_text(model_card(locate_weights(out), kind), encoding="utf-8")  # the model card
     trackers.finish(out, report)  # report_to: the report, loss curve and card; waits a few seconds at most
@@ -173,7 +174,7 @@ def plan_run(
     if prepared.from_cache and _is_main(ctx):
         log.info("tokenized data read from the token cache (%s)", prepared.cache_entry)
     train = prepared.train
-    billed = billed_lengths(train, mixed.team_rows if mixed else None)  # a replay row's tokens are not billed
+    billed, team_tokens = planned_bill(train, mixed, config)  # the base's replay answers are not billed
     plan = build_plan(
         config,
         prepared.summary,
@@ -182,10 +183,9 @@ def plan_run(
             record_lengths(train), effective, config.seed, config.last_batch, steps
         ),
         speed=planned_speed(config, prepared.summary, ctx.device if ctx else None, measure, speed_of) if config.model else None,
-        billed=Billed(_team_records(train, mixed), sum(billed), lambda effective, steps: schedule_tokens(
-            billed, effective, config.seed, config.last_batch, steps)) if mixed else None,
+        billed=billed,
     )  # fmt: skip
-    plan = _with_replay(plan, mixed, config, facts, sum(billed))
+    plan = _with_replay(plan, mixed, config, facts, team_tokens, train)
     plan, general = _general_val(plan, tokenizer, ctx)  # the forgetting curve (off: nothing)
     return PlannedRun(config, tokenizer, prepared, plan, general)
 
@@ -212,12 +212,6 @@ def _replayed(config: RunConfig, out: Path | None, tokenizer, ctx: DistContext |
     return mixed.config, mixed
 
 
-def _team_records(records, mixed) -> int:
-    """The training records of the team's own conversations (the mixed file's first `team_rows` lines)."""
-    lines = records.line.tolist() if hasattr(records, "line") else [r.line for r in records]
-    return sum(1 for line in lines if line <= mixed.team_rows)
-
-
 def _found_in_given_files(summary, given: RunConfig, out: Path | None, mixed):
     """The data's summary with the sensitive values named as found in the user's files (less the test split), the
     general conversations replay mixed in included, and the invented specifics of the team's own replies: the copies'
@@ -231,15 +225,15 @@ def _found_in_given_files(summary, given: RunConfig, out: Path | None, mixed):
     )
 
 
-def _with_replay(plan: Plan, mixed, config: RunConfig, facts, team_tokens: int) -> Plan:
-    """The plan records what replay added (rows, their tokens: trained on, not billed) and Auto's ratio or why Auto
-    left it off."""
+def _with_replay(plan: Plan, mixed, config: RunConfig, facts, team_tokens: int, records) -> Plan:
+    """The plan records what replay added (rows, their tokens trained on; billed when they are the tenant's own)
+    and Auto's ratio or why Auto left it off."""
     _, reason = replay_ratio(config, facts.total_params if facts else None)
     auto = {**plan.auto, "replay": reason} if reason else plan.auto
     if mixed is None:
         return dataclasses.replace(plan, auto=auto)
     in_file = plan.data.tokens_in_file - team_tokens if plan.data.tokens_in_file is not None else None
-    trained = plan.tokens_trained - plan.tokens_processed if plan.tokens_trained is not None else None
+    trained = replay_tokens_trained(records, plan, mixed.team_rows)
     return dataclasses.replace(plan, replay_added=mixed.to_dict(in_file, trained), auto=auto)
 
 
@@ -392,19 +386,12 @@ def _resume_note(out: Path, devices: int) -> str | None:
     )
 
 
-def _billed_tokens(records, plan: Plan, steps: int) -> int:
-    """The tokens of the team's records the run's `steps` read: what is billed (replay rows are the product's)."""
-    team_rows = (plan.replay_added or {}).get("team_rows")
-    lengths = billed_lengths(records, team_rows)
-    return schedule_tokens(lengths, plan.effective_batch, plan.seed, plan.last_batch, steps)
-
-
 def write_run_report(
     out: Path, plan: Plan, result: LoopResult, final: Path, objective: Objective, adapter_scale: dict | None = None,
-    billed_tokens: int | None = None,
+    bill: dict | None = None,
 ) -> dict:  # fmt: skip
     """metrics.jsonl -> the objective's diagnosis, loss_curve.png and report.json (with the adapter's scale, when
-    adapter_scale is on). `billed_tokens`: the team's tokens the run read (None: every token it read)."""
+    adapter_scale is on). `bill`: what was billed (train/billed.checked_bill; None: what the loop counted)."""
     rows = read_metrics(out / "metrics.jsonl")
     plot_loss_curve(rows, out / "loss_curve.png", plan.steps_per_epoch, result.best_step, title=model_name(plan.model))
     report = build_report(
@@ -414,8 +401,9 @@ def write_run_report(
         wall_time_s=result.wall_time_s,
         final_weights=str(final),
         final_is_best=result.best_step is not None,
-        tokens_processed=result.tokens_processed if billed_tokens is None else billed_tokens,
+        tokens_processed=result.tokens_billed,
         tokens_trained=result.tokens_processed,
+        bill=bill,
         extra={
             "out_dir": str(out),
             "method": plan.method,
