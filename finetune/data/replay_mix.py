@@ -186,7 +186,8 @@ def write_mixed(
         _write(folder / TRAIN_FILE, [conversation_to_openai(c) for c in _as_trained(train, redact)] + chosen, redact)
         if val:
             _write(folder / VAL_FILE, [conversation_to_openai(c) for c in _as_trained(val, redact)], redact)
-        record = {"source_data": config.data, "ratio": ratio, "rows": len(chosen), "team_rows": len(train)}
+        record = {"source_data": config.data, "ratio": ratio, "rows": len(chosen), "team_rows": len(train),
+                  "team_lines": [c.line for c in train]}  # fmt: skip  # row i of the mix is that line of source_data
         (folder / RECORD_FILE).write_text(json.dumps(record | {"from": source}, indent=2), encoding="utf-8")
     distinct = len({json.dumps(row, sort_keys=True) for row in chosen})
     return Mixed(dataclasses.replace(config, **changes), ratio, len(chosen), distinct, len(train), source)

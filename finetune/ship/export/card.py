@@ -17,6 +17,7 @@ from finetune.settings.registry import in_a_sentence, plan_labels, setting, sett
 from finetune.ship.eval.grounding import GROUNDING_FILE, REFERENCE, cell, line
 from finetune.ship.eval.grounding import MEASURES as GROUNDING
 from finetune.ship.eval.retention import LABELS, points
+from finetune.ship.eval.retention_verdict import cut_sentence
 from finetune.ship.run_folder import RunWeights, locate_weights, read_json
 
 # the plan keys the card shows, in this order (their labels are declared with each setting, or on Plan)
@@ -273,6 +274,8 @@ def _retention(retention: dict) -> list[str]:
     kl = retention.get("kl") or {}
     if kl.get("tokens"):
         lines += ["", f"Mean KL(tuned || base) per token on the base's own answers: {kl['mean_per_token']:.4g} nats."]
+    if cut := cut_sentence(retention.get("cut_at_cap")):
+        lines += ["", f"{cut[0].upper()}{cut[1:]}."]
     if retention.get("message"):
         lines += ["", f"**{'Flag' if retention.get('flag') else 'Verdict'}:** {retention['message']}"]
     if retention.get("flag") and retention.get("remedies"):
