@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from finetune.bucket.inputs import INPUT_SETTINGS, local_inputs, read_text
 from finetune.data.arrays import record_lengths
 from finetune.data.dispatch import prepare
 from finetune.data.prepare import found_in_users_files, invented_in_users_file
@@ -161,6 +162,7 @@ def plan_run(
     another one (the service's API planning for its workers)."""
     if config.gpu is None:  # size memory and time for the machine the run is planned on
         config = dataclasses.replace(config, gpu=local_device_kind(ctx.device if ctx else None))
+    config = dataclasses.replace(config, **local_inputs({n: getattr(config, n) for n in INPUT_SETTINGS}))  # s3://…
     given = config  # the user's own files: a copy the run reads is named by them
     if config.test_fraction and out is not None:
         config = hold_out_test(config, out)  # before the split and the plan: the test set is never trained on
@@ -263,10 +265,16 @@ def train(
     from finetune.train import guards  # torch: only a run that trains needs it
     from finetune.train.distributed import init_distributed, rank_failures, shutdown  # torch: as above
     from finetune.train.loop import TrainingInterrupted  # torch: as above
+    from finetune.train.remote_run import open_remote_run  # torch (train's checkpoints): as above
 
     config.check_required("train")
     joined = ctx is None
     ctx = ctx or init_distributed()
+    # --out s3://…: the run writes a node-local copy, mirrored to the bucket (train/remote_run.py); None: a folder
+    remote = open_remote_run(config.out, config.resume, ctx.rank, RUN_FILES)
+    if remote is not None:
+        config = dataclasses.replace(config, out=str(remote.local))
+        on_plan, on_step = remote.chain(on_plan, on_step) if ctx.is_main else (on_plan, on_step)
     if ctx.is_main:
         guards.check_out_folder(Path(config.out))  # before anything slow: the model may be minutes of download away
     try:
@@ -274,12 +282,16 @@ def train(
             try:
                 result = _run(config, plan, on_plan, on_step, objective, ctx)
                 _wait_for_every_rank(ctx)  # all leave together: none tears down its process group while rank 0 writes
+                if remote is not None and result.report:
+                    result = dataclasses.replace(result, report=remote.finish(result.report))
                 return result
             except OSError as exc:
                 if (full := guards.disk_full_error(exc, Path(config.out))) is not None:
                     raise full from None
                 raise
     finally:
+        if remote is not None:
+            remote.close()
         if joined:
             shutdown(ctx)
 
@@ -287,7 +299,7 @@ def train(
 def load_plan(path: str | Path, out: str, resume: bool = False, allow_changes: str | None = None) -> Plan:
     """A plan.json made by `finetune plan --json` or the service's worker, to execute into `out`."""
     try:
-        document = json.loads(Path(path).read_text(encoding="utf-8"))
+        document = json.loads(read_text(path))  # a file, or an object of a bucket (a job's plan on a cluster)
     except (OSError, ValueError) as exc:
         raise UserError(f"{path}: cannot read the plan ({exc})") from None
     plan = Plan.from_dict(document, out=out, resume=resume, allow_changes=allow_changes)
@@ -304,6 +316,7 @@ def load_plan(path: str | Path, out: str, resume: bool = False, allow_changes: s
 def _executing(plan: Plan, config: RunConfig, ctx: DistContext) -> PlannedRun:
     """The given plan's data, prepared again (from the token cache), after checking it is the data planned on."""
     run = dataclasses.replace(plan.run, out=config.out, resume=config.resume, allow_changes=config.allow_changes)
+    run = dataclasses.replace(run, **local_inputs({n: getattr(run, n) for n in INPUT_SETTINGS}, run.out))  # s3://…
     tokenizer = load_tokenizer(run.model, run.trust_remote_code, run.chat_template)
     prepared = _prepare_on_every_rank(run, tokenizer, ctx, plan.model_facts)
     for name, planned, now in (

@@ -27,6 +27,7 @@ from finetune.settings.registry import in_a_sentence, settings
 from finetune.settings.wording import ref
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors format's own limit
+SOURCE_FILE = ".finetune-source"  # written by bucket/inputs.py into a folder it downloaded: the folder's URI
 EFFECTIVE_BATCH = "effective_batch"  # the one derived number in the fingerprint
 # what checkpoints of earlier versions recorded under other names (None: another shape, not compared)
 OLD_NAMES: dict[str, str | None] = {"val_data": None, "objective": None, "schedule": None}
@@ -105,7 +106,9 @@ def model_identity(model: str) -> dict:
     for weights in sorted(folder.glob("*.safetensors")):
         if not weights.name.startswith("adapter"):
             digest.update(weights.name.encode() + b"\0" + _safetensors_header(weights))
-    return {"name": str(path.resolve()), "sha256": digest.hexdigest()}
+    source = folder / SOURCE_FILE  # a node-local copy of a bucket's folder is named by its URI, on any node
+    name = source.read_text(encoding="utf-8").strip() if source.is_file() else str(path.resolve())
+    return {"name": name, "sha256": digest.hexdigest()}
 
 
 def _value(plan, name: str):

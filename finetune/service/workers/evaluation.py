@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from finetune.service.options import ServiceOptions
+from finetune.service.storage import bucket_copy
 from finetune.service.storage.evaluations import EvaluationClaim, Evaluations
 from finetune.service.storage.job_names import method_type
 from finetune.service.storage.store import Store
@@ -36,6 +37,8 @@ from finetune.ship.eval.retention import RETENTION_FILE, summary
 from finetune.train.trainer_run import die_with_parent
 
 EVAL_FILE = "eval.json"
+TEST_FILE = "test.jsonl"  # the run's held-out test split (ship/eval/test_split.py)
+EVAL_OUTPUTS = (EVAL_FILE, "eval.html", RETENTION_FILE)  # what `finetune eval RUN` writes into the run folder
 # eval.json's numbers (its `rows`, `best`, `worst` quote prompts and answers; `test_file`, `models` are server paths)
 TEST_NUMBERS = ("examples", "summary", "grounding", "win_rate", "val_loss", "steps", "ranked_by")
 
@@ -74,7 +77,9 @@ class EvaluationRunner:
 
     def _run(self, claim: EvaluationClaim) -> None:
         evaluation, job, token = claim.evaluation, claim.job, claim.token
-        run = self.options.runs_dir / job["id"]
+        run = bucket_copy.pull_run(self.options, job["id"])  # --storage: the run, its weights and test split here
+        bucket_copy.pull_weights(self.options, job["id"])
+        bucket_copy.pull(self.options, run / TEST_FILE)
         log = self.options.logs_dir / f"{job['id']}-eval-{evaluation['id']}.log"
         env = {ERROR_FILE_ENV: str(log.with_suffix(".error.json")), AUDIENCE_ENV: f"api:{method_type(job)}"}
         began = time.time()
@@ -102,6 +107,7 @@ class EvaluationRunner:
             self.evaluations.finish(evaluation["id"], token, "failed", error=error)
             return
         results = _scrubbed(results, run, job["id"], self.options.data_dir)
+        bucket_copy.push(self.options, *[p for p in (run / n for n in EVAL_OUTPUTS) if p.is_file()])  # --storage
         self.evaluations.finish(evaluation["id"], token, "succeeded", results=results)
 
     def _wait(self, child: subprocess.Popen, eval_id: str, token: str) -> int | None:

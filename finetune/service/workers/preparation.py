@@ -19,10 +19,11 @@ from pathlib import Path
 
 from finetune.plan.plan import Plan
 from finetune.service.options import ServiceOptions
-from finetune.service.storage import usage
+from finetune.service.storage import bucket_copy, usage
 from finetune.service.storage.job_names import method_type
 from finetune.service.storage.store import Store, now
 from finetune.service.workers import library as core
+from finetune.service.workers.bucket_jobs import published
 from finetune.settings.config import RunConfig
 from finetune.settings.errors import DataError, UserError
 from finetune.settings.registry import setting
@@ -61,6 +62,8 @@ class JobPreparation:
         either). False when the job failed, or was cancelled or paused meanwhile (let go of, then)."""
         if job["resolved"] is not None and plan_path.exists():
             return True
+        for path, _, _ in self.all_files(job):  # --storage: uploads made on another machine come from the bucket
+            bucket_copy.pull(self.options, path)
         config = self._config(job)  # the job's one RunConfig: validated and planned with, never rebuilt
         if job["resolved"] is None:
             notes = self._validate(job, token, config)
@@ -123,12 +126,12 @@ class JobPreparation:
                 return error
         return None
 
-    def _all_files(self, job: dict) -> list[tuple[Path, str, str]]:
+    def all_files(self, job: dict) -> list[tuple[Path, str, str]]:
         return self._checked_files(job) + self._named_files(job)
 
     def uploaded_names(self, job: dict) -> dict[Path, str]:
         """Each stored upload the job reads -> the name it was uploaded as (messages name the files so)."""
-        return {path: shown for path, shown, _ in self._all_files(job)}
+        return {path: shown for path, shown, _ in self.all_files(job)}
 
     def _plan(self, job: dict, token: str, config: RunConfig, plan_path: Path, notes: list[dict] | None = None) -> bool:
         """Plan the job, once: the test set held out into its run folder, the data prepared (tokenized, into the
@@ -146,6 +149,8 @@ class JobPreparation:
             return False
         kind = method_type(job)
         core.write_plan(plan, plan_path, kind)
+        if bucket_copy.enabled(self.options):  # --storage: its trainer reads the plan and inputs from the bucket
+            published(self.options, job["id"], plan, kind)
         self._remember_speed(plan)
         resolved = core.resolved_hyperparameters(plan, kind, named_files(job))
         seconds = plan.cost.seconds
@@ -164,7 +169,7 @@ class JobPreparation:
         return True
 
     def _planning_error(self, exc: UserError, config: RunConfig, job: dict) -> dict:
-        return core.planning_error(exc, config, self._all_files(job))
+        return core.planning_error(exc, config, self.all_files(job))
 
     def _remember_speed(self, plan: Plan) -> None:
         """The speed the plan was estimated with (this machine's runs' own, cached): the API's next plans use it."""
