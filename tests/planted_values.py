@@ -34,6 +34,7 @@ STRUCTURED = {
     "e-mail as an argument's key": "ops.lead@example.net",
     "e-mail in a tool schema": "billing.desk@example.org",
     "card as a tool schema's default": 4000056655665556,
+    "e-mail as a message's name": "agent.desk@example.com",
 }
 SPLIT_EMAIL = ("jane.roe@exa", "mple.org")  # two content parts: a reader joins them into one address
 # what a search of bytes looks for: each value as written, and the PEM block's body (JSON escapes its line breaks)
@@ -68,7 +69,8 @@ def structured_row(copy: int) -> dict:
         {"type": "text", "text": f"({copy}) Write to me at {SPLIT_EMAIL[0]}"},
         {"type": "text", "text": f"{SPLIT_EMAIL[1]} today."},
     ]
-    return {"messages": [{"role": "user", "content": parts}, {"role": "assistant", "content": "", "tool_calls": calls},
+    return {"messages": [{"role": "user", "content": parts, "name": s["e-mail as a message's name"]},
+                         {"role": "assistant", "content": "", "tool_calls": calls},
                          {"role": "tool", "tool_call_id": f"call_{copy}a", "content": "updated"},
                          {"role": "tool", "tool_call_id": f"call_{copy}b", "content": "updated"},
                          {"role": "assistant", "content": f"Done ({copy}): your contact details are updated."}],

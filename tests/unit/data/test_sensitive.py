@@ -279,6 +279,7 @@ def test_values_in_every_shape_json_gives_them_are_found_and_redacted_so_the_cop
     found = scan_conversation(conversation)
     assert sorted({f.field for f in found}) == [
         "content",
+        "name",
         "tool_calls[0].arguments",
         "tool_calls[1].arguments",
         "tools[0]",
