@@ -40,7 +40,6 @@ from finetune.settings.wording import ref
 PROMPTS_FILE = Path(__file__).resolve().parent / "replay" / "prompts.jsonl"
 OFF = "off"
 HELD_OUT_EVERY = 8  # about one prompt in eight is kept back for a later general validation set
-SCRATCH_PREFIX = "finetune-replay-"  # a plan without an output folder mixes into a temporary folder of this name
 TRAIN_FILE, VAL_FILE, RECORD_FILE = "train.jsonl", "val.jsonl", "replay.json"
 BASE_MODEL = "base model"  # Mixed.source of rows the base model answered (the product's own work: not billed)
 
@@ -159,13 +158,6 @@ def general_rows(path: str) -> list[dict]:
     if not conversations:
         raise UserError(f"{path}: no conversation in {ref('general_data')}")
     return [conversation_to_openai(c) for c in conversations]
-
-
-def scratch_mix(config: RunConfig) -> Path | None:
-    """The temporary folder a plan without an output folder mixed its replay into (ship/eval/replay.mix_replay), or
-    None when `config` reads no such mix."""
-    folder = Path(config.data).parent if config.data else None
-    return folder if folder is not None and folder.name.startswith(SCRATCH_PREFIX) else None
 
 
 def write_mixed(

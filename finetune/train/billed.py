@@ -1,7 +1,8 @@
 """The bill of a run, from its records (no torch): what the plan bills, and the loop's count checked afterwards.
 
-    billed, team_tokens = planned_bill(records, mixed, config)   # plan/build.Billed (None without replay)
-    replay_trained = replay_tokens_trained(records, plan)         # replay rows' tokens the plan's steps read
+    team, records_of_team = team_lengths(records, mixed)           # the team's records' tokens (0: a replay row)
+    billed = planned_bill(lengths, team, records_of_team, mixed, config)   # plan/build.Billed
+    replay_trained = replay_tokens_trained(lengths, team, plan)    # replay rows' tokens the plan's steps read
     bill = checked_bill(records, plan, steps, counted_by_loop)     # report.json's `billing`
 
 Who is billed for what is rules/billing.py's: the tenant's own records (its training file, its general conversations),
@@ -24,27 +25,29 @@ from finetune.train.order import schedule_tokens
 log = logging.getLogger("finetune")
 
 
-def planned_bill(records, mixed, config) -> tuple[Billed | None, int]:
-    """What build_plan needs to bill a run with rows mixed in (None without: every token is billed), and the team's
-    tokens in the file."""
-    team = team_flags(records, mixed.team_rows if mixed is not None else None)
-    team_tokens = sum(billed_lengths(records, team))
-    if mixed is None:
-        return None, team_tokens
-    billed = billed_lengths(records, None if mixed.billed else team)
+def team_lengths(records, mixed) -> tuple[list[int], int]:
+    """Each training record's tokens if it is one of the team's (0 for a replay row: the mixed file's lines after the
+    team's `team_rows`), and how many records are the team's."""
+    flags = team_flags(records, mixed.team_rows if mixed is not None else None)
+    return billed_lengths(records, flags), (sum(flags) if flags is not None else len(record_lengths(records)))
+
+
+def planned_bill(lengths: list[int], team: list[int], team_records: int, mixed, config) -> Billed:
+    """What build_plan needs to bill a run with replay rows mixed in: each record's tokens `lengths`, the team's
+    `team` (0 for a replay row); the replay rows are billed when they are the tenant's own (`mixed.billed`)."""
+    billed = lengths if mixed.billed else team
 
     def step_tokens(effective: int, steps: int) -> int:  # called only when a run reads part of its records
         return schedule_tokens(billed, effective, config.seed, config.last_batch, steps)
 
-    return Billed(sum(team or []), team_tokens, sum(billed), step_tokens), team_tokens
+    return Billed(team_records, sum(team), sum(billed), step_tokens)
 
 
-def replay_tokens_trained(records, plan: Plan, team_rows: int) -> int | None:
+def replay_tokens_trained(lengths: list[int], team: list[int], plan: Plan) -> int | None:
     """The replay rows' tokens that the plan's steps read (None when the plan does not know its tokens)."""
     if plan.tokens_trained is None:
         return None
-    team = team_flags(records, team_rows) or []
-    replay = [0 if mine else length for length, mine in zip(record_lengths(records), team, strict=True)]
+    replay = [length - mine for length, mine in zip(lengths, team, strict=True)]
     return schedule_tokens(replay, plan.effective_batch, plan.seed, plan.last_batch, plan.total_steps)
 
 

@@ -8,12 +8,17 @@
                          full then, so that its error names every problem (library.validate_training_file)
 
 The job's RunConfig is built once, here, for this worker's device and prices; the API built one only to check the
-hyperparameters. Nothing here loads torch or a model: the speed is what this machine's runs left in its cache.
+hyperparameters. Nothing here loads torch; planning with the job's run folder is the run's start, so the base answers
+self-replay's prompts then (its estimate and a line per batch become the job's events). The speed is what this
+machine's runs left in its cache.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +33,32 @@ from finetune.settings.config import RunConfig
 from finetune.settings.errors import DataError, UserError
 from finetune.settings.registry import setting
 from finetune.settings.wording import render
+from finetune.ship.eval.progress import PROGRESS
+
+
+@contextmanager
+def _progress_as_events(post: Callable[[dict], object]) -> Iterator[None]:
+    """While a job is planned in this thread, the library's progress lines (the base's estimate before it answers
+    self-replay's prompts, then a line per batch: ship/eval/replay.py) become the job's events; each also renews the
+    claim's lease, so minutes of generation do not let the job go."""
+    thread = threading.get_ident()
+
+    class Forward(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            data = getattr(record, PROGRESS, None)
+            if data is not None and record.thread == thread:
+                post({"message": record.getMessage(), "data": data})
+
+    handler, logger = Forward(logging.INFO), logging.getLogger("finetune")
+    logger.addHandler(handler)
+    level = logger.level
+    if logger.getEffectiveLevel() > logging.INFO:
+        logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 def job_files(options: ServiceOptions, job: dict) -> tuple[Path, Path | None]:
@@ -139,7 +170,8 @@ class JobPreparation:
         terms. `notes`: its files were just screened (_validate), and the preparation finishes their validation:
         the job is `validated` (with these events) once it did."""
         try:
-            plan = core.plan_job(config, out=Path(config.out)).plan
+            with _progress_as_events(lambda event: self.update(job["id"], token, new_events=[event])):
+                plan = core.plan_job(config, out=Path(config.out)).plan  # the base answers replay's prompts here
         except UserError as exc:  # the data as tokenized and split, or the settings, cannot train
             explained = self._explained(config, job) if notes is not None and isinstance(exc, DataError) else None
             error = explained or self._planning_error(exc, config, job)

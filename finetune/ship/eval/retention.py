@@ -67,6 +67,7 @@ from finetune.ship.eval.general_set import (
     set_digest,
 )
 from finetune.ship.eval.instructions import follows
+from finetune.ship.eval.progress import counting
 from finetune.ship.eval.retention_verdict import (  # noqa: F401 (LABELS, MEASURES, points: read from here too)
     LABELS,
     MEASURES,
@@ -110,8 +111,9 @@ KL_DEFINITION = (
 )
 
 
-def _subset(items: tuple, limit: int | None) -> list:
-    """`limit` items spread evenly over the set (every kind keeps its share); all of them without a limit."""
+def subset(items: tuple, limit: int | None) -> list:
+    """`limit` items spread evenly over the set (every kind keeps its share): item i x len / limit for i below
+    `limit`, the same every time; all of them without a limit."""
     if limit is None or limit >= len(items):
         return list(items)
     return [items[i * len(items) // limit] for i in range(limit)]
@@ -153,8 +155,14 @@ def _choice_rows(tokenizer, choices: list[Choice]) -> list[tuple[list[int], list
     return rows
 
 
+def limited(general_set: dict) -> str:
+    """'Limited to 40 general prompts, 40 requests and 40 questions of the set (spread evenly): wider intervals.'"""
+    return (f"Limited to {general_set['prompts']} general prompts, {general_set['requests']} requests and "
+            f"{general_set['choices']} questions of the set (spread evenly): wider intervals than the whole set's.")  # fmt: skip
+
+
 def check_retention(
-    run: str | Path, *, max_new_tokens: int | None = None, batch_size: int = BATCH, limit: int | None = None
+    run: str | Path, *, max_new_tokens: int | None = None, batch_size: int | None = None, limit: int | None = None
 ) -> dict:
     """Compare a run's final weights with its base on the general set; returns retention.json's content.
 
@@ -166,13 +174,14 @@ def check_retention(
     base answered the same set with the same settings before (general_answers.py)."""
     started = time.perf_counter()
     prompts, choices = load_general_set()
-    items = GeneralItems(_subset(prompts, limit), _subset(load_instructions(), limit), _subset(choices, limit))
-    settings = Settings(max_new_tokens or MAX_NEW_TOKENS, REQUEST_TOKENS, batch_size, SCORE_BATCH)
+    items = GeneralItems(subset(prompts, limit), subset(load_instructions(), limit), subset(choices, limit))
+    settings = Settings(max_new_tokens or MAX_NEW_TOKENS, REQUEST_TOKENS, batch_size or BATCH, SCORE_BATCH)
     weights, sides, tokenizer = _load(Path(run))
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     choice_rows = _choice_rows(tokenizer, items.choices)
     loaded = time.perf_counter()
-    answers, base_cached = _both_sides(weights, sides, tokenizer, items, settings, choice_rows, pad_id)
+    with counting("Retention check"):  # a line per batch answered (progress.py)
+        answers, base_cached = _both_sides(weights, sides, tokenizer, items, settings, choice_rows, pad_id)
     generated = time.perf_counter()
     kl_rows = _kl_on_base_answers(sides, tokenizer, items.prompts, answers["base"].prompt_ids, pad_id)
     scored = time.perf_counter()
@@ -182,7 +191,7 @@ def check_retention(
     report["settings"] = {
         "max_new_tokens": settings.max_new_tokens,
         "request_tokens": settings.request_tokens,
-        "batch_size": batch_size,
+        "batch_size": settings.batch_size,
         "choice_score": "mean log-likelihood per option token, after the question and the reply's lead",
         "interval": "95%: Wilson per model; Newcombe's paired score interval (method 10) for the change; "
         "instructions_kept: a cluster bootstrap by answer (seeded)",
@@ -191,6 +200,8 @@ def check_retention(
     }
     report["cut_at_cap"] = cut_at_cap(answers, settings, stop_ids(tokenizer))
     report["flag"], report["flagged"], report["message"] = verdict(report)
+    if limit is not None:  # a subset: say so wherever the verdict is read
+        report["message"] += f" {limited(report['general_set'])}"
     plan = read_json(weights.run / "plan.json")
     head_trained, objective = bool(plan.get("lora_train_head")), plan.get("objective", "sft")
     report["remedies"] = remedies(report["method"], head_trained, objective) if report["flag"] else []
