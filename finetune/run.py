@@ -29,12 +29,12 @@ from finetune.bucket.inputs import INPUT_SETTINGS, local_inputs, read_text
 from finetune.data.arrays import record_lengths
 from finetune.data.dispatch import prepare
 from finetune.data.prepare import scanned_users_files
-from finetune.data.replay_mix import billed_lengths, replay_on, team_records
+from finetune.data.replay_mix import billed_flags, replay_on
 from finetune.data.skipped import write_skipped
 from finetune.data.tokenize import load_tokenizer
 from finetune.models.facts import load_model_facts
 from finetune.models.source import model_name, resolve_model
-from finetune.plan.build import Billed, build_plan
+from finetune.plan.build import build_plan
 from finetune.plan.plan import Plan
 from finetune.report.metrics import read_metrics
 from finetune.report.plot import plot_loss_curve
@@ -49,6 +49,7 @@ from finetune.ship.eval.test_split import held_out_lines, hold_out_test
 from finetune.ship.export.card import model_card
 from finetune.ship.run_folder import locate_weights
 from finetune.track import Trackers, start_trackers
+from finetune.train.billed import checked_bill, planned_bill, replay_tokens_trained, team_lengths
 from finetune.train.order import schedule_tokens
 from finetune.train.speed import local_device_kind, planned_speed, remember_speed
 
@@ -126,7 +127,7 @@ def _run(config: RunConfig, plan: Plan | None, on_plan, on_step, objective: Obje
         model, planned.prepared.train, planned.prepared.val, plan, out, ctx,
         objective=objective, pad_id=pad_id, resume=config.resume, on_step=trackers.chain(on_step),
         fingerprint=run_fingerprint(plan), allow_changes=config.allow_changes,
-        general_val=planned.general_val or (),
+        general_val=planned.general_val or (), billed=billed_flags(planned.prepared.train, plan.replay_added),
     )  # fmt: skip
     if not ctx.is_main:
         return TrainResult(out, plan, {}, None, result)
@@ -138,8 +139,8 @@ def _run(config: RunConfig, plan: Plan | None, on_plan, on_step, objective: Obje
         model, planned.tokenizer, plan, objective, planned.prepared.val, pad_id, final, ctx.device,
         use_bf16(plan.dtype, ctx.device),
     )  # fmt: skip  # adapter_scale (ship/adapter_scale.py): None when off, and the adapter stays as written
-    billed = _billed_tokens(planned.prepared.train, plan, result.steps)
-    report = write_run_report(out, plan, result, final, objective, scale, billed)  # report.json, loss_curve.png
+    bill = checked_bill(planned.prepared.train, plan, result.steps, result.tokens_billed, result.tokens_processed)
+    report = write_run_report(out, plan, result, final, objective, scale, bill)  # report.json, loss_curve.png
     kind = "adapter" if plan.method == "lora" else "full"
     (final / "README.md").write_text(model_card(locate_weights(out), kind), encoding="utf-8")  # the model card
     trackers.finish(out, report)  # report_to: the report, loss curve and card; waits a few seconds at most
@@ -177,10 +178,9 @@ def plan_run(
         log.info("tokenized data read from the token cache (%s)", prepared.cache_entry)
     lengths = record_lengths(prepared.train)
     if isinstance(mixed, PendingReplay):  # no output folder: the replay rows counted into the data, none generated
-        prepared.summary, lengths, billed, team = mixed.counted(prepared.summary, lengths, config)
-    else:  # a replay row's tokens are not billed
-        billed = billed_lengths(prepared.train, mixed.team_rows if mixed else None)
-        team = team_records(prepared.train, mixed.team_rows) if mixed else 0
+        prepared.summary, lengths, team, team_count = mixed.counted(prepared.summary, lengths, config)
+    else:
+        team, team_count = team_lengths(prepared.train, mixed)  # a replay row: 0 (the base's answers are not billed)
     plan = build_plan(
         config,
         prepared.summary,
@@ -189,10 +189,10 @@ def plan_run(
             lengths, effective, config.seed, config.last_batch, steps
         ),
         speed=planned_speed(config, prepared.summary, ctx.device if ctx else None, measure, speed_of) if config.model else None,
-        billed=Billed(team, sum(billed), lambda effective, steps: schedule_tokens(
-            billed, effective, config.seed, config.last_batch, steps)) if mixed else None,
+        billed=planned_bill(lengths, team, team_count, mixed, config) if mixed else None,
     )  # fmt: skip
-    plan = with_replay(plan, mixed, config, facts.total_params if facts else None, sum(billed))
+    replay_trained = replay_tokens_trained(lengths, team, plan) if mixed else None
+    plan = with_replay(plan, mixed, config, facts.total_params if facts else None, sum(team), replay_trained)
     plan, general = _general_val(plan, tokenizer, ctx, generate=out is not None)  # the forgetting curve (off: nothing)
     return PlannedRun(config, tokenizer, prepared, plan, general)
 
@@ -403,19 +403,12 @@ def _resume_note(out: Path, devices: int) -> str | None:
     )
 
 
-def _billed_tokens(records, plan: Plan, steps: int) -> int:
-    """The tokens of the team's records the run's `steps` read: what is billed (replay rows are the product's)."""
-    team_rows = (plan.replay_added or {}).get("team_rows")
-    lengths = billed_lengths(records, team_rows)
-    return schedule_tokens(lengths, plan.effective_batch, plan.seed, plan.last_batch, steps)
-
-
 def write_run_report(
     out: Path, plan: Plan, result: LoopResult, final: Path, objective: Objective, adapter_scale: dict | None = None,
-    billed_tokens: int | None = None,
+    bill: dict | None = None,
 ) -> dict:  # fmt: skip
     """metrics.jsonl -> the objective's diagnosis, loss_curve.png and report.json (with the adapter's scale, when
-    adapter_scale is on). `billed_tokens`: the team's tokens the run read (None: every token it read)."""
+    adapter_scale is on). `bill`: what was billed (train/billed.checked_bill; None: what the loop counted)."""
     rows = read_metrics(out / "metrics.jsonl")
     plot_loss_curve(rows, out / "loss_curve.png", plan.steps_per_epoch, result.best_step, title=model_name(plan.model))
     report = build_report(
@@ -425,8 +418,9 @@ def write_run_report(
         wall_time_s=result.wall_time_s,
         final_weights=str(final),
         final_is_best=result.best_step is not None,
-        tokens_processed=result.tokens_processed if billed_tokens is None else billed_tokens,
+        tokens_processed=result.tokens_billed,
         tokens_trained=result.tokens_processed,
+        bill=bill,
         extra={
             "out_dir": str(out),
             "method": plan.method,

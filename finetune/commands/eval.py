@@ -38,6 +38,7 @@ from finetune.ship.eval.metrics import parse_rules, rule_win_rate, score, summar
 from finetune.ship.eval.progress import counting, progress_lines
 from finetune.ship.eval.retention import LABELS, check_retention, points, write_retention
 from finetune.ship.eval.retention import summary as retention_summary
+from finetune.ship.eval.retention_verdict import cut_sentence
 from finetune.ship.eval.test_split import TEST_FILE
 from finetune.ship.export.card import refresh_run_card
 from finetune.ship.run_folder import (
@@ -320,7 +321,10 @@ def print_retention(report: dict) -> None:
 
     report = rendered(report)  # its message and remedies name settings as flags here
     console = Console(highlight=False)
-    table = Table(title="Retention: the base and the tuned model on the general set (95% intervals)")
+    table = Table(
+        title="Retention: the base and the tuned model on the general set (95% intervals; DROP, RISE: beyond chance "
+        "with Holm's correction across the measures)"
+    )
     for column in ("", "prompts", "base", "tuned", "change (points)"):
         table.add_column(column, justify="left" if not column else "right")
     for key, name in LABELS.items():
@@ -343,6 +347,8 @@ def print_retention(report: dict) -> None:
     console.print(
         f"mean KL(tuned || base) per token on the base's own answers: {report['kl']['mean_per_token']:.4g} nats"
     )
+    if cut := cut_sentence(report.get("cut_at_cap")):
+        console.print(cut)
     console.print(f"[bold red]{report['message']}[/bold red]" if report["flag"] else report["message"])
     for remedy in report["remedies"]:
         console.print(f"  - {remedy}")

@@ -54,11 +54,13 @@ from finetune.settings.wording import ref, render, settings_named
 
 @dataclass(frozen=True)
 class Billed:
-    """The team's share of a run with the product's own rows mixed in (replay): its training records (Auto sizes
-    epochs and the batch by them, as without replay), its tokens in the file, and its tokens of the first `steps`
-    steps (`step_tokens(effective_batch, steps)`): what is billed."""
+    """A run with rows mixed in (replay): the team's training records and their tokens in the file (Auto sizes epochs
+    and the batch by them, as without replay), the tokens billed in the file (the team's, and the tenant's own general
+    conversations; not the rows the base model answered: rules/billing.py), and those billed of the first `steps`
+    steps (`step_tokens(effective_batch, steps)`)."""
 
     records: int
+    team_tokens: int
     tokens_in_file: int
     step_tokens: Callable[[int, int], int]
 
@@ -95,7 +97,7 @@ class _Resolving:
         passes and batch are for the team's data whether they are mixed in or not."""
         if self.billed is None:
             return self.data.examples, self.data.tokens_in_file
-        return self.billed.records, self.billed.tokens_in_file
+        return self.billed.records, self.billed.team_tokens
 
     def resolve(self, name: str, choice: Choice, plan_key: str | None = None) -> Any:
         """The user's value, or Auto's choice (its reason filed under the plan.json name)."""
@@ -265,7 +267,7 @@ def _tokens_and_cost(r: _Resolving) -> None:
     exact = data.counted_with_tokenizer and share == 1 and data.tokens_in_file is not None
     tokens = _tokens_read(data.tokens_in_file, epochs, share, r.step_tokens, effective, total)
     billed = tokens
-    if r.billed is not None:  # the product's own replay rows are read, not billed
+    if r.billed is not None:  # rows the base model answered (replay) are read, not billed
         billed = _tokens_read(r.billed.tokens_in_file, epochs, share, r.billed.step_tokens, effective, total)
     if r.step_tokens is not None and share != 1:
         exact = data.counted_with_tokenizer
@@ -349,8 +351,8 @@ def build_plan(
     `data` comes from prepare (`prepared.summary`) or what_if_summary. `step_tokens(effective_batch, steps)`,
     when the records are at hand (a run), gives the exact tokens of the planned steps, so a run cut by
     max_steps or a dropped last batch plans the tokens it reads. `speed`: training tokens/s of one device measured
-    on the machine the run will train on (train/speed.py), for the time estimate. `billed`: when the product mixed
-    rows of its own into the data (replay), the team's share, which alone is billed. Raises UserError when no step
+    on the machine the run will train on (train/speed.py), for the time estimate. `billed`: when rows were mixed into
+    the data (replay), the team's share (which Auto sizes by) and what is billed. Raises UserError when no step
     could be taken (no records, or only a partial batch that is dropped).
     """
     if data.examples < 1:

@@ -75,6 +75,7 @@ class LoopResult:
     wall_time_s: float
     tokens_processed: int  # tokens of the training examples fed through the model, all ranks, resumed steps too
     allowed_changes: list = dataclasses.field(default_factory=list)  # settings changed on --resume --allow-changes
+    tokens_billed: int = 0  # of them, those of the records billed (all of them but the base's replay rows)
 
 
 def train_loop(
@@ -91,9 +92,12 @@ def train_loop(
     fingerprint: dict | None = None,
     allow_changes: str | None = None,
     general_val: Sequence = (),
+    billed: Sequence[bool] | None = None,
 ) -> LoopResult:
     """Take plan.total_steps optimizer steps over `train`; evaluate on `val`, checkpoint and log as planned.
     `general_val`: the forgetting curve's records, evaluated beside `val` (general_val_loss; loop.Validation).
+    `billed`: per training record, whether its tokens are billed (None: every record's; rules/billing.py): the loop
+    counts them as it reads them, and keeps the count in every checkpoint.
 
     `on_step(row)` gets each metrics row after its checkpoint (with `checkpoint_s` and `checkpoint_cpu_s` when
     one was saved; metrics.jsonl does not have them).
@@ -111,7 +115,7 @@ def train_loop(
     checks = Validation(loss_of, objective, val, general_val, plan, ctx, how, pad_id, bf16, model, state)
     # the resume cursor is the step count alone: the records of step k follow from (seed, epoch, effective batch)
     steps = StepSchedule(len(train), plan.effective_batch, plan.seed, plan.last_batch, plan.steps_per_epoch)
-    tokens_processed = schedule_tokens(lengths, plan.effective_batch, plan.seed, plan.last_batch, state.step)
+    tokens = TokenCount(state, lengths, billed, plan)
     started, time_before, last_loss = time.perf_counter(), state.elapsed_s, None
 
     with StopRequest() as stop:
@@ -131,8 +135,7 @@ def train_loop(
             train_loss = step_metrics.pop("loss")
             grad_norm = _update(optimizer, params, plan, train_loss, step_index + 1, out, ctx)
             state.step, last_loss = step_index + 1, train_loss
-            step_tokens = sum(lengths[i] for i in step_examples)
-            tokens_processed += step_tokens
+            step_tokens = tokens.add(step_examples, state)
             stop_signum = agree_on_stop(stop.signum, ctx)  # a signal on any rank stops every rank after this step
 
             # ---- evaluation, metrics, checkpoint
@@ -153,10 +156,37 @@ def train_loop(
             if stop_signum is not None and not last_step:
                 raise TrainingInterrupted(state.step, plan.total_steps, stop_signum, checkpoint_dir(out, state.step))
 
-    wall_time = time_before + time.perf_counter() - started
-    return LoopResult(
-        state.step, state.best_step, state.best_val_loss, last_loss, wall_time, tokens_processed, state.allowed_changes
-    )
+    return _result(state, last_loss, time_before + time.perf_counter() - started, tokens)
+
+
+def _result(state: TrainState, last_loss: float | None, wall_time: float, tokens: TokenCount) -> LoopResult:
+    return LoopResult(state.step, state.best_step, state.best_val_loss, last_loss, wall_time, tokens.read,
+                      state.allowed_changes, tokens.billed)  # fmt: skip
+
+
+class TokenCount:
+    """The tokens the steps read, and of them those billed (`billed`: per record, None: every record's), counted
+    record by record as the steps read them and kept in the state each checkpoint saves: a resumed run goes on from
+    the checkpoint's counts (one older than them has them replayed from the schedule: the records of each step
+    follow from the seed, the epoch and the effective batch)."""
+
+    def __init__(self, state: TrainState, lengths: list[int], billed: Sequence[bool] | None, plan: Plan) -> None:
+        self.lengths = lengths
+        self.billed_lengths = (
+            lengths if billed is None else [n if b else 0 for n, b in zip(lengths, billed, strict=True)]
+        )
+        self.read, self.billed = state.tokens_read or 0, state.tokens_billed or 0
+        if state.step and (state.tokens_read is None or state.tokens_billed is None):
+            replay = lambda sizes: schedule_tokens(sizes, plan.effective_batch, plan.seed, plan.last_batch, state.step)  # noqa: E731
+            self.read, self.billed = replay(lengths), replay(self.billed_lengths)
+
+    def add(self, step_examples: Sequence[int], state: TrainState) -> int:
+        """Count one step's records (into `state` too); the tokens it read."""
+        step_tokens = sum(self.lengths[i] for i in step_examples)
+        self.read += step_tokens
+        self.billed += sum(self.billed_lengths[i] for i in step_examples)
+        state.tokens_read, state.tokens_billed = self.read, self.billed
+        return step_tokens
 
 
 # ============================================================================ the pieces of a step
