@@ -33,6 +33,7 @@ from finetune.data.skipped import write_skipped
 from finetune.data.tokenize import load_tokenizer
 from finetune.models.facts import load_model_facts
 from finetune.models.source import model_name, resolve_model
+from finetune.placement.where import of_plan
 from finetune.plan.build import Billed, build_plan
 from finetune.plan.plan import Plan
 from finetune.report.metrics import read_metrics
@@ -89,7 +90,7 @@ def _run(config: RunConfig, plan: Plan | None, on_plan, on_step, objective: Obje
     from finetune.ship.adapter_scale import scale_adapter  # torch: only a run that trains needs it
     from finetune.train import guards  # torch: as above
     from finetune.train.final import write_final_weights  # torch: as above
-    from finetune.train.loop import train_loop, use_bf16  # torch: as above
+    from finetune.train.loop import train_loop  # torch: as above
     from finetune.train.model import model_for  # torch: as above
     from finetune.train.objective import objective_for  # torch: as above
 
@@ -112,11 +113,12 @@ def _run(config: RunConfig, plan: Plan | None, on_plan, on_step, objective: Obje
             on_plan(plan)
     trackers = start_trackers(plan.run, plan) if ctx.is_main else Trackers()  # report_to (finetune/track)
 
-    model = model_for(plan, ctx.device, len(planned.tokenizer))  # fp32 weights (+ the LoRA adapter)
+    placement = of_plan(plan, ctx.device)  # every model of the run: this device, the plan's precision
+    model = model_for(plan, ctx.device, len(planned.tokenizer), placement)  # (+ the LoRA adapter, trained in fp32)
     objective = objective or objective_for(plan)
     pad_id = planned.tokenizer.pad_token_id if planned.tokenizer.pad_token_id is not None else 0
     examples = [*planned.prepared.train, *planned.prepared.val]
-    objective.before_training(model, examples, ctx.device, pad_id, use_bf16(plan.dtype, ctx.device))
+    objective.before_training(model, examples, ctx.device, pad_id, placement.autocast)
     if config.resume and ctx.is_main and (note := _resume_note(out, plan.devices)):
         log.info("note: %s", render(note))
     log.info("training %d steps; outputs in %s", plan.total_steps, out)
@@ -134,7 +136,7 @@ def _run(config: RunConfig, plan: Plan | None, on_plan, on_step, objective: Obje
     )  # adapter/ or model/
     scale = scale_adapter(
         model, planned.tokenizer, plan, objective, planned.prepared.val, pad_id, final, ctx.device,
-        use_bf16(plan.dtype, ctx.device),
+        placement.autocast,
     )  # fmt: skip  # adapter_scale (ship/adapter_scale.py): None when off, and the adapter stays as written
     billed = _billed_tokens(planned.prepared.train, plan, result.steps)
     report = write_run_report(out, plan, result, final, objective, scale, billed)  # report.json, loss_curve.png

@@ -31,6 +31,8 @@ from finetune.data.tokenize import load_tokenizer
 from finetune.models.bases import converted, pull
 from finetune.models.known_bases import find_base
 from finetune.models.source import local_model
+from finetune.placement.load import load_placed
+from finetune.placement.where import for_model
 from finetune.report.summary import print_summary
 from finetune.run import train
 from finetune.settings.config import RunConfig
@@ -44,7 +46,6 @@ from finetune.ship.eval.retention import summary as retention_summary
 from finetune.ship.export.card import refresh_run_card
 from finetune.ship.run_folder import load_for_generation, locate_weights
 from finetune.ship.toy import DEMO_DATA, pretrained_base
-from finetune.train.model import load_model
 from finetune.train.progress import RunDisplay
 
 MARKER = ".finetune-demo"  # a folder with this file was made by the demo and may be replaced by it
@@ -87,9 +88,9 @@ def _base_folder(base: str, log) -> Path:
 
 def _answers(model_dir: Path, weights: Path | None, prompts):
     """Answers of the base (weights None), or of the run's final weights (adapter/ on the base, or model/)."""
-    if weights is None:
+    if weights is None:  # before the run: the device and precision its plan will choose (placement/where.py)
         tokenizer = load_tokenizer(str(model_dir))
-        model = load_model(str(model_dir), vocab_size=len(tokenizer))
+        model = load_placed(str(model_dir), for_model(str(model_dir)), vocab_size=len(tokenizer))
     else:
         model, tokenizer = load_for_generation(locate_weights(weights.parent))
     return generate_answers(model, tokenizer, prompts, max_new_tokens=MAX_NEW_TOKENS)

@@ -28,8 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from finetune.data import replay_mix
-from finetune.data.prompting import prompt_ids, stop_ids
+from finetune.data.prompting import prompt_ids
 from finetune.models.facts import load_model_facts
+from finetune.placement.decode import generate_ids, stops_of
+from finetune.placement.load import load_placed
+from finetune.placement.where import of_config
 from finetune.rules.auto import MAX_EFFECTIVE_BATCH
 from finetune.rules.cost import device_flops, generation_seconds
 from finetune.rules.memory import resolve_device
@@ -38,8 +41,6 @@ from finetune.settings.config import AUTO, RunConfig
 from finetune.settings.errors import UserError
 from finetune.settings.fingerprint import model_identity
 from finetune.settings.wording import ref
-from finetune.ship.eval.generate import generate_ids
-from finetune.train.model import load_model
 
 log = logging.getLogger("finetune")
 MAX_NEW_TOKENS = 256
@@ -68,11 +69,13 @@ class Answered:
 
 
 def cache_key(config: RunConfig, tokenizer) -> str:
-    """The model, its chat template (as the run renders it) and the generation settings."""
+    """The model (its weights' digest), its chat template (as the run renders it), the generation settings, and where
+    they run: the device kind, the precision and the torch and transformers versions (placement/where.py)."""
     identity = {
         "model": model_identity(config.model),
         "chat_template": [config.chat_template, getattr(tokenizer, "chat_template", None)],
         "generation": GENERATION,
+        "placement": of_config(config).cache_key(),
     }
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
@@ -107,7 +110,8 @@ def answer_prompts(config: RunConfig, tokenizer, prompts: list[str], needed: int
         if missing:
             if model is None:
                 _say_cost(config, tokenizer, prompts[asked:], cached, needed, len(rows))
-                model = load_model(config.model, trust_remote_code=config.trust_remote_code, vocab_size=len(tokenizer))
+                model = load_placed(config.model, of_config(config), trust_remote_code=config.trust_remote_code,
+                                    vocab_size=len(tokenizer))  # fmt: skip
             new |= _answer(model, tokenizer, missing)
             cached |= new
         rows += [_row(p, cached[p]) for p in chunk if cached[p] is not None]
@@ -128,7 +132,7 @@ def _row(prompt: str, answer: str) -> dict:
 
 def _answer(model, tokenizer, prompts: list[str]) -> dict[str, str | None]:
     """{prompt: the base's answer, or None when it did not finish within MAX_NEW_TOKENS}."""
-    stops = set(stop_ids(tokenizer))
+    stops = stops_of(model, tokenizer)
     messages = [[{"role": "user", "content": p}] for p in prompts]
     answers = {}
     for prompt, ids in zip(prompts, generate_ids(model, tokenizer, messages, MAX_NEW_TOKENS), strict=True):

@@ -42,6 +42,7 @@ from functools import partial
 from pathlib import Path
 
 from finetune.data.prompting import prompt_ids
+from finetune.placement.where import of_run
 from finetune.settings.fingerprint import model_identity
 from finetune.settings.wording import act, ref, rendered
 from finetune.ship.eval.general_answers import (
@@ -122,15 +123,18 @@ def _adapter_off(model):
 
 
 def _load(run: Path):
-    """(the run's weights, {"base": ..., "tuned": ...} each a context manager giving that model, tokenizer)."""
-    from finetune.train.model import load_model  # torch: the dashboard and the model card read this module
+    """(the run's weights, {"base": ..., "tuned": ...} each a context manager giving that model, tokenizer): both in
+    the run's precision on its device, the base loaded as training loaded it (grown to the run's tokenizer, its own
+    code when the run trusted it)."""
+    from finetune.placement.load import load_placed  # torch: the dashboard and the model card read this module
 
-    weights = locate_weights(run)
-    tuned, tokenizer = load_for_generation(weights)
+    weights, placement = locate_weights(run), of_run(run)
+    tuned, tokenizer = load_for_generation(weights, placement)
     if weights.is_lora:  # one copy of the base weights: the adapter (and a trained output layer) switched off
         base = partial(_adapter_off, tuned)
     else:
-        base_model = load_model(weights.base)
+        base_model = load_placed(weights.base, placement, trust_remote_code=weights.trust_remote_code,
+                                 vocab_size=len(tokenizer))  # fmt: skip
         base_model.eval()
         base = partial(nullcontext, base_model)
     return weights, {"base": base, "tuned": partial(nullcontext, tuned)}, tokenizer
@@ -253,7 +257,8 @@ def _both_sides(weights, sides: dict, tokenizer, items: GeneralItems, settings: 
         with side() as model:
             return answers_of(model, tokenizer, items, settings, choice_rows, pad_id)
 
-    key = cache_key(model_identity(weights.base), tokenizer, set_digest(), items, settings)
+    identity = {**model_identity(weights.base), "placement": of_run(weights.run).cache_key()}
+    key = cache_key(identity, tokenizer, set_digest(), items, settings)
     base, cached = base_answers_cached(key, lambda: answer(sides["base"]))
     return {"base": base, "tuned": answer(sides["tuned"])}, cached
 
