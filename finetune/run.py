@@ -33,6 +33,7 @@ from finetune.data.skipped import write_skipped
 from finetune.data.tokenize import load_tokenizer
 from finetune.models.facts import load_model_facts
 from finetune.models.source import model_name, resolve_model
+from finetune.placement.stages import recorded_in, stage
 from finetune.placement.where import of_plan
 from finetune.plan.build import Billed, build_plan
 from finetune.plan.plan import Plan
@@ -122,22 +123,26 @@ def _run(config: RunConfig, plan: Plan | None, on_plan, on_step, objective: Obje
     if config.resume and ctx.is_main and (note := _resume_note(out, plan.devices)):
         log.info("note: %s", render(note))
     log.info("training %d steps; outputs in %s", plan.total_steps, out)
-    result = train_loop(
-        model, planned.prepared.train, planned.prepared.val, plan, out, ctx,
-        objective=objective, pad_id=pad_id, resume=config.resume, on_step=trackers.chain(on_step),
-        fingerprint=run_fingerprint(plan), allow_changes=config.allow_changes,
-        general_val=planned.general_val or (),
-    )  # fmt: skip
+    with stage("training") as seen:
+        result = train_loop(
+            model, planned.prepared.train, planned.prepared.val, plan, out, ctx,
+            objective=objective, pad_id=pad_id, resume=config.resume, on_step=trackers.chain(on_step),
+            fingerprint=run_fingerprint(plan), allow_changes=config.allow_changes,
+            general_val=planned.general_val or (),
+        )  # fmt: skip
+        seen.model(model)
     if not ctx.is_main:
         return TrainResult(out, plan, {}, None, result)
 
     final = write_final_weights(
         model, planned.tokenizer, out, result.best_step, result.steps, plan
     )  # adapter/ or model/
-    scale = scale_adapter(
-        model, planned.tokenizer, plan, objective, planned.prepared.val, pad_id, final, ctx.device,
-        placement.autocast,
-    )  # fmt: skip  # adapter_scale (ship/adapter_scale.py): None when off, and the adapter stays as written
+    with stage("adapter scale") as seen:
+        seen.model(model)
+        scale = scale_adapter(
+            model, planned.tokenizer, plan, objective, planned.prepared.val, pad_id, final, ctx.device,
+            placement.autocast,
+        )  # fmt: skip  # adapter_scale (ship/adapter_scale.py): None when off, and the adapter stays as written
     billed = _billed_tokens(planned.prepared.train, plan, result.steps)
     report = write_run_report(out, plan, result, final, objective, scale, billed)  # report.json, loss_curve.png
     kind = "adapter" if plan.method == "lora" else "full"
@@ -280,7 +285,8 @@ def train(
     try:
         with rank_failures(ctx, passthrough=(TrainingInterrupted,)):  # every rank stops alike: no rank to name
             try:
-                result = _run(config, plan, on_plan, on_step, objective, ctx)
+                with recorded_in(Path(config.out) if ctx.is_main else None):  # OUT/stages.jsonl: where each ran
+                    result = _run(config, plan, on_plan, on_step, objective, ctx)
                 _wait_for_every_rank(ctx)  # all leave together: none tears down its process group while rank 0 writes
                 return result
             except OSError as exc:

@@ -32,6 +32,7 @@ from finetune.models.bases import converted, pull
 from finetune.models.known_bases import find_base
 from finetune.models.source import local_model
 from finetune.placement.load import load_placed
+from finetune.placement.stages import recorded_in, stage
 from finetune.placement.where import for_model
 from finetune.report.summary import print_summary
 from finetune.run import train
@@ -86,14 +87,17 @@ def _base_folder(base: str, log) -> Path:
     return model_dir
 
 
-def _answers(model_dir: Path, weights: Path | None, prompts):
-    """Answers of the base (weights None), or of the run's final weights (adapter/ on the base, or model/)."""
+def _answers(model_dir: Path, weights: Path | None, prompts, root: Path):
+    """Answers of the base (weights None), or of the run's final weights (adapter/ on the base, or model/); where
+    they ran goes to ROOT/stages.jsonl."""
     if weights is None:  # before the run: the device and precision its plan will choose (placement/where.py)
         tokenizer = load_tokenizer(str(model_dir))
         model = load_placed(str(model_dir), for_model(str(model_dir)), vocab_size=len(tokenizer))
     else:
         model, tokenizer = load_for_generation(locate_weights(weights.parent))
-    return generate_answers(model, tokenizer, prompts, max_new_tokens=MAX_NEW_TOKENS)
+    with recorded_in(root), stage(f"demo: {'tuned' if weights else 'base'} answers") as seen:
+        seen.model(model)
+        return generate_answers(model, tokenizer, prompts, max_new_tokens=MAX_NEW_TOKENS)
 
 
 def _kept(retention: dict) -> str:
@@ -167,7 +171,7 @@ def run_demo(out: str = "runs/demo", base: str | None = None) -> int:
         )
         model_dir, built = pretrained_base(log=console.print)
         console.print(f"{'built' if built else 'reused'} the pretrained toy base in {model_dir}")
-    before = _answers(model_dir, None, prompts)
+    before = _answers(model_dir, None, prompts, root)
 
     console.rule("2. plan and train (LoRA, every value chosen by Auto)")
     config = RunConfig(data=str(DEMO_DATA / "train.jsonl"), model=str(model_dir), out=str(root / "run"))
@@ -177,7 +181,7 @@ def run_demo(out: str = "runs/demo", base: str | None = None) -> int:
     print_summary(report, console=display.console)
 
     console.rule("3. before and after, on held-out prompts")
-    after = _answers(model_dir, Path(report["final_weights"]), prompts)
+    after = _answers(model_dir, Path(report["final_weights"]), prompts, root)
     run_dir = root / "run"
     grounding, checked = _grounding(run_dir, prompts, before, after)
     _show_before_after(console, prompts, before, after, checked, grounding)

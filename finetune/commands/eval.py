@@ -26,6 +26,7 @@ from pathlib import Path
 from finetune.data.read import read_file
 from finetune.data.tokenize import load_tokenizer
 from finetune.placement.load import grow_vocabulary, load_adapted, load_placed
+from finetune.placement.stages import recorded_in, stage
 from finetune.placement.where import Placement, for_model, of_run
 from finetune.settings.errors import UserError
 from finetune.settings.wording import rendered
@@ -189,7 +190,9 @@ def evaluate(request: EvalRequest) -> tuple[dict, Path | None]:
     for candidate in candidates:
         model = candidate.load()
         grow_vocabulary(model, len(tokenizer))  # the base, when the run's tokenizer added tokens (ChatML)
-        answers[candidate.name] = generate_answers(model, tokenizer, conversations, request.max_new_tokens)
+        with recorded_in(out if run_mode else None), stage(f"eval: {candidate.name}") as seen:  # RUN/stages.jsonl
+            seen.model(model)
+            answers[candidate.name] = generate_answers(model, tokenizer, conversations, request.max_new_tokens)
     scores = {name: [score(a, r, rules) for a, r in zip(got, references, strict=True)] for name, got in answers.items()}
     summary = {name: summarize(rows) for name, rows in scores.items()}
     if request.markers:

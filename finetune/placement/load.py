@@ -54,21 +54,26 @@ def load_placed(
 ):
     """`name` in the placement's precision (full fine-tuning: fp32 master weights), on its device."""
     model = load_model(name, placement.weights_dtype(method), trust_remote_code, attention, vocab_size)
-    return model.to(placement.torch_device)
+    return place(model, placement)
 
 
 def load_adapted(base: str, adapter: str, placement: Placement, vocab_size: int | None = None,
                  trust_remote_code: bool = False):  # fmt: skip
-    """A LoRA adapter folder on its base, placed, in eval mode: the base in the placement's precision (grown to the
-    run's tokenizer, `vocab_size`, when training added tokens), the adapter's own weights in fp32 (PEFT upcasts
-    them), each layer's result in the base's precision."""
+    """A LoRA adapter folder on its base, placed, in eval mode: the base grown to the run's tokenizer (`vocab_size`)
+    when training added tokens, base and adapter in the placement's precision (generation and scoring only: a bf16
+    adapter costs no cast of each layer's input, as an fp32 one on a bf16 base would)."""
     from peft import PeftModel
 
     model = PeftModel.from_pretrained(
-        load_placed(base, placement, trust_remote_code=trust_remote_code, vocab_size=vocab_size), adapter
-    )
-    model.to(placement.torch_device).eval()
-    return model
+        load_placed(base, placement, trust_remote_code=trust_remote_code, vocab_size=vocab_size), adapter,
+        autocast_adapter_dtype=False,
+    )  # fmt: skip
+    return place(model, placement).eval()
+
+
+def place(model, placement: Placement):
+    """The model on the placement's device (the one call that moves a loaded model: tests watch it)."""
+    return model.to(placement.torch_device)
 
 
 def _load(load, name: str, attention: str | None):

@@ -204,7 +204,7 @@ def _measure(
     model = load_model(model_name, placement.weights_dtype(method), trust_remote_code)
     if method == "lora":
         model = add_lora(model, LORA_RANK, 2.0 * LORA_RANK, 0.0, 0)
-        trained_in_fp32(model)
+        trained_in_fp32(model, placement.autocast)
     model.to(device).train()
     params = [p for _, p in trainable_parameters(model)]
     optimizer = torch.optim.AdamW(params, lr=1e-6, fused=True)

@@ -32,6 +32,7 @@ from finetune.data.prompting import prompt_ids
 from finetune.models.facts import load_model_facts
 from finetune.placement.decode import generate_ids, stops_of
 from finetune.placement.load import load_placed
+from finetune.placement.stages import stage
 from finetune.placement.where import of_config
 from finetune.rules.auto import MAX_EFFECTIVE_BATCH
 from finetune.rules.cost import device_flops, generation_seconds
@@ -135,7 +136,10 @@ def _answer(model, tokenizer, prompts: list[str]) -> dict[str, str | None]:
     stops = stops_of(model, tokenizer)
     messages = [[{"role": "user", "content": p}] for p in prompts]
     answers = {}
-    for prompt, ids in zip(prompts, generate_ids(model, tokenizer, messages, MAX_NEW_TOKENS), strict=True):
+    with stage("base answers") as seen:  # the run's stages.jsonl: where the base answered
+        seen.model(model)
+        answered = generate_ids(model, tokenizer, messages, MAX_NEW_TOKENS)
+    for prompt, ids in zip(prompts, answered, strict=True):
         answer = tokenizer.decode(ids, skip_special_tokens=True).strip()
         answers[prompt] = answer if ids and ids[-1] in stops and answer else None
     return answers

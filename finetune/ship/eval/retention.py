@@ -42,6 +42,7 @@ from functools import partial
 from pathlib import Path
 
 from finetune.data.prompting import prompt_ids
+from finetune.placement.stages import recorded_in, stage
 from finetune.placement.where import of_run
 from finetune.settings.fingerprint import model_identity
 from finetune.settings.wording import act, ref, rendered
@@ -219,7 +220,8 @@ def check_retention(
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     choice_rows = _choice_rows(tokenizer, items.choices)
     loaded = time.perf_counter()
-    answers, base_cached = _both_sides(weights, sides, tokenizer, items, settings, choice_rows, pad_id)
+    with recorded_in(weights.run):  # RUN/stages.jsonl: where each side ran
+        answers, base_cached = _both_sides(weights, sides, tokenizer, items, settings, choice_rows, pad_id)
     generated = time.perf_counter()
     kl_rows = _kl_on_base_answers(sides, tokenizer, items.prompts, answers["base"].prompt_ids, pad_id)
     scored = time.perf_counter()
@@ -253,14 +255,15 @@ def check_retention(
 def _both_sides(weights, sides: dict, tokenizer, items: GeneralItems, settings: Settings, choice_rows, pad_id: int):
     """({"base": Answers, "tuned": Answers}, whether the base's came from the cache)."""
 
-    def answer(side) -> Answers:
-        with side() as model:
+    def answer(name: str) -> Answers:
+        with sides[name]() as model, stage(f"retention: {name}") as seen:
+            seen.model(model)
             return answers_of(model, tokenizer, items, settings, choice_rows, pad_id)
 
     identity = {**model_identity(weights.base), "placement": of_run(weights.run).cache_key()}
     key = cache_key(identity, tokenizer, set_digest(), items, settings)
-    base, cached = base_answers_cached(key, lambda: answer(sides["base"]))
-    return {"base": base, "tuned": answer(sides["tuned"])}, cached
+    base, cached = base_answers_cached(key, lambda: answer("base"))
+    return {"base": base, "tuned": answer("tuned")}, cached
 
 
 def _decoded(tokenizer, answers: Answers) -> dict[str, list[str]]:
