@@ -64,11 +64,16 @@ def load_adapted(base: str, adapter: str, placement: Placement, vocab_size: int 
     adapter costs no cast of each layer's input, as an fp32 one on a bf16 base would)."""
     from peft import PeftModel
 
+    base_model = load_placed(base, placement, trust_remote_code=trust_remote_code, vocab_size=vocab_size)
     model = PeftModel.from_pretrained(
-        load_placed(base, placement, trust_remote_code=trust_remote_code, vocab_size=vocab_size), adapter,
-        autocast_adapter_dtype=False,
-    )  # fmt: skip
+        base_model, adapter, autocast_adapter_dtype=False, torch_device=device_of(base_model)
+    )
     return place(model, placement).eval()
+
+
+def device_of(model) -> str:
+    """Where a model's weights are: an adapter loaded onto it goes there (PEFT would pick any GPU it can see)."""
+    return str(next(model.parameters()).device)
 
 
 def place(model, placement: Placement):

@@ -26,7 +26,7 @@ import torch
 from finetune.data.prompting import prompt_ids, stop_ids
 from finetune.data.tokenize import load_tokenizer
 from finetune.placement.decode import Sampling, decode, stops_of
-from finetune.placement.load import load_placed
+from finetune.placement.load import device_of, load_placed
 from finetune.placement.where import Placement, for_model
 
 
@@ -113,10 +113,12 @@ class Engine:
         if adapter not in entry.adapters:
             self._names += 1
             name = f"adapter{self._names}"
+            # the adapter's weights go where the base is, in its precision (placement/load.py, load_adapted)
+            where = {"torch_device": device_of(entry.model), "autocast_adapter_dtype": False}
             if isinstance(entry.model, PeftModel):
-                entry.model.load_adapter(adapter, adapter_name=name)
+                entry.model.load_adapter(adapter, adapter_name=name, **where)
             else:
-                entry.model = PeftModel.from_pretrained(entry.model, adapter, adapter_name=name)
+                entry.model = PeftModel.from_pretrained(entry.model, adapter, adapter_name=name, **where)
             entry.model.eval()
             entry.adapters[adapter] = name
         return entry.adapters[adapter]
