@@ -4,9 +4,9 @@
 
 bf16 on a GPU (every GPU of the plan's device table computes it natively). On a CPU, bf16 only where it was measured
 faster: a CPU with native bf16 matrix instructions (AMX-BF16 or AVX512-BF16) and a model wide enough for its matrix
-products to pay for the conversions around them. Measured on this repository's machine (Xeon with AMX, 2 threads,
-bench/precision.py, one LoRA training step of 256 tokens with the frozen base in bf16 against fp32): width 128 0.99x,
-256 1.01x, 384 1.24x, 512 1.55x, 768 1.79x; SmolLM2-135M (width 576) 1.64x, and its full fine-tuning 2.1x.
+products to pay for the conversions around them. Measured on this repository's machine (bench/precision.json: a Xeon
+with AMX, one LoRA training step of 256 tokens, bf16 as below against fp32, CPU time on one thread): width 128 1.04x
+(within the noise), 256 1.27x, 384 1.47x, 512 1.69x, 768 2.0x; SmolLM2-135M (width 576) 1.7x.
 
 What bf16 means, whoever chooses it: the frozen base of a LoRA run is held in bf16, the adapter (and anything else
 trained) and AdamW's moments in fp32, the passes under bf16 autocast; full fine-tuning keeps fp32 master weights
@@ -24,7 +24,7 @@ from pathlib import Path
 from finetune.rules.auto import Choice
 
 CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
-CPU_BF16_MIN_WIDTH = 384  # narrower models run no faster in bf16 on the CPU (measured above): fp32 keeps the numbers
+CPU_BF16_MIN_WIDTH = 256  # narrower models run no faster in bf16 on the CPU (measured above): fp32 keeps the numbers
 
 
 @functools.cache
@@ -60,7 +60,7 @@ def auto_dtype(device_name: str | None, hidden_size: int | None, cpu_bf16: bool 
         )
     return Choice(
         "bf16",
-        f"this CPU computes bf16 natively and a model {hidden_size} wide runs faster in it (measured: 1.6x on "
+        f"this CPU computes bf16 natively and a model {hidden_size} wide runs faster in it (measured: 1.7x on "
         "SmolLM2-135M); the adapter or master weights and AdamW's moments stay fp32",
     )
 
