@@ -1,11 +1,14 @@
-"""bf16 against fp32 on SmolLM2-135M-Instruct: the demo's run twice, every value Auto's but the precision.
+"""bf16 against fp32 on SmolLM2-135M-Instruct: the demo's run twice, the same settings but the precision.
 
-    .venv/bin/python bench/precision_smollm2.py --out bench/precision_smollm2.json   # ~1-2 h on 2 shared cores
+    .venv/bin/python bench/precision_smollm2.py --out bench/precision_smollm2.json   # ~1.5 h on 2 shared cores
+    .venv/bin/python bench/precision_smollm2.py --max-steps 0 --replay auto          # the demo's whole Auto run
 
 For each precision (Auto's choice on this machine, then `--dtype fp32`): `finetune.train` on the bundled support
-conversations with every other value Auto's (self-replay, the forgetting curve, the adapter scale), the held-out
-prompts answered by the tuned model (house style: the exact greeting and sign-off), and the retention check (both
-sides from a cold cache: a precision is part of the answers' cache key). Written: each run's loss curves (train,
+conversations, every other value Auto's except what the flags set (by default the run is cut to `--max-steps 60`
+of its 126, and self-replay, the forgetting curve and the adapter scale are off, to fit both runs in the time a
+shared 2-core machine gives: their generation would double it); the held-out prompts answered by the tuned model
+(house style: the exact greeting and sign-off); and the retention check (both sides from a cold cache: a precision
+is part of the answers' cache key). Written: each run's loss curves (train,
 validation, forgetting curve), house style, the retention verdict with every measure, and the seconds of each stage
 with the machine's load before and after it; then the differences, each against its stated tolerance:
 
@@ -33,7 +36,7 @@ def load() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
-def one_run(dtype: str, work: Path, base: str) -> dict:
+def one_run(dtype: str, work: Path, base: str, settings: dict) -> dict:
     from finetune.commands.demo import MAX_NEW_TOKENS, _load_examples
     from finetune.placement.where import of_run
     from finetune.run import train
@@ -47,7 +50,7 @@ def one_run(dtype: str, work: Path, base: str) -> dict:
     prompts, markers = _load_examples()
     stages = {}
     started, before = time.perf_counter(), load()
-    result = train(RunConfig(data=str(DEMO_DATA / "train.jsonl"), model=base, out=str(out), dtype=dtype))
+    result = train(RunConfig(data=str(DEMO_DATA / "train.jsonl"), model=base, out=str(out), dtype=dtype, **settings))
     stages["train"] = {"seconds": round(time.perf_counter() - started), "load_before": before, "load_after": load()}
     started, before = time.perf_counter(), load()
     model, tokenizer = load_for_generation(locate_weights(out))
@@ -121,18 +124,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(REPO / "bench" / "precision_smollm2.json"))
     parser.add_argument("--work", default="/tmp/finetune-precision-smollm2")
+    parser.add_argument("--max-steps", type=int, default=60, help="0: the whole run Auto plans")
+    parser.add_argument("--replay", default="off", help="off, or auto: self-replay, the forgetting curve and the "
+                        "adapter scale as Auto chooses them")  # fmt: skip
     args = parser.parse_args()
+    settings = {"max_steps": args.max_steps or None}
+    if args.replay == "off":
+        settings |= {"replay": "off", "general_val": False, "adapter_scale": "off"}
     from finetune.models.bases import pull
 
     base = str(pull("smollm2-135m-instruct", log=print))
     work = Path(args.work)
     runs = {}
     for dtype in ("auto", "fp32"):
-        runs[dtype] = one_run(dtype, work, base)
+        runs[dtype] = one_run(dtype, work, base, settings)
         print(
             json.dumps({k: v for k, v in runs[dtype].items() if k not in ("answers", "curves")}, indent=1), flush=True
         )
-    document = {"runs": runs, "comparison": compare(runs["auto"], runs["fp32"]), "machine": load()}
+    document = {
+        "settings": settings,
+        "runs": runs,
+        "comparison": compare(runs["auto"], runs["fp32"]),
+        "machine": load(),
+    }
     Path(args.out).write_text(json.dumps(document, indent=1, ensure_ascii=False))
     print(json.dumps(document["comparison"], indent=1))
 

@@ -83,8 +83,10 @@ def _final_step(run: Path) -> int | None:
     return step if isinstance(step, int) else None
 
 
-def load_tuned(base: str, tuned: str, placement: Placement):
-    """A LoRA adapter folder on top of the base, or a full model folder, placed."""
+def load_tuned(base: str, tuned: str, placement: Placement | None = None):
+    """A LoRA adapter folder on top of the base, or a full model folder, placed (by default as a run of the base
+    on this machine would be: placement/where.for_model)."""
+    placement = placement or for_model(base)
     if (Path(tuned) / "adapter_config.json").exists():
         with_tokenizer = (Path(tuned) / "tokenizer_config.json").exists()  # training may have added tokens (ChatML)
         return load_adapted(base, tuned, placement, len(load_tokenizer(tuned)) if with_tokenizer else None)
