@@ -37,6 +37,8 @@ def load() -> str:
 
 
 def one_run(dtype: str, work: Path, base: str, settings: dict) -> dict:
+    import torch
+
     from finetune.commands.demo import MAX_NEW_TOKENS, _load_examples
     from finetune.placement.where import of_run
     from finetune.run import train
@@ -57,9 +59,10 @@ def one_run(dtype: str, work: Path, base: str, settings: dict) -> dict:
     answers = generate_answers(model, tokenizer, prompts, max_new_tokens=MAX_NEW_TOKENS)
     del model
     stages["answers"] = {"seconds": round(time.perf_counter() - started), "load_before": before, "load_after": load()}
-    started, before = time.perf_counter(), load()
+    started, cpu, before = time.perf_counter(), time.process_time(), load()
     retention = check_retention(out)
     stages["retention"] = {"seconds": round(time.perf_counter() - started), "load_before": before, "load_after": load(),
+                           "cpu_seconds": round(time.process_time() - cpu), "threads": torch.get_num_threads(),
                            "base_cached": retention["seconds"]["base_cached"]}  # fmt: skip
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     plan = json.loads((out / "plan.json").read_text())

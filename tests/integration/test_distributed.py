@@ -139,6 +139,7 @@ def test_only_rank_0_writes_outputs(two_processes):
         "report.json",
         "checkpoints",
         "adapter",
+        "stages.jsonl",  # where each stage ran (placement/stages.py)
     }
     assert [row["step"] for row in metrics(out)] == list(range(1, STEPS + 1))  # one line per step, none twice
     report = json.loads((out / "report.json").read_text())
