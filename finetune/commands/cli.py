@@ -102,6 +102,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             show=args.show,
             retention=args.retention,
             retention_only=args.retention_only,
+            retention_limit=args.retention_limit,
         )
     )
 
@@ -227,6 +228,11 @@ def _add_eval(sub) -> None:
         action="store_true",
         help="with --retention: the retention check alone, even when the run has a test set",
     )
+    p.add_argument(
+        "--retention-limit", type=int, default=None, metavar="N",
+        help="with --retention: ask N general prompts, N requests and N multiple-choice questions, spread evenly "
+        "over the set (the same ones every time): quicker, and the intervals are wider",
+    )  # fmt: skip
     p.set_defaults(func=cmd_eval)
 
 

@@ -30,12 +30,15 @@ from finetune.placement.stages import recorded_in, stage
 from finetune.placement.where import Placement, for_model, of_run
 from finetune.settings.errors import UserError
 from finetune.settings.wording import rendered
-from finetune.ship.eval.generate import generate_answers, style_rate
+from finetune.ship.eval.evaluation_estimate import TEST_BATCH, say_estimate
+from finetune.ship.eval.general_answers import generate_batches
+from finetune.ship.eval.generate import prompt_messages, style_rate
 from finetune.ship.eval.grounding import MEASURES as GROUNDING
 from finetune.ship.eval.grounding import REFERENCE, cell, measure, training_replies_of
 from finetune.ship.eval.grounding import line as grounding_line
 from finetune.ship.eval.html import render_html
 from finetune.ship.eval.metrics import parse_rules, rule_win_rate, score, summarize, token_f1  # noqa: F401 (API)
+from finetune.ship.eval.progress import counting, progress_lines
 from finetune.ship.eval.retention import LABELS, check_retention, points, write_retention
 from finetune.ship.eval.retention import summary as retention_summary
 from finetune.ship.eval.test_split import TEST_FILE
@@ -109,6 +112,7 @@ class EvalRequest:
     show: int = 3
     retention: bool = False
     retention_only: bool = False  # the retention check alone, even when the run has a test set
+    retention_limit: int | None = None  # general prompts, requests and questions the retention check asks (a subset)
 
 
 def _run_candidates(request: EvalRequest) -> tuple[str, str, list[Candidate], Path]:
@@ -170,8 +174,20 @@ def _read_test(path: str, limit: int | None):
     return conversations
 
 
+def _answers(model, tokenizer, conversations: list, max_new_tokens: int) -> list[str]:
+    """generate_answers' answers, a batch at a time, each batch said when done."""
+    prompts = [prompt_messages(c) for c in conversations]
+    rows = generate_batches(model, tokenizer, prompts, max_new_tokens, TEST_BATCH, "test conversations")
+    return [tokenizer.decode(ids, skip_special_tokens=True).strip() for ids in rows]
+
+
 def _check(request: EvalRequest) -> None:
-    for flag, value, least in (("--limit", request.limit, 1), ("--show", request.show, 0)):
+    limits = (
+        ("--limit", request.limit, 1),
+        ("--show", request.show, 0),
+        ("--retention-limit", request.retention_limit, 1),
+    )
+    for flag, value, least in limits:
         if value is not None and value < least:
             raise UserError(f"{flag} must be at least {least}, got {value}")
     if request.max_new_tokens < 1:
@@ -192,9 +208,10 @@ def evaluate(request: EvalRequest) -> tuple[dict, Path | None]:
     for candidate in candidates:
         model = candidate.load()
         grow_vocabulary(model, len(tokenizer))  # the base, when the run's tokenizer added tokens (ChatML)
-        with recorded_in(out if run_mode else None), stage(f"eval: {candidate.name}") as seen:  # RUN/stages.jsonl
-            seen.model(model)
-            answers[candidate.name] = generate_answers(model, tokenizer, conversations, request.max_new_tokens)
+        with counting(f"Test set, {candidate.name}"), recorded_in(out if run_mode else None):  # a line per batch
+            with stage(f"eval: {candidate.name}") as seen:  # RUN/stages.jsonl: where it ran
+                seen.model(model)
+                answers[candidate.name] = _answers(model, tokenizer, conversations, request.max_new_tokens)
     scores = {name: [score(a, r, rules) for a, r in zip(got, references, strict=True)] for name, got in answers.items()}
     summary = {name: summarize(rows) for name, rows in scores.items()}
     if request.markers:
@@ -260,7 +277,7 @@ def _has_test_set(request: EvalRequest) -> bool:
 
 def _check_retention(request: EvalRequest) -> dict:
     """The retention report of a run, written to RUN/retention.json; its remedies in this reader's terms."""
-    report = check_retention(request.data)
+    report = check_retention(request.data, limit=request.retention_limit)
     report["file"] = str(write_retention(request.data, report))
     return rendered(report)
 
@@ -270,9 +287,14 @@ def run_eval(request: EvalRequest) -> int:
         raise UserError("--retention compares a run with its base: pass the run folder (finetune eval RUN --retention)")
     if request.retention_only and not request.retention:
         raise UserError("--retention-only goes with --retention: add it, or drop --retention-only")
+    if request.retention_limit is not None and not request.retention:
+        raise UserError("--retention-limit goes with --retention: add it, or drop --retention-limit")
     evaluates = not request.retention or (_has_test_set(request) and not request.retention_only)
-    result, out = evaluate(request) if evaluates else (None, None)
-    retention = _check_retention(request) if request.retention else None
+    with progress_lines():  # the estimate, then a line per batch, on stderr
+        if is_run_folder(request.data):  # a file evaluation has no plan to size it by
+            say_estimate(Path(request.data), request.retention, evaluates, request.retention_limit, request.limit)
+        result, out = evaluate(request) if evaluates else (None, None)
+        retention = _check_retention(request) if request.retention else None
     if result is not None and retention is not None:
         result["retention"] = retention_summary(retention)
     written = write_outputs(result, out) if result is not None and out is not None else None

@@ -15,11 +15,15 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from finetune.bucket.remote import Remote, commit_folder
+from finetune.bucket.uri import check_location, is_remote
+from finetune.settings import caches
 from finetune.settings.errors import UserError
 from finetune.ship.export.card import model_card
 from finetune.ship.export.gguf import DEFAULT_GGUF_TYPE, GGUF_TYPES, check_gguf_supported, write_gguf
 from finetune.ship.export.write import copy_into_place, saved_dtype, share_like_other_files, write_adapter, write_model
 from finetune.ship.run_folder import locate_weights
+from finetune.train.remote_run import run_copy
 
 
 def run_export(
@@ -32,11 +36,15 @@ def run_export(
     gguf_type: str | None = None,
     show=print,
 ) -> Path:
-    """Export one run; returns the --out folder. `mode` is "merge", "adapter" or None (the run's natural kind)."""
+    """Export one run; returns the --out folder. `mode` is "merge", "adapter" or None (the run's natural kind).
+    RUN or --out may be in a bucket (s3://…): the run is read from a copy on this node, the export written there
+    first and uploaded, its manifest last."""
+    if is_remote(out):
+        return _export_to_bucket(run, out, mode, dtype, checkpoint, gguf, gguf_type, show)
     dest = Path(out)
     if dest.exists():
         raise UserError(f"{dest} already exists; export never overwrites: choose another --out")
-    weights = locate_weights(run, checkpoint)
+    weights = locate_weights(str(run_copy(run, checkpoint)) if is_remote(run) else run, checkpoint)
     if mode == "adapter" and not weights.is_lora:
         raise UserError(f"{run} is a full fine-tuning run: there is no adapter to export (drop --adapter)")
     if gguf and mode == "adapter":
@@ -78,3 +86,19 @@ def run_export(
     also = f" and {dest / 'model.gguf'} ({gguf_type})" if gguf else ""
     show(f"exported the {what} ({source} of {run}) to {dest}{also}")
     return dest
+
+
+def _export_to_bucket(run: str, out: str, mode, dtype, checkpoint, gguf, gguf_type, show) -> Path:
+    """The export written on this node (in the cache), then uploaded to --out, its manifest.json last."""
+    check_location(out, "--out")
+    remote = Remote(out)
+    if remote.listing():
+        raise UserError(f"{out} already holds files; export never overwrites: choose another --out")
+    staging = caches.temp_folder(caches.root() / "exports", "export")
+    try:
+        folder = run_export(run, str(staging / "export"), mode, dtype, checkpoint, gguf, gguf_type, show=lambda _: None)
+        commit_folder(folder, remote)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    show(f"exported {run} to {out}")
+    return Path(out)

@@ -5,7 +5,9 @@
 
 With a data file it is the first half of a run (finetune/run.py `plan_run`: the data prepared as training
 would, then the plan), so `finetune train` with the same settings executes exactly this plan; the what-if
-form imports neither torch nor transformers.
+form imports neither torch nor transformers. Planning loads no model: the speed is what this machine's runs left in
+its cache, else the FLOP-based guess (which says so); self-replay's rows and the forgetting curve's set are counted,
+and the base answers their prompts when training starts (ship/eval/replay_preview.py).
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ def make_plan(config: RunConfig, examples: int | None = None, tokens: int | None
         return build_plan(config, what_if_summary(config, examples, tokens), load_model_facts(config.model))
     from finetune.run import plan_run  # torch: run.py imports it; the what-if form runs without it
 
-    return plan_run(config).plan
+    # no output folder: nothing is loaded, generated or written (self-replay and the forgetting curve are counted)
+    return plan_run(config, measure=False).plan
 
 
 def run_plan(config: RunConfig, examples: int | None = None, tokens: int | None = None, as_json: bool = False) -> int:

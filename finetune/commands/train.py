@@ -26,6 +26,8 @@ import signal
 import sys
 from pathlib import Path
 
+from finetune.bucket.uri import is_remote
+from finetune.commands.bucket_plan import plan_into_bucket
 from finetune.commands.flags import _config_from_args
 from finetune.models.source import resolve_model
 from finetune.plan.plan import Plan
@@ -104,8 +106,11 @@ def config_of_plan(args: argparse.Namespace) -> tuple[RunConfig, Plan]:
 def train_on_launcher(args: argparse.Namespace, config: RunConfig, plan_file: str | None) -> int:
     """Run `finetune train` on the launcher `--launcher` names; the exit code of the whole run."""
     launcher = launcher_for(args.launcher, args.ray_address, args.placement_timeout)
-    out = Path(config.out).resolve()
-    path = Path(plan_file) if plan_file else plan_once(config, out, launcher)
+    if is_remote(config.out):  # nodes that share no folder: the plan, its inputs and the run go through the bucket
+        out, path = config.out, plan_file or plan_into_bucket(config, launcher)
+    else:
+        out = Path(config.out).resolve()
+        path = Path(plan_file) if plan_file else plan_once(config, out, launcher)
     run = TrainerRun(path, out, config.resume, log=None, json=args.json, allow_changes=config.allow_changes)
     trainer = launcher.start(run)
     signals = {"count": 0}

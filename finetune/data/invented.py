@@ -19,7 +19,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from finetune.data.specifics import KINDS, NAMES, PLURALS, invented, known_keys
+from finetune.data import sensitive
+from finetune.data.specifics import KINDS, NAMES, PLURALS, find_specifics, invented, known_keys
 from finetune.data.types import Conversation, Message, Problem
 from finetune.settings.wording import act
 
@@ -51,19 +52,43 @@ def reply_texts(message: Message) -> list[str]:
 
 
 def scan_conversation(conversation: Conversation) -> list[Invented]:
+    """The conversation's values are read once each, and only up to the last reply that states a specific: a reply
+    stating none is grounded whatever came before it."""
     found: list[Invented] = []
-    known = known_keys(given_texts((), conversation.tools))
+    given, known, read = given_texts((), conversation.tools), set(), 0
     for index, message in enumerate(conversation.messages):
         if message.role == "assistant" and message.weight > 0:
             for text in reply_texts(message):
-                found += [Invented(conversation.line, index, s.kind) for s in invented(text, known)]
-        known |= known_keys(given_texts((message,)))  # what the next reply is given: every message so far
+                if find_specifics(text):
+                    known |= known_keys(given[read:])  # what this reply is given: every message so far
+                    read = len(given)
+                    found += [Invented(conversation.line, index, s.kind) for s in invented(text, known)]
+        given += given_texts((message,))
     return found
 
 
 def scan_replies(conversations: Sequence[Conversation]) -> list[Invented]:
     """Every specific a trained reply of `conversations` states that its conversation never gave."""
     return [found for conversation in conversations for found in scan_conversation(conversation)]
+
+
+def scan_both(
+    conversations: Sequence[Conversation], redact: bool = False
+) -> tuple[list[Conversation], list[sensitive.Found], list[Invented]]:
+    """Both scans of the data, in one pass: each conversation's sensitive values (sensitive.py; with `redact`, the
+    conversation as trained holds placeholders), then the specifics its trained replies invent, read from the
+    conversation as trained (a placeholder is no specific) while its texts are fresh in the detectors' memo.
+    The same as `sensitive.scan_conversations` followed by `scan_replies`."""
+    out: list[Conversation] = []
+    values: list[sensitive.Found] = []
+    found: list[Invented] = []
+    for conversation in conversations:
+        hits = sensitive.scan_conversation(conversation)
+        values += hits
+        conversation = sensitive.redact_conversation(conversation, hits) if redact else conversation
+        out.append(conversation)
+        found += scan_conversation(conversation)
+    return out, values, found
 
 
 def trained_replies(conversations: Sequence[Conversation]) -> int:

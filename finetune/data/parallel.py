@@ -31,7 +31,7 @@ from finetune.data import invented
 from finetune.data.fitting import Fit, fit_tokenized
 from finetune.data.read import parse_bytes
 from finetune.data.records import build_records
-from finetune.data.sensitive import redacted, scan_conversations
+from finetune.data.sensitive import redacted
 from finetune.data.tokenize import ChatTokenizer, EncodedOutcome, load_tokenizer
 from finetune.data.types import Conversation
 
@@ -185,8 +185,8 @@ def tokenize_conversations(conversations: list[Conversation], chat, settings: To
     """Records of `conversations`, each tokenized whole (`chat.tokenize_whole`) and fitted to the limit
     (fitting.py); with `settings.max_seq_len` None, kept whole for `refit` once the limit is chosen."""
     result = ChunkResult(index)
-    conversations, result.sensitive = scan_conversations(conversations, settings.sensitive_data == "redact")
-    found = invented.scan_replies(conversations)  # what is trained on: with redact, placeholders are no specifics
+    # what is trained on is read for invented specifics: with redact, placeholders are no specifics
+    conversations, result.sensitive, found = invented.scan_both(conversations, settings.sensitive_data == "redact")
     result.invented = invented.summarize(found, "data", invented.trained_replies(conversations))
     n = len(conversations)
     result.conv_digest = np.zeros((n, 32), np.uint8)

@@ -298,29 +298,31 @@ def _estimated(config: RunConfig) -> PreparedData:
     return prepared
 
 
-def found_in_users_files(source: RunConfig, held_out: Collection[int] = (), general_data: str | None = None) -> dict:
-    """The sensitive values in the user's own files, each file named as the user named it, by its own lines: the
-    training file (less the lines `held_out` as a test split), the validation file, and the general conversations
-    replay mixed in (`general_data`). What a plan says when the run reads copies of them (the test split's
-    train.jsonl, the replay mix), whose names and lines the user never saw, and which hold placeholders (redact)."""
+def scanned_users_files(
+    source: RunConfig, held_out: Collection[int] = (), general_data: str | None = None
+) -> tuple[dict, dict]:
+    """What a plan says of the user's own files when the run reads copies of them (the test split's train.jsonl, the
+    replay mix), whose names and lines the user never saw and which hold placeholders (redact), each file named as
+    the user named it, by its own lines: the sensitive values in the training file (less the lines `held_out` as a
+    test split), the validation file and the general conversations replay mixed in (`general_data`); and the
+    specifics the team's own trained replies state that their conversation never gave (never the replay rows', which
+    are the base's answers). The training file is read once for both."""
     files = ((source.data, source.format, source.skip_invalid), (source.val_file, source.format, source.skip_invalid))
     found: dict[str, list] = {}
+    replies = invented.summarize([], display_name(source.data), 0)
     for path, data_format, skip_invalid in (*files, (general_data, None, False)):
-        if path:
-            conversations, _ = read_conversations(path, data_format, skip_invalid)
-            values = sensitive.scan_conversations(conversations)[1]
-            found[display_name(path)] = [f for f in values if path != source.data or f.line not in held_out]
-    return sensitive.of_sides(found, source.sensitive_data)
-
-
-def invented_in_users_file(source: RunConfig, held_out: Collection[int] = ()) -> dict:
-    """The specifics the team's own trained replies state that their conversation never gave, named by the user's
-    training file and its lines (less the lines `held_out` as a test split): never the replay rows a run mixes in,
-    which are the base's answers, not the team's."""
-    conversations, _ = read_conversations(source.data, source.format, source.skip_invalid)
-    conversations, _ = sensitive.scan_conversations(conversations, source.sensitive_data == "redact")  # as trained
-    kept = [c for c in conversations if c.line not in held_out]
-    return invented.summarize(invented.scan_replies(kept), display_name(source.data), invented.trained_replies(kept))
+        if not path:
+            continue
+        conversations, _ = read_conversations(path, data_format, skip_invalid)
+        if path != source.data:
+            found[display_name(path)] = sensitive.scan_conversations(conversations)[1]
+            continue
+        trained, values, stated = invented.scan_both(conversations, source.sensitive_data == "redact")  # as trained
+        found[display_name(path)] = [f for f in values if f.line not in held_out]
+        kept = [c for c in trained if c.line not in held_out]
+        stated = [f for f in stated if f.line not in held_out]
+        replies = invented.summarize(stated, display_name(path), invented.trained_replies(kept))
+    return sensitive.of_sides(found, source.sensitive_data), replies
 
 
 def _stamped(prepared: PreparedData, data_digest: str, val_digest: str | None) -> PreparedData:

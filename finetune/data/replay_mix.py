@@ -38,7 +38,6 @@ from finetune.settings.wording import ref
 PROMPTS_FILE = Path(__file__).resolve().parent / "replay" / "prompts.jsonl"
 OFF = "off"
 HELD_OUT_EVERY = 8  # about one prompt in eight is kept back for a later general validation set
-SCRATCH_PREFIX = "finetune-replay-"  # a plan without an output folder mixes into a temporary folder of this name
 TRAIN_FILE, VAL_FILE, RECORD_FILE = "train.jsonl", "val.jsonl", "replay.json"
 
 
@@ -151,13 +150,6 @@ def general_rows(path: str) -> list[dict]:
     return [conversation_to_openai(c) for c in conversations]
 
 
-def scratch_mix(config: RunConfig) -> Path | None:
-    """The temporary folder a plan without an output folder mixed its replay into (ship/eval/replay.mix_replay), or
-    None when `config` reads no such mix."""
-    folder = Path(config.data).parent if config.data else None
-    return folder if folder is not None and folder.name.startswith(SCRATCH_PREFIX) else None
-
-
 def write_mixed(
     config: RunConfig, folder: Path, replay_rows: list[dict], ratio: float, source: str, write: bool = True,
     count: int | None = None,
@@ -187,6 +179,12 @@ def replay_tokens(records, team_rows: int) -> int:
     if hasattr(records, "line"):
         return int(records.lengths[records.line > team_rows].sum())
     return sum(len(r.input_ids) for r in records if r.line > team_rows)
+
+
+def team_records(records, team_rows: int) -> int:
+    """The training records of the team's own conversations (the mixed file's first `team_rows` lines)."""
+    lines = records.line.tolist() if hasattr(records, "line") else [r.line for r in records]
+    return sum(1 for line in lines if line <= team_rows)
 
 
 def billed_lengths(records, team_rows: int | None) -> list[int]:

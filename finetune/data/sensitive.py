@@ -28,7 +28,7 @@ import dataclasses
 import re
 from collections import Counter
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 
 from finetune.data.types import Conversation, Message, Problem
 from finetune.settings.errors import DataError
@@ -195,14 +195,17 @@ def _ibans(text: str) -> list[Span]:
 
 
 def phone_spans(text: str) -> list[Span]:
-    if not _PHONE_DIGITS.search(text):
-        return []
+    return list(_phone_spans(text)) if _PHONE_DIGITS.search(text) else []
+
+
+@lru_cache(maxsize=1024)  # the costliest detector: a text is asked twice (its sensitive values, then its specifics)
+def _phone_spans(text: str) -> tuple[Span, ...]:
     phonenumbers = _library("phonenumbers")
     spans = {}
     for region in PHONE_REGIONS:
         for match in phonenumbers.PhoneNumberMatcher(text, region, leniency=phonenumbers.Leniency.VALID):
             spans[(match.start, match.end)] = Span("phone", match.start, match.end, "libphonenumber")
-    return list(spans.values())
+    return tuple(spans.values())
 
 
 DETECTORS = (_secrets, _ibans, email_spans, _cards, phone_spans)  # on overlap the earlier detector's span wins

@@ -21,10 +21,12 @@ Nothing here imports torch; the phone and e-mail finders are sensitive.py's (lib
 
 from __future__ import annotations
 
+import itertools
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
+from functools import lru_cache
 
 from finetune.data.sensitive import email_spans, phone_spans
 
@@ -85,6 +87,8 @@ _TRACKING_CODE = re.compile(r"(?<![\w-])(?P<value>(?=[A-Z0-9]*[A-Z])(?=[A-Z0-9]*
 _URL = re.compile(r"(?i)\b(?:https?://|www\.)[^\s<>\"'`]+")
 _NUMBERS = re.compile(r"(?<![\d.])\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?")
 _WORD_WITH_DIGIT = re.compile(r"(?<![\w-])(?=[\w-]*[A-Za-z])(?=[\w-]*\d)[A-Za-z0-9][\w-]*")
+# _NUMBERS begun with its first digit (a place the engine skips to): the same matches, tests/unit/data/test_specifics_fast
+_NUMBERS_AT_DIGIT = re.compile(r"\d(?:(?<![\d.]\d)\d{0,2}(?:,\d{3})+(?:\.\d+)?|\d*(?:\.\d+)?)")
 _MAYBE = re.compile(r"(?i)\d|@|www\.|://|noon|midday|midnight")  # a text with none of these holds no specific
 
 
@@ -112,7 +116,7 @@ def number_key(text: str) -> str | None:
 
 
 def _month(text: str) -> int:
-    return _MONTHS.index(text[:3].lower()) + 1
+    return _MONTHS.index(text[:3].casefold()) + 1  # casefold: the patterns read "ſep" as "sep", lower() does not
 
 
 def _day(text: str) -> int:
@@ -131,80 +135,172 @@ def _code_key(text: str) -> str:
 
 # ----------------------------------------------------------------------------- one finder per kind
 
+# A pattern runs only over a text that holds what every match of it must hold (a currency sign, a month's first three
+# letters, "tracking", ...): a substring test costs a fraction of a regular-expression pass, and most texts hold none
+# of these. Case-insensitive needles are tested on the lower-cased text only when the text is ASCII: there `lower()` is
+# exactly the patterns' case folding (elsewhere, "ſ" matches "s"), so other texts run every pattern.
+_ID_WORDS = tuple(_ID_KEYWORDS.split("|"))
+# What a match must hold, as patterns that start with a digit or a fixed set of characters: the engine skips to those
+# (no attempt at every position), so each costs a few microseconds where the pattern it stands for costs tens.
+_NEEDS_DIGITS = re.compile(r"\d\d\d")  # _ID_CODE
+_NEEDS_ID_VALUE = re.compile(r"\d[\d-]{2,}\d")  # _ID_AFTER_WORD
+_NEEDS_CODE = re.compile(r"[A-Z0-9]{12}")  # _TRACKING_CODE
+_NEEDS_ISO = re.compile(r"\d-\d")  # _DATE_ISO
+_NEEDS_NUMERIC_DATE = re.compile(r"\d[/.]\d")  # _DATE_NUMERIC
+_NEEDS_HALF_DAY = re.compile(r"(?i)\d\s*[ap]\.?m")  # _TIME_12
+_NEEDS_CLOCK = re.compile(r"\d:[0-5]\d")  # _TIME_24
+_NEEDS_CURRENCY_AFTER = re.compile(r"(?i)\d\s?(?:USD|EUR|GBP|CAD|AUD|CHF|dollar|euro|pound|€)")  # _AMOUNT_AFTER
+_NEEDS_MASK = re.compile(r"[*xX•]{3}")  # _MASKED_ENDING
+
+
+class _Text:
+    """A text, and the cheap tests of what a pattern needs to find anything in it."""
+
+    __slots__ = ("text", "low")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.low = text.lower() if text.isascii() else None
+
+    def has(self, *needles: str) -> bool:
+        """Whether the text holds one of `needles` as written."""
+        return any(needle in self.text for needle in needles)
+
+    def holds(self, pattern: re.Pattern) -> bool:
+        return pattern.search(self.text) is not None
+
+    def says(self, *needles: str) -> bool:
+        """Whether the text may hold one of the lower-case `needles` in any case (True when that is not cheap)."""
+        return self.low is None or any(needle in self.low for needle in needles)
+
+    def places(self, *needles: str) -> list[int] | None:
+        """Where the lower-case `needles` start, in any case; None when that is not cheap (not ASCII)."""
+        if self.low is None:
+            return None
+        found = []
+        for needle in needles:
+            at = self.low.find(needle)
+            while at != -1:
+                found.append(at)
+                at = self.low.find(needle, at + 1)
+        return found
+
+    def at(self, pattern: re.Pattern, starts: Iterable[int] | None) -> Iterator[re.Match]:
+        """`pattern.finditer(text)` for a pattern whose every match starts at one of `starts`: the engine tries those
+        places only, in order, each after the last match's end as finditer does (None: every place)."""
+        if starts is None:
+            yield from pattern.finditer(self.text)
+            return
+        end = 0
+        for start in sorted(set(starts)):
+            if start >= end and (match := pattern.match(self.text, start)):
+                yield match
+                end = max(match.end(), start + 1)
+
 
 Found = tuple[int, int, frozenset[str]]
 
 
-def _urls(text: str) -> Iterable[Found]:
-    for match in _URL.finditer(text):
+def _urls(t: _Text) -> Iterable[Found]:
+    if not (t.has("://") or t.says("www.")):
+        return
+    for match in _URL.finditer(t.text):
         value = match.group(0).rstrip(".,;:!?)]}")
         bare = re.sub(r"(?i)^(?:https?://)?(?:www\.)?", "", value).rstrip("/").lower()
         yield match.start(), match.start() + len(value), frozenset({f"url:{bare}"})
 
 
-def _emails(text: str) -> Iterable[Found]:
-    for span in email_spans(text):
-        yield span.start, span.end, frozenset({f"email:{text[span.start : span.end].lower()}"})
+def _emails(t: _Text) -> Iterable[Found]:
+    for span in email_spans(t.text):
+        yield span.start, span.end, frozenset({f"email:{t.text[span.start : span.end].lower()}"})
 
 
-def _phones(text: str) -> Iterable[Found]:
-    for span in phone_spans(text):
-        digits = re.sub(r"\D", "", text[span.start : span.end])
+def _phones(t: _Text) -> Iterable[Found]:
+    for span in phone_spans(t.text):
+        digits = re.sub(r"\D", "", t.text[span.start : span.end])
         yield span.start, span.end, frozenset({f"phone:{digits[-9:]}"})  # +1 555 ... and (555) ... alike
 
 
-def _tracking(text: str) -> Iterable[Found]:
-    for pattern in (_TRACKING_UPS, _TRACKING_AFTER_WORD, _TRACKING_CODE):
-        for match in pattern.finditer(text):
+def _tracking(t: _Text) -> Iterable[Found]:
+    patterns = (
+        (_TRACKING_UPS, t.has("1Z")),
+        (_TRACKING_AFTER_WORD, t.says("tracking")),
+        (_TRACKING_CODE, t.holds(_NEEDS_CODE)),
+    )
+    for pattern, possible in patterns:
+        for match in pattern.finditer(t.text) if possible else ():
             yield match.start("value"), match.end("value"), frozenset({_code_key(match.group("value"))})
 
 
-def _dates(text: str) -> Iterable[Found]:
-    for pattern in (_DATE_MONTH_DAY, _DATE_DAY_MONTH):
-        for match in pattern.finditer(text):
+def _dates(t: _Text) -> Iterable[Found]:
+    named = t.says(*_MONTHS)
+    for pattern in (_DATE_MONTH_DAY, _DATE_DAY_MONTH) if named else ():
+        for match in pattern.finditer(t.text):
             key = _date_key(_month(match.group("month")), _day(match.group("day")))
             yield match.start(), match.end(), frozenset({key})
-    for match in _DATE_MONTH_YEAR.finditer(text):
+    for match in _DATE_MONTH_YEAR.finditer(t.text) if named else ():
         yield match.start(), match.end(), frozenset({f"date:{match.group('year')}-{_month(match.group('month')):02d}"})
-    for match in _DATE_ISO.finditer(text):
+    for match in _DATE_ISO.finditer(t.text) if t.holds(_NEEDS_ISO) else ():
         key = _date_key(int(match.group("month")), int(match.group("day")))
         yield match.start(), match.end(), frozenset({key})
-    for match in _DATE_NUMERIC.finditer(text):
+    for match in _DATE_NUMERIC.finditer(t.text) if t.holds(_NEEDS_NUMERIC_DATE) else ():
         a, b = int(match.group("a")), int(match.group("b"))
         readings = {_date_key(m, d) for m, d in ((a, b), (b, a)) if 1 <= m <= 12 and 1 <= d <= 31}
         if readings:  # month first (US) or day first: either may be what the conversation says
             yield match.start(), match.end(), frozenset(readings)
 
 
-def _amounts(text: str) -> Iterable[Found]:
-    for pattern in (_AMOUNT_BEFORE, _AMOUNT_AFTER):
-        for match in pattern.finditer(text):
+def _amounts(t: _Text) -> Iterable[Found]:
+    patterns = (
+        (_AMOUNT_BEFORE, t.has("$", "€", "£", "¥", "USD", "EUR", "GBP", "CAD", "AUD", "CHF")),
+        (_AMOUNT_AFTER, t.holds(_NEEDS_CURRENCY_AFTER)),
+    )
+    for pattern, possible in patterns:
+        for match in pattern.finditer(t.text) if possible else ():
             key = number_key(match.group("value"))
             if key:
                 yield match.start(), match.end(), frozenset({key})
 
 
-def _endings(text: str) -> Iterable[Found]:
-    for pattern in (_ENDING, _MASKED_ENDING):
-        for match in pattern.finditer(text):
+def _endings(t: _Text) -> Iterable[Found]:
+    patterns = ((_ENDING, t.says("end", "last")), (_MASKED_ENDING, t.holds(_NEEDS_MASK)))
+    for pattern, possible in patterns:
+        for match in pattern.finditer(t.text) if possible else ():
             yield match.start("digits"), match.end("digits"), frozenset({f"n:{int(match.group('digits'))}"})
 
 
-def _identifiers(text: str) -> Iterable[Found]:
-    for pattern in (_ID_AFTER_WORD, _ID_HASH):
-        for match in pattern.finditer(text):
-            yield match.start("value"), match.end("value"), frozenset({_code_key(match.group("value"))})
-    for match in _ID_CODE.finditer(text):
+def _identifiers(t: _Text) -> Iterable[Found]:
+    after_word = t.at(_ID_AFTER_WORD, t.places(*_ID_WORDS)) if t.holds(_NEEDS_ID_VALUE) else ()  # at a keyword
+    hashed = t.at(_ID_HASH, t.places("#")) if t.has("#") else ()
+    coded = t.at(_ID_CODE, _code_starts(t)) if t.holds(_NEEDS_DIGITS) else ()
+    for match in itertools.chain(after_word, hashed, coded):
         yield match.start("value"), match.end("value"), frozenset({_code_key(match.group("value"))})
 
 
-def _times(text: str) -> Iterable[Found]:
-    for match in _TIME_12.finditer(text):
+def _code_starts(t: _Text) -> list[int] | None:
+    """Where _ID_CODE can match: the start of the one to six letters (then a separator or none) before a run of three
+    digits or more; None when that is not cheap (not ASCII: the pattern's letters fold other characters)."""
+    if t.low is None:
+        return None
+    text, starts = t.text, []
+    for run in _NEEDS_DIGITS.finditer(text):  # the first three digits of each run (later threes follow a digit)
+        end = run.start() - (run.start() > 0 and text[run.start() - 1] in "-_")
+        start = end
+        while start > 0 and end - start < 7 and text[start - 1].isalpha():
+            start -= 1
+        if 1 <= end - start <= 6:
+            starts.append(start)
+    return starts
+
+
+def _times(t: _Text) -> Iterable[Found]:
+    for match in _TIME_12.finditer(t.text) if t.holds(_NEEDS_HALF_DAY) else ():
         hour = int(match.group("hour")) % 12 + (12 if match.group("half").lower() == "p" else 0)
         yield match.start(), match.end(), frozenset({f"time:{hour:02d}:{int(match.group('minute') or 0):02d}"})
-    for match in _TIME_24.finditer(text):
+    colons = [c - k for c in t.places(":") or () for k in (1, 2) if c >= k] if t.low is not None else None  # hh:
+    for match in t.at(_TIME_24, colons) if t.holds(_NEEDS_CLOCK) else ():
         yield match.start(), match.end(), frozenset({f"time:{int(match.group('hour')):02d}:{match.group('minute')}"})
-    for match in _TIME_WORD.finditer(text):
+    for match in _TIME_WORD.finditer(t.text) if t.says("noon", "midday", "midnight") else ():
         yield (
             match.start(),
             match.end(),
@@ -213,7 +309,7 @@ def _times(text: str) -> Iterable[Found]:
 
 
 # on overlap the earlier finder's value wins: a URL holds identifiers, an e-mail address digits, a date a number
-FINDERS: tuple[tuple[str, Callable[[str], Iterable[Found]]], ...] = (
+FINDERS: tuple[tuple[str, Callable[[_Text], Iterable[Found]]], ...] = (
     ("url", _urls),
     ("email", _emails),
     ("tracking", _tracking),
@@ -228,14 +324,20 @@ FINDERS: tuple[tuple[str, Callable[[str], Iterable[Found]]], ...] = (
 
 def find_specifics(text: str) -> list[Specific]:
     """Every specific in `text`, in order, none overlapping another."""
+    return list(_specifics(text))
+
+
+@lru_cache(maxsize=4096)  # a text read twice (a reply, then the context of the next; a system prompt on every line)
+def _specifics(text: str) -> tuple[Specific, ...]:
     if not text or not _MAYBE.search(text):
-        return []
+        return ()
     kept: list[Specific] = []
+    seen = _Text(text)
     for kind, finder in FINDERS:
-        for start, end, keys in sorted(finder(text), key=lambda f: (f[0], -f[1])):
+        for start, end, keys in sorted(finder(seen), key=lambda f: (f[0], -f[1])):
             if not any(start < k.end and k.start < end for k in kept):
                 kept.append(Specific(kind, start, end, keys))
-    return sorted(kept, key=lambda s: s.start)
+    return tuple(sorted(kept, key=lambda s: s.start))
 
 
 # ----------------------------------------------------------------------------- grounded or invented
@@ -246,17 +348,25 @@ def known_keys(texts: Iterable[str]) -> set[str]:
     '$94.42'), and the last four digits of each number of eight digits or more (a card number grounds its ending)."""
     known: set[str] = set()
     for text in texts:
-        for specific in find_specifics(text):
-            known |= specific.keys
-        for match in _NUMBERS.finditer(text):
-            if key := number_key(match.group(0)):
-                known.add(key)
-            digits = re.sub(r"\D", "", match.group(0))
-            if len(digits) >= 8:
-                known.add(f"n:{int(digits[-4:])}")
-        for word in _WORD_WITH_DIGIT.findall(text):
-            known.add(_code_key(word))  # 'br46304' in lower case grounds 'BR-46304'
+        known |= text_keys(text)
     return known
+
+
+@lru_cache(maxsize=4096)
+def text_keys(text: str) -> frozenset[str]:
+    """`known_keys` of one text."""
+    known: set[str] = set()
+    for specific in _specifics(text):
+        known |= specific.keys
+    for match in _NUMBERS_AT_DIGIT.finditer(text):
+        if key := number_key(match.group(0)):
+            known.add(key)
+        digits = re.sub(r"\D", "", match.group(0))
+        if len(digits) >= 8:
+            known.add(f"n:{int(digits[-4:])}")
+    for word in _WORD_WITH_DIGIT.findall(text):
+        known.add(_code_key(word))  # 'br46304' in lower case grounds 'BR-46304'
+    return frozenset(known)
 
 
 def invented(text: str, known: set[str]) -> list[Specific]:

@@ -102,16 +102,19 @@ def _data_lines(plan: Plan) -> list[str]:
             f"{'the ' if added['source'] == 'base model' else ''}{added['source']}, {added['ratio']:g} per team row, "
             f"mixed among your {added['team_rows']:,} (the records and steps above count them): "
             f"{_n(added['tokens'])} tokens per epoch, {_n(added.get('tokens_processed'))} trained in all, in the time "
-            f"estimate; the product's own work, not billed{_answered(added.get('generated'))}"
+            f"estimate; the product's own work, not billed{_answered(added.get('generated'), added.get('pending'))}"
         )
     if plan.general_val_set:  # the forgetting curve (docs/retention.md)
         lines.append(_general_val_line(plan.general_val_set))
     return lines
 
 
-def _answered(generated: dict | None) -> str:
+def _answered(generated: dict | None, pending: dict | None = None) -> str:
     """What the base's answers for replay cost this run: '; the base answered 40 prompts for them now (2m 10s, once
-    per base: cached)' or '; the base's answers read from the cache'."""
+    per base: cached)' or '; the base's answers read from the cache'; for a plan that generates nothing, what
+    training will answer."""
+    if pending:
+        return _pending(pending) + ("; tokens count answers not given yet at the cap" if pending["prompts"] else "")
     if not generated:
         return ""
     if not generated["answered_now"]:
@@ -123,15 +126,30 @@ def _answered(generated: dict | None) -> str:
     )
 
 
+def _pending(pending: dict) -> str:
+    """'; the base answers 40 prompts when training starts (about 2 min, once per base: cached)'."""
+    if not pending["prompts"]:
+        return "; the base's answers read from the cache"
+    return f"; the base answers {_when_training(pending)}"
+
+
+def _when_training(pending: dict) -> str:
+    time = f"about {_duration(pending['estimated_s'])}, " if pending.get("estimated_s") is not None else ""
+    return f"{pending['prompts']} prompts when training starts ({time}once per base: cached)"
+
+
 def _general_val_line(general: dict) -> str:
     """What the forgetting curve measures and what it costs (its evaluations are not billed)."""
-    answers = (
-        "read from the cache"
-        if general["cached"]
-        else f"generated once for this base in {_duration(general['generation_s'])} (cached)"
-    )
+    if general.get("pending"):  # a plan that generates nothing: counted, answers not given yet at the cap
+        answers = f"given to {_when_training(general['pending'])}"
+    else:
+        answers = (
+            "read from the cache"
+            if general["cached"]
+            else f"generated once for this base in {_duration(general['generation_s'])} (cached)"
+        )
     time = f", about {_duration(general['seconds'])} in all" if general.get("seconds") is not None else ""
-    notes = [f"{general['answers']} finished"]
+    notes = [f"{general['answers']} finished" if general["answers"] is not None else "counted at the cap"]
     notes += [f"{general['left_out']} left out as longer than the record limit"] if general.get("left_out") else []
     notes += [f"{general['shortened']} shortened to it"] if general.get("shortened") else []
     return (

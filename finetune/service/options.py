@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from finetune.bucket.uri import check_location, is_remote
 from finetune.models.source import local_model
 from finetune.settings.errors import UserError
 
@@ -42,6 +43,9 @@ class ServiceOptions:
     """A worker takes only jobs that train on at most this many devices; None = this machine's GPUs (any on a CPU)."""
     retain_days: float | None = None
     """Ended jobs' data and unused files older than this many days are deleted (retention.py); None = kept."""
+    storage: str | None = None
+    """s3://bucket/prefix: where the service keeps its files and runs, the data folder a copy on each machine
+    (storage/bucket_copy.py); None = the data folder alone."""
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -54,6 +58,11 @@ class ServiceOptions:
                 f"--retain-days must be a number of days above 0 and at most {MAX_RETAIN_DAYS} (100 years; leave it "
                 f"out to keep everything), got {self.retain_days}"
             )
+        if self.storage is not None:
+            check_location(self.storage, "--storage")
+            if not is_remote(self.storage):
+                raise UserError(f"--storage takes a bucket URI (s3://bucket/prefix), got {self.storage!r}")
+            self.storage = self.storage.rstrip("/")
         for flag, price in (("--price-per-million-tokens", self.price_per_million_tokens),
                             ("--gpu-hour-price", self.gpu_hour_price)):  # fmt: skip
             if price is not None and not price >= 0:

@@ -28,6 +28,7 @@ from finetune.settings.errors import UserError
 from finetune.settings.registry import in_a_sentence, settings
 from finetune.settings.wording import ref
 
+SOURCE_FILE = ".finetune-source"  # written by bucket/inputs.py into a folder it downloaded: the folder's URI
 EFFECTIVE_BATCH = "effective_batch"  # the one derived number in the fingerprint
 # what checkpoints of earlier versions recorded under other names (None: another shape, not compared)
 OLD_NAMES: dict[str, str | None] = {"val_data": None, "objective": None, "schedule": None}
@@ -120,7 +121,9 @@ def model_identity(model: str) -> dict:
     for weights in sorted(folder.glob("*.safetensors")):
         if not weights.name.startswith("adapter"):
             digest.update(weights.name.encode() + b"\0" + remembered_sha256(weights).encode())
-    return {"name": str(path.resolve()), "sha256": digest.hexdigest()}
+    source = folder / SOURCE_FILE  # a node-local copy of a bucket's folder is named by its URI, on any node
+    name = source.read_text(encoding="utf-8").strip() if source.is_file() else str(path.resolve())
+    return {"name": name, "sha256": digest.hexdigest()}
 
 
 def _value(plan, name: str):

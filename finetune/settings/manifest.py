@@ -34,17 +34,23 @@ def fsync_path(path: Path) -> None:
 def write_manifest(folder: Path, fsync: bool = True) -> None:
     """(Fsync every file, then) write the manifest of their sizes and checksums (then fsync it and the folders)."""
     files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST)
-    entries = {}
-    for path in files:
-        if fsync:
+    if fsync:
+        for path in files:
             fsync_path(path)
-        entries[path.relative_to(folder).as_posix()] = {"bytes": path.stat().st_size, "sha256": sha256(path)}
     manifest = folder / MANIFEST
-    manifest.write_text(json.dumps({"format": 1, "files": entries}, indent=1))
+    manifest.write_bytes(manifest_bytes(folder, files))
     if fsync:
         fsync_path(manifest)
         for sub in sorted({p.parent for p in files} | {folder}, key=lambda p: len(p.parts), reverse=True):
             fsync_path(sub)
+
+
+def manifest_bytes(folder: Path, files: list[Path] | None = None) -> bytes:
+    """The manifest of `files` (default: every file of the folder but a manifest), as it is written."""
+    if files is None:
+        files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST)
+    entries = {p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, "sha256": sha256(p)} for p in files}
+    return json.dumps({"format": 1, "files": entries}, indent=1).encode()
 
 
 class ManifestError(ValueError):

@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from finetune.bucket.uri import is_remote, name_of
 from finetune.rules.memory import device_for_name
 from finetune.settings.errors import UserError
 from finetune.train.launch import DEFAULT_SHUTDOWN_TIMEOUT_S, STOP_SIGNALS
@@ -104,10 +105,11 @@ def outcome(ends: list[RankEnd], stopped: bool) -> tuple[int, str | None]:
     return first.code, None if first.code == 1 else f"error: rank {first.rank} exited with {first.code}"
 
 
-def run_key(out: Path) -> str:
-    """The name a run's actors and placement group share: one per OUT folder, whoever launches it."""
-    digest = hashlib.sha1(str(out.resolve()).encode()).hexdigest()[:12]
-    return f"finetune-{out.name[:40]}-{digest}"
+def run_key(out: Path | str) -> str:
+    """The name a run's actors and placement group share: one per OUT folder (or bucket URI), whoever launches it."""
+    where = out if is_remote(out) else str(Path(out).resolve())
+    digest = hashlib.sha1(where.encode()).hexdigest()[:12]
+    return f"finetune-{name_of(str(where))[:40]}-{digest}"
 
 
 class RayLauncher:
@@ -174,7 +176,8 @@ class RayLauncher:
         """Starts at once: placing the ranks happens on the trainer's thread, where a failure of the cluster's ends the
         run as one to try again (RAY_FAILED), never the caller."""
         self._connect()
-        run = dataclasses.replace(run, plan=run.plan.resolve(), out=run.out.resolve())
+        local = {k: Path(v).resolve() for k, v in (("plan", run.plan), ("out", run.out)) if not is_remote(v)}
+        run = dataclasses.replace(run, **local)  # the same path on every node; a bucket URI is one already
         return RayTrainer(run, self.placement_timeout)
 
 

@@ -9,9 +9,10 @@ is what this machine did with this model, method and sequence length, on an earl
 
 A finished single-device run records its own steps' median speed (`remember_run_speed`): `finetune train` does not
 measure before it trains (that would load the model a second time), so its first plan shows the guess, and every
-later plan the speed its runs had. `finetune plan` with a model measures when nothing is known yet: the median of a
-few forward + backward + AdamW steps on one micro-batch of random tokens of the planned length, with the weights the
-run trains (LoRA, or all), after one warm-up step.
+later plan the speed its runs had. `finetune plan` loads no model (it reads what is known, else the guess);
+`training_speed` (a caller that asks `plan_run(measure=True)`) measures: the median of a few forward + backward +
+AdamW steps on one micro-batch of random tokens of the planned length, with the weights the run trains (LoRA, or
+all), after one warm-up step.
 
 The cache (speed.json in the finetune cache folder) is keyed by the machine (CPU model, cores, threads, torch's
 version, the device kind as the plan's device table names it), the model's identity (fingerprint.model_identity:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from finetune.bucket.inputs import read_text
 from finetune.settings.errors import UserError
 
 
@@ -19,8 +20,8 @@ from finetune.settings.errors import UserError
 class TrainerRun:
     """One execution of a plan: what every launcher starts."""
 
-    plan: Path
-    out: Path
+    plan: Path | str  # a file, or an object of a bucket (s3://…)
+    out: Path | str  # a folder, or a bucket's prefix (s3://…): the trainer writes it from wherever it runs
     resume: bool = False
     log: Path | None = None
     """The trainer's stdout and stderr, appended to this file; None: this process's own stdout and stderr."""
@@ -40,7 +41,7 @@ class TrainerRun:
     def devices(self) -> int:
         """The processes the plan trains on (its `devices`)."""
         try:
-            return int(json.loads(self.plan.read_text(encoding="utf-8")).get("devices") or 1)
+            return int(json.loads(read_text(self.plan)).get("devices") or 1)
         except (OSError, ValueError) as exc:
             raise UserError(f"{self.plan}: cannot read the plan ({exc})") from None
 

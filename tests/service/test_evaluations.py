@@ -16,7 +16,7 @@ from finetune.rules.cost import CPU_FLOPS, generation_seconds
 from finetune.service.storage.db import evaluations, jobs
 from finetune.service.storage.evaluations import MAX_ATTEMPTS, Evaluations
 from finetune.service.workers.evaluation import EvaluationRunner
-from finetune.service.workers.evaluation_estimate import MODELS, STARTUP_S, evaluation_estimate, retention_work
+from finetune.ship.eval.evaluation_estimate import MODELS, STARTUP_S, evaluation_estimate, retention_work
 
 FAKE_PROGRAM = [sys.executable, str(FAKE_TRAINER)]  # its `eval` is fake_evaluation.py
 SMOLLM2_PARAMETERS = 134_515_008  # SmolLM2-135M-Instruct's (its plan.json's memory.parameters)
@@ -354,4 +354,11 @@ def test_a_worker_runs_the_real_command_on_a_toy_run(app, toy_model):
     assert retention["accuracy"] == written["accuracy"] and retention["kl"] == written["kl"]
     assert retention["message"] == written["message"] and retention["remedies"] == written["remedies"]
     assert all("finetune" not in r for r in retention["remedies"])  # written in the API caller's terms
+    events = client.get(f"/v1/fine_tuning/jobs/{job_id}/events", params={"limit": 100}).json()["data"]
+    said = [e["message"] for e in reversed(events)]  # oldest first: the estimate, then a line per batch
+    first = next(i for i, m in enumerate(said) if m.startswith("Evaluation: the base and the tuned model answer"))
+    batches = [m for m in said[first:] if m.startswith("Retention check: ") and "general prompts answered" in m]
+    assert batches and f"about {started['estimate_seconds']} s" in said[first] or "min (" in said[first]
+    assert str(app.state.options.data_dir) not in json.dumps(events)
+    assert not list(app.state.options.logs_dir.glob("*.progress.jsonl"))  # read, then removed
     print(f"toy retention check: {done['finished_at'] - done['started_at']} s, estimated {done['estimate_seconds']} s")

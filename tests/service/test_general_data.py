@@ -120,6 +120,19 @@ def test_the_plan_mixes_them_in_and_names_them_as_uploaded(app, files, tmp_path,
     assert not list(tmp_path.glob("finetune-replay-*"))  # the mix (the team's and the general conversations) is gone
 
 
+def test_the_apis_plan_loads_no_model_and_counts_what_the_base_will_answer(app, files, tmp_path, monkeypatch):
+    """Issue 49: without general conversations the base answers replay's prompts, but not in the API's request
+    thread: its plan counts them (`pending`), and the worker preparing the job answers them."""
+    from replay_fixtures import counting_base
+
+    calls = counting_base(monkeypatch, tmp_path / "cache", lambda _prompt: "A plain answer.", every_load=True)
+    answer = api_client(app).post("/v1/fine_tuning/plan", json=_body(files["training"], {"replay": 0.25}))
+    assert answer.status_code == 200, answer.text
+    added = answer.json()["replay_added"]
+    assert calls["load"] == calls["generate"] == 0 and added["source"] == "base model" and added["rows"] > 0
+    assert added["pending"]["prompts"] > 0 and added["pending"]["estimated_s"] is not None
+
+
 def test_the_worker_gives_the_run_the_stored_upload_and_the_job_shows_the_id(app, files, monkeypatch):
     from finetune.service.workers.preparation import JobPreparation
 

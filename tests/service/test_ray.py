@@ -116,15 +116,17 @@ def _wait_for(condition, timeout: float, what: str, poll: float = 0.1, context=l
 
 
 @pytest.fixture(scope="module")
-def ray_local_cluster():
-    """A head and a second node, one CPU each; every process of theirs gone at the end (checked in /proc)."""
+def ray_local_cluster(request):
+    """A head and a second node, one CPU each; every process of theirs gone at the end (checked in /proc). Each node
+    has its own cache folder (FINETUNE_CACHE: node-local, as on separate machines) and, when the S3 server runs,
+    the bucket's credentials in its environment (as a pod has them from a Secret)."""
     from ray.cluster_utils import Cluster
 
     temp = tempfile.mkdtemp(prefix="ftray-", dir="/tmp")  # short: Ray's socket paths have a length limit
     before = set(_ray_processes(temp))
     # RAY_TMPDIR: Ray's own files (the current cluster's address among them) in this folder, not /tmp/ray, which
     # a fresh machine does not have
-    env = {**RAY_ENV, "RAY_TMPDIR": temp}
+    env = {**RAY_ENV, "RAY_TMPDIR": temp, **_bucket_env(request), "FINETUNE_CACHE": f"{temp}/node-a-cache"}
     saved = {name: os.environ.get(name) for name in env}
     os.environ.update(env)
     from ray._common.utils import get_ray_address_file
@@ -133,7 +135,9 @@ def ray_local_cluster():
     cluster = None
     try:
         cluster = Cluster(initialize_head=True, head_node_args={**NODE, "temp_dir": temp})
+        os.environ["FINETUNE_CACHE"] = f"{temp}/node-b-cache"  # the second node's processes inherit its own
         cluster.add_node(**NODE)
+        os.environ["FINETUNE_CACHE"] = saved["FINETUNE_CACHE"] or ""
         yield cluster
     finally:
         if cluster is not None:
@@ -145,6 +149,15 @@ def ray_local_cluster():
             time.sleep(0.5)
         shutil.rmtree(temp, ignore_errors=True)
         assert not left, f"Ray processes left running: {[_processes().get(pid, '')[:120] for pid in left]}"
+
+
+def _bucket_env(request) -> dict[str, str]:
+    """The S3 server's AWS_* variables for the nodes (none when moto is not installed: that test skips)."""
+    try:
+        server = request.getfixturevalue("s3_server")
+    except pytest.skip.Exception:
+        return {}
+    return {**server.env, "FINETUNE_STORAGE_CONFIG": "/nonexistent/storage.yaml"}
 
 
 @pytest.fixture(scope="module")
@@ -350,6 +363,38 @@ def test_finetune_train_on_ray_from_the_command_line(ray_cluster, ray_job, toy_m
     assert len(set(_nodes_of(result.stderr))) == 2
     assert (out / "launch-plan.json").is_file() and json.loads((out / "plan.json").read_text())["devices"] == 2
     _same_weights(out / ADAPTER, ray_job / ADAPTER, atol=0.0)
+    assert not _rank_actors()
+
+
+@pytest.mark.timeout(600)
+def test_a_two_node_run_into_a_bucket_shares_no_path(ray_cluster, ray_local_cluster, ray_job, s3_server, toy_model,
+                                                     tmp_path, monkeypatch):  # fmt: skip
+    """`finetune train --launcher ray --devices 2 --out s3://…`: one rank on each node, each with its own cache folder
+    and nothing else of this machine's: the data and the base reach them through the bucket, rank 0 writes the run
+    there, and its weights are bit for bit those of the same run as a service job into a local folder."""
+    for name, value in s3_server.env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("FINETUNE_STORAGE_CONFIG", "/nonexistent/storage.yaml")
+    bucket = s3_server.new_bucket()
+    uri = f"s3://{bucket}/runs/ray"
+    data = tmp_path / "private" / "train.jsonl"  # a folder no rank is told about
+    data.parent.mkdir()
+    shutil.copy(TRAIN, data)
+    command = [sys.executable, "-m", "finetune", "train", str(data), "--model", str(toy_model), "--out", uri,
+               "--devices", "2", "--launcher", "ray", "--ray-address", ray_cluster, *CLI_FLAGS]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=500, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    nodes = _nodes_of(done.stderr)
+    assert len(nodes) == 2 and len(set(nodes)) == 2
+    stored = s3_server.objects(bucket, "runs/ray/")
+    assert "runs/ray/report.json" in stored and f"runs/ray/{ADAPTER}" in stored
+    assert any(key.startswith("runs/ray/inputs/model-") for key in stored)  # the base, for the nodes
+    temp = ray_local_cluster.head_node.get_session_dir_path().split("/session_")[0]
+    caches = [Path(temp) / "node-a-cache", Path(temp) / "node-b-cache"]
+    assert all((cache / "runs").is_dir() for cache in caches)  # each node wrote only its own copy
+    got = tmp_path / "adapter.safetensors"
+    s3_server.client().download_file(bucket, f"runs/ray/{ADAPTER}", str(got))
+    _same_weights(got, ray_job / ADAPTER, atol=0.0)
     assert not _rank_actors()
 
 

@@ -305,3 +305,27 @@ def test_a_job_honours_skip_invalid_as_the_plan_does(app, tmp_path, monkeypatch)
         assert job["status"] == "succeeded", (kind, extra, job["error"])
         events = client.get(f"/v1/fine_tuning/jobs/{job_id}/events", params={"limit": 100}).json()["data"]
         assert any("[skipped_lines]" in e["message"] and "2 invalid line(s)" in e["message"] for e in events), kind
+
+
+def test_a_jobs_replay_answers_are_given_in_its_preparation_with_a_line_per_batch(tmp_path, toy_model, tiny_data,
+                                                                                 monkeypatch):  # fmt: skip
+    """Issue 49: the API's plan counts replay rows; the worker preparing the job is where the base answers them, its
+    estimate first and then a line per batch, as the job's events (each renewing the lease)."""
+    from replay_fixtures import counting_base
+
+    from finetune.data import replay_mix
+
+    _fake(monkeypatch)
+    monkeypatch.setattr(replay_mix, "training_prompts", lambda: replay_mix.replay_prompts()[:40])
+    calls = counting_base(monkeypatch, tmp_path / "cache", lambda _prompt: "A plain general answer.")
+    settings, store = _sqlite_service(tmp_path, toy_model)
+    run_settings = {"max_steps": 12, "val_fraction": 0, "replay": 1.0, "general_val": False}
+    job_id = _add_job(store, settings, tiny_data, run_settings=run_settings)
+    assert _worker(settings, store).run_once()
+    assert calls["generate"] >= 1 and store.get_job("a", job_id)["status"] == "succeeded"
+    events = list(reversed(store.list_events("a", job_id, None, 100).rows))  # oldest first
+    said = [e["message"] for e in events]
+    first = next(i for i, m in enumerate(said) if m.startswith("The base model answers up to "))
+    batches = [e for e in events[first:] if e["message"].startswith("The base model answered ")]
+    assert len(batches) == calls["generate"] and batches[-1]["data"]["answered"] == len(calls["asked"])
+    assert first < next(i for i, m in enumerate(said) if m.startswith("Planned "))  # before the plan's summary

@@ -29,6 +29,7 @@ NOT_OURS = {
     "--rdzv-backend": "torchrun's, in docs/distributed.md's prose about elastic rendezvous",
     "DELETE /v1/things/{id}": "docs/service.md: an example of how an unnamed route's audit action is made",
     "POST /v1/things/{id}/archive": "the same example",
+    "s3": "the storage config's top key (docs/storage.md: bucket/settings.py), a file of its own, not a run's setting",
 }
 
 

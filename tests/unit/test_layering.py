@@ -1,6 +1,7 @@
 """The package's folders are its layers, bottom to top; a module imports only from its own layer or the ones below.
 
     settings   RunConfig and the setting registry, wording, errors, fingerprint, version, the cache root
+    bucket     where a run's files live by URI: a local folder or s3://bucket/prefix (fsspec + s3fs)
     track      the trackers a run reports to (a leaf the spine calls)
     rules      pure arithmetic and Auto: steps, Auto's values, memory, cost (no data, no torch)
     models     where a model comes from (hub, folder, GGUF, pulled bases) and its facts from headers
@@ -27,6 +28,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "finetune"
 LAYERS = (
     ("settings",),
+    ("bucket",),
     ("track",),
     ("rules",),
     ("models",),
@@ -47,7 +49,7 @@ LAYERS = (
     ("__init__", "__main__", "serving"),
 )
 NAMES = [
-    "settings", "track", "rules", "models", "data", "plan", "report", "placement", "train", "ship", "run",
+    "settings", "bucket", "track", "rules", "models", "data", "plan", "report", "placement", "train", "ship", "run",
     "service", "service storage", "service workers", "service api", "dashboard", "service cli", "commands", "public",
 ]  # fmt: skip
 

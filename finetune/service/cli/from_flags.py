@@ -17,7 +17,7 @@ DATABASE_ENV = "FINETUNE_DATABASE_URL"  # how `serve` hands the URL to its worke
 def options_from(args) -> ServiceOptions:
     values = {"data_dir": args.data_dir, "database": args.database or os.environ.get(DATABASE_ENV) or None}
     names = ("lease_seconds", "heartbeat_seconds", "max_upload_bytes", "price_per_million_tokens", "max_models")
-    for name in (*names, "gpu_hour_price", "metrics_token", "retain_days"):
+    for name in (*names, "gpu_hour_price", "metrics_token", "retain_days", "storage"):
         if getattr(args, name, None) is not None:
             values[name] = getattr(args, name)
     if getattr(args, "devices", None) is not None:

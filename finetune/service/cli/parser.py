@@ -74,6 +74,8 @@ def add_service_parsers(sub) -> None:
         p.add_argument(
             "--database", default=None, help="SQLAlchemy URL, e.g. postgresql://... (default SQLite in --data-dir)"
         )
+        p.add_argument("--storage", default=None, metavar="s3://BUCKET/PREFIX",
+                       help="keep uploads and runs in this bucket; --data-dir is then this machine's copy")  # fmt: skip
 
     def lease_flags(p: argparse.ArgumentParser) -> None:
         p.add_argument(

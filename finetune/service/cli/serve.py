@@ -50,7 +50,7 @@ def run_serve(args, worker_entry: list[str] | None = None) -> int:
 def _start_worker(args, options: ServiceOptions, entry: list[str]) -> subprocess.Popen:
     command = [*entry, "worker", "--data-dir", str(options.data_dir)]
     for name in ("lease_seconds", "heartbeat_seconds", "price_per_million_tokens", "gpu_hour_price", "log_format",
-                 "retain_days"):  # fmt: skip
+                 "retain_days", "storage"):  # fmt: skip
         if getattr(args, name, None) is not None:  # its workers plan at serve's prices and log as serve does
             command += ["--" + name.replace("_", "-"), str(getattr(args, name))]
     env = dict(os.environ)

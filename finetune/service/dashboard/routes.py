@@ -43,6 +43,7 @@ from finetune.service.api.routes.jobs import checkpoints_page, job_or_404
 from finetune.service.api_error import APIError
 from finetune.service.dashboard.curve import RunViews
 from finetune.service.dashboard.preview import FilePreview, PreferencePreview, make_preview
+from finetune.service.storage import bucket_copy
 from finetune.service.storage.deletion import FILE_FORGETTERS
 from finetune.service.storage.evaluations import refusal
 from finetune.settings.config import AUTO
@@ -63,7 +64,7 @@ _views = RunViews()
 
 
 def run_folder(request: Request, job_id: str) -> Path:
-    return options_of(request).runs_dir / job_id
+    return bucket_copy.pull_run(options_of(request), job_id)  # --storage: the bucket's log, plan, report
 
 
 # ------------------------------------------------------------------------------------------------- session
@@ -226,6 +227,7 @@ def _weights_folder(request: Request, tenant: str, job_id: str, checkpoint: str 
     job = job_or_404(request, tenant, job_id)
     run = run_folder(request, job_id)
     if checkpoint is None:
+        bucket_copy.pull_weights(options_of(request), job_id)  # --storage: fetched once to this machine
         for name in ("adapter", "model"):
             if (run / name).is_dir():
                 return run / name, f"{job_id}-{name}", None
@@ -233,6 +235,8 @@ def _weights_folder(request: Request, tenant: str, job_id: str, checkpoint: str 
     page = checkpoints_page(request, tenant, job_id, None, 10_000)
     step = next((row["step"] for row in page.rows if row["id"] == checkpoint), None)
     folder = run / "checkpoints" / f"step-{step:06d}" if step is not None else None
+    if folder is not None:
+        bucket_copy.pull_weights(options_of(request), job_id, f"checkpoints/{folder.name}")  # --storage
     if folder is None or not folder.is_dir():
         raise not_found("checkpoint", checkpoint, "checkpoint")
     return folder, f"{job_id}-step-{step}", step
@@ -283,6 +287,7 @@ def download(
             path = _gguf(run, step, gguf_type)
         except UserError as exc:  # said with the job's id, not the server's folders
             raise APIError(400, str(exc).replace(str(run), job_id), "gguf_not_supported", "format") from None
+        bucket_copy.push(options_of(request), path)  # --storage: a GGUF made once, kept with the run
         gguf_name = f"{job_id}.gguf" if step is None else f"{job_id}-step-{step}.gguf"
         return FileResponse(path, media_type="application/octet-stream", filename=gguf_name)
     path = _zip(folder)
@@ -366,7 +371,7 @@ def preview(
             raise APIError(
                 400, f"Unknown model {model!r}: GET /v1/models lists the ones you can use.", "invalid_value", "model"
             )
-    path = options.files_dir / file_id
+    path = bucket_copy.pull(options, options.files_dir / file_id)  # --storage: uploaded on another machine
     fraction = _fraction(val_fraction)
     key = (file_id, row["bytes"], row["created_at"], location, max_seq_len, record_policy, fraction, seed)
 

@@ -22,6 +22,7 @@ nothing can reach weights or files already downloaded.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -32,7 +33,8 @@ from types import SimpleNamespace
 
 from finetune.data.cache import cache_root
 from finetune.service.options import ServiceOptions
-from finetune.service.storage import run_folders
+from finetune.service.storage import bucket_copy, run_folders
+from finetune.service.storage.bucket_copy import WEIGHTS
 from finetune.service.storage.evaluations import Evaluations
 from finetune.service.storage.store import TERMINAL, Store
 from finetune.service.storage.tombstones import (
@@ -69,6 +71,7 @@ class Removal:
     path: Path
     bytes: int
     job: str | None = None
+    remote: str | None = None  # --storage: the bucket's copy (bucket_copy.py), removed with it
 
     def shown(self) -> dict:
         """As an API caller sees it: no path on the server."""
@@ -93,9 +96,13 @@ def size_of(path: Path) -> int:
     return 0
 
 
-def found(what: str, path: Path, job: str | None = None) -> list[Removal]:
-    """[the Removal of `path`] when it exists, else []."""
-    return [Removal(what, path, size_of(path), job)] if path.exists() else []
+def found(what: str, path: Path, job: str | None = None, options: ServiceOptions | None = None) -> list[Removal]:
+    """[the Removal of `path`] when it exists, here or (with `options.storage`) in the bucket, else []."""
+    stored = bucket_copy.remote_bytes(options, path) if options is not None and bucket_copy.enabled(options) else None
+    if not path.exists() and stored is None:
+        return []
+    remote = bucket_copy.uri(options, path) if stored is not None else None
+    return [Removal(what, path, size_of(path) if path.exists() else stored, job, remote)]
 
 
 def remove(items: Iterable[Removal]) -> None:
@@ -104,6 +111,8 @@ def remove(items: Iterable[Removal]) -> None:
             shutil.rmtree(item.path, ignore_errors=True)
         else:
             item.path.unlink(missing_ok=True)
+        if item.remote:
+            bucket_copy.remove(item.remote)
 
 
 def sha256_of(path: Path) -> str | None:
@@ -170,12 +179,12 @@ def file_removals(options: ServiceOptions, file_id: str, jobs: list[dict]) -> li
     general_data) loses only what was built from it: its replay mix and the tokens of that mix."""
     upload = options.files_dir / file_id
     digests = {d for d in [sha256_of(upload)] if d}
-    items = found("upload", upload)
+    items = found("upload", upload, options=options)
     for job in jobs:
         trained_on = file_id in (job["training_file"], job["validation_file"])
         digests |= job_digests(options, job["id"]) if trained_on else planned_digests(options, job["id"])
         for name in DERIVED_FILES if trained_on else REPLAYED_FILES:
-            items += found(DERIVED_FILES[name], options.runs_dir / job["id"] / name, job["id"])
+            items += found(DERIVED_FILES[name], options.runs_dir / job["id"] / name, job["id"], options)
     return items + cache_entries(cache_roots(options), digests)
 
 
@@ -200,9 +209,13 @@ def model_removals(options: ServiceOptions, job: dict) -> list[Removal]:
     """A fine-tuned model's files: its final weights, its checkpoints (each one is a model too), and the GGUF files
     made of either for a download (the dashboard's, RUN/gguf/)."""
     run = options.runs_dir / job["id"]
-    weights = run_folders.final_weights(run)
-    items = found("weights", weights, job["id"]) if weights else []
-    return items + found("checkpoints", run / "checkpoints", job["id"]) + found("gguf files", run / "gguf", job["id"])
+    weights = [run_folders.final_weights(run)] if not bucket_copy.enabled(options) else [run / n for n in WEIGHTS]
+    items = [item for folder in weights if folder for item in found("weights", folder, job["id"], options)]
+    return (
+        items
+        + found("checkpoints", run / "checkpoints", job["id"], options)
+        + found("gguf files", run / "gguf", job["id"], options)
+    )
 
 
 def delete_model(options: ServiceOptions, store: Store, tenant: str, name: str) -> dict | None:
@@ -224,16 +237,17 @@ def job_removals(options: ServiceOptions, job: dict, with_cache: bool = True) ->
     job_id = job["id"]
     run = options.runs_dir / job_id
     items = model_removals(options, job)
-    if run.exists():
-        rest = size_of(run) - sum(item.bytes for item in items)
-        items.append(Removal("run folder", run, rest, job_id))  # last: after what it holds was counted
-    items += found("plan", options.runs_dir / f"{job_id}.plan.json", job_id)
-    for log in sorted(options.logs_dir.glob(f"{job_id}-attempt-*")):
-        items += found("trainer log", log, job_id)
-    for log in sorted(options.logs_dir.glob(f"{job_id}-eval-*")):  # its evaluations' (workers/evaluation.py)
-        items += found("evaluation log", log, job_id)
+    for folder in found("run folder", run, job_id, options):
+        rest = folder.bytes - sum(item.bytes for item in items)
+        items.append(dataclasses.replace(folder, bytes=max(rest, 0)))  # last: after what it holds was counted
+    items += found("plan", options.runs_dir / f"{job_id}.plan.json", job_id, options)
+    logs = set(options.logs_dir.glob(f"{job_id}-*")) | set(bucket_copy.stored_logs(options, job_id))  # --storage
+    for log in sorted(p for p in logs if p.name.startswith(f"{job_id}-attempt-")):
+        items += found("trainer log", log, job_id, options)
+    for log in sorted(p for p in logs if p.name.startswith(f"{job_id}-eval-")):  # its evaluations' (evaluation.py)
+        items += found("evaluation log", log, job_id, options)
     for file_id in job["result_files"] or []:
-        items += found("results file", options.files_dir / file_id, job_id)
+        items += found("results file", options.files_dir / file_id, job_id, options)
     if not with_cache:
         return items
     return items + cache_entries(cache_roots(options), job_digests(options, job_id))

@@ -24,7 +24,7 @@ from typing import Any
 from sqlalchemy import Engine, and_, insert, or_, select, update
 
 from finetune.service.api_error import APIError
-from finetune.service.storage.db import evaluations, jobs, transaction
+from finetune.service.storage.db import evaluations, events, jobs, transaction
 from finetune.service.storage.store import Page, new_id, now
 
 NOT_ENDED = ("queued", "running")
@@ -161,13 +161,23 @@ class Evaluations:
             job = _one(conn.execute(select(jobs).where(jobs.c.id == found["job_id"])))
         return EvaluationClaim({**found, **values}, job or {}, token)
 
-    def heartbeat(self, eval_id: str, token: str, lease_seconds: float) -> bool:
+    def heartbeat(
+        self, eval_id: str, token: str, lease_seconds: float, job_events: tuple[str, list[dict]] | None = None
+    ) -> bool:
+        """Renew the claim's lease; `job_events` (the job's id, events): the evaluation's progress lines, added to the
+        job's events in the same write while the claim is this worker's."""
         with transaction(self.engine, write=True) as conn:
             done = conn.execute(
                 update(evaluations)
                 .where(evaluations.c.id == eval_id, evaluations.c.claim_token == token)
                 .values(lease_expires_at=time.time() + lease_seconds)
             )
+            if done.rowcount == 1 and job_events and job_events[1]:
+                job_id, new = job_events
+                conn.execute(insert(events), [
+                    {"job_id": job_id, "created_at": now(), "level": "info", "type": "message",
+                     "message": e["message"], "data": e.get("data")} for e in new
+                ])  # fmt: skip
             return done.rowcount == 1
 
     def finish(

@@ -36,7 +36,7 @@ def tenant_removals(options: ServiceOptions, store: Store, tenant: str) -> list[
     for row in tombstones.tenant_files(store.engine, tenant):
         upload = options.files_dir / row["id"]
         digests |= {d for d in [sha256_of(upload)] if d}
-        items += found("upload" if row["purpose"] != "fine-tune-results" else "results file", upload)
+        items += found("upload" if row["purpose"] != "fine-tune-results" else "results file", upload, options=options)
     for job in tombstones.tenant_jobs(store.engine, tenant):
         digests |= job_digests(options, job["id"])
         items += job_removals(options, job, with_cache=False)

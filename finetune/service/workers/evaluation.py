@@ -22,20 +22,25 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from finetune.service.options import ServiceOptions
+from finetune.service.storage import bucket_copy
 from finetune.service.storage.evaluations import EvaluationClaim, Evaluations
 from finetune.service.storage.job_names import method_type
 from finetune.service.storage.store import Store
 from finetune.service.workers.events import trainer_error
 from finetune.settings.errors import ERROR_FILE_ENV
 from finetune.settings.wording import AUDIENCE_ENV
+from finetune.ship.eval.progress import PROGRESS_FILE_ENV, read_new
 from finetune.ship.eval.retention import RETENTION_FILE, summary
 from finetune.train.trainer_run import die_with_parent
 
 EVAL_FILE = "eval.json"
+TEST_FILE = "test.jsonl"  # the run's held-out test split (ship/eval/test_split.py)
+EVAL_OUTPUTS = (EVAL_FILE, "eval.html", RETENTION_FILE)  # what `finetune eval RUN` writes into the run folder
 # eval.json's numbers (its `rows`, `best`, `worst` quote prompts and answers; `test_file`, `models` are server paths)
 TEST_NUMBERS = ("examples", "summary", "grounding", "win_rate", "val_loss", "steps", "ranked_by")
 
@@ -74,9 +79,13 @@ class EvaluationRunner:
 
     def _run(self, claim: EvaluationClaim) -> None:
         evaluation, job, token = claim.evaluation, claim.job, claim.token
-        run = self.options.runs_dir / job["id"]
+        run = bucket_copy.pull_run(self.options, job["id"])  # --storage: the run, its weights and test split here
+        bucket_copy.pull_weights(self.options, job["id"])
+        bucket_copy.pull(self.options, run / TEST_FILE)
         log = self.options.logs_dir / f"{job['id']}-eval-{evaluation['id']}.log"
-        env = {ERROR_FILE_ENV: str(log.with_suffix(".error.json")), AUDIENCE_ENV: f"api:{method_type(job)}"}
+        progress = log.with_suffix(".progress.jsonl")  # the child's estimate and a line per batch: the job's events
+        env = {ERROR_FILE_ENV: str(log.with_suffix(".error.json")), AUDIENCE_ENV: f"api:{method_type(job)}",
+               PROGRESS_FILE_ENV: str(progress)}  # fmt: skip
         began = time.time()
         with open(log, "ab") as stderr:
             child = subprocess.Popen(
@@ -88,7 +97,7 @@ class EvaluationRunner:
                 preexec_fn=die_with_parent,
                 start_new_session=True,
             )
-        code = self._wait(child, evaluation["id"], token)
+        code = self._wait(child, evaluation["id"], token, Progress(progress, job["id"], run, self.options.data_dir))
         if code is None:  # the lease went to another worker, or this worker is stopping: nothing more to write
             return
         if code != 0:
@@ -102,15 +111,20 @@ class EvaluationRunner:
             self.evaluations.finish(evaluation["id"], token, "failed", error=error)
             return
         results = _scrubbed(results, run, job["id"], self.options.data_dir)
+        bucket_copy.push(self.options, *[p for p in (run / n for n in EVAL_OUTPUTS) if p.is_file()])  # --storage
         self.evaluations.finish(evaluation["id"], token, "succeeded", results=results)
 
-    def _wait(self, child: subprocess.Popen, eval_id: str, token: str) -> int | None:
-        """The child's exit code, renewing the lease each heartbeat; None (the child killed) when the lease is lost or
-        this worker stops (the evaluation then waits for the next worker, from the start)."""
+    def _wait(self, child: subprocess.Popen, eval_id: str, token: str, progress: Progress) -> int | None:
+        """The child's exit code, renewing the lease each heartbeat (and adding its new progress lines to the job's
+        events); None (the child killed) when the lease is lost or this worker stops (the evaluation then waits for
+        the next worker, from the start)."""
         try:
             while True:
                 try:
-                    return child.wait(timeout=self.options.heartbeat_seconds)
+                    code = child.wait(timeout=self.options.heartbeat_seconds)
+                    self.evaluations.heartbeat(eval_id, token, self.options.lease_seconds, progress.new())
+                    progress.path.unlink(missing_ok=True)
+                    return code
                 except subprocess.TimeoutExpired:
                     pass
                 if self.stopping.is_set():
@@ -118,13 +132,29 @@ class EvaluationRunner:
                     child.wait()
                     self.evaluations.requeue(eval_id, token)
                     return None
-                if not self.evaluations.heartbeat(eval_id, token, self.options.lease_seconds):
+                if not self.evaluations.heartbeat(eval_id, token, self.options.lease_seconds, progress.new()):
                     child.kill()
                     child.wait()
                     return None
         except BaseException:  # this worker failing: no child may write on
             child.kill()
             raise
+
+
+@dataclass
+class Progress:
+    """The progress file an evaluation's child appends to (ship/eval/progress.py), read as it grows."""
+
+    path: Path
+    job_id: str
+    run: Path
+    data_dir: Path
+    offset: int = 0
+
+    def new(self) -> tuple[str, list[dict]]:
+        """(the job, the lines added since the last call as events, no server path in them)."""
+        found, self.offset = read_new(self.path, self.offset)
+        return self.job_id, [_scrubbed(event, self.run, self.job_id, self.data_dir) for event in found]
 
 
 def evaluation_results(run: Path, evaluation: dict, since: float) -> tuple[dict, str | None]:

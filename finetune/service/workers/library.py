@@ -11,13 +11,11 @@ metrics.jsonl, checkpoints/, report.json, adapter/ or model/) is what the servic
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from finetune.data.preference import load_pairs, read_preferences
 from finetune.data.read import read_file
-from finetune.data.replay_mix import scratch_mix
 from finetune.data.sensitive import SENSITIVE_DATA, scanned_file
 from finetune.data.skipped import usable_conversations
 from finetune.data.tokenize import load_tokenizer
@@ -280,14 +278,13 @@ def as_uploaded(value: Any, files: dict[Path, str]) -> Any:
 
 def plan_job(config: RunConfig, out: Path | None = None, speed_of=None):
     """The job's first half of a run (test set held out into `out`, data prepared, plan): the one planning of it.
-    Nothing is timed and no model loaded: the speed is the one this machine's runs left in its cache (a worker),
-    or the pool's (`speed_of`, the API), else the plan's FLOP-based guess, which says so."""
+    Nothing is timed: the speed is the one this machine's runs left in its cache (a worker), or the pool's
+    (`speed_of`, the API), else the plan's FLOP-based guess, which says so. With `out` (a worker preparing the job)
+    the base answers self-replay's prompts here, its estimate and progress logged (the job's events); without (the
+    API's plan) no model is loaded and nothing generated or written: replay and the forgetting curve are counted."""
     from finetune.run import plan_run  # torch, transformers: run.py is the whole run; loaded when a job is planned
 
-    planned = plan_run(config, out, measure=False, speed_of=speed_of)
-    if out is None and (scratch := scratch_mix(planned.plan.run)) is not None:
-        shutil.rmtree(scratch, ignore_errors=True)  # the API's plan: nothing executes it, so no copy may stay behind
-    return planned
+    return plan_run(config, out, measure=False, speed_of=speed_of)
 
 
 def resolved_hyperparameters(plan: Plan, method_type: str, file_ids: dict[str, str]) -> dict:

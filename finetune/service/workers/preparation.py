@@ -8,25 +8,57 @@
                          full then, so that its error names every problem (library.validate_training_file)
 
 The job's RunConfig is built once, here, for this worker's device and prices; the API built one only to check the
-hyperparameters. Nothing here loads torch or a model: the speed is what this machine's runs left in its cache.
+hyperparameters. Nothing here loads torch; planning with the job's run folder is the run's start, so the base answers
+self-replay's prompts then (its estimate and a line per batch become the job's events). The speed is what this
+machine's runs left in its cache.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from finetune.plan.plan import Plan
 from finetune.service.options import ServiceOptions
-from finetune.service.storage import usage
+from finetune.service.storage import bucket_copy, usage
 from finetune.service.storage.job_names import method_type
 from finetune.service.storage.store import Store, now
 from finetune.service.workers import library as core
+from finetune.service.workers.bucket_jobs import published
 from finetune.settings.config import RunConfig
 from finetune.settings.errors import DataError, UserError
 from finetune.settings.registry import setting
 from finetune.settings.wording import render
+from finetune.ship.eval.progress import PROGRESS
+
+
+@contextmanager
+def _progress_as_events(post: Callable[[dict], object]) -> Iterator[None]:
+    """While a job is planned in this thread, the library's progress lines (the base's estimate before it answers
+    self-replay's prompts, then a line per batch: ship/eval/replay.py) become the job's events; each also renews the
+    claim's lease, so minutes of generation do not let the job go."""
+    thread = threading.get_ident()
+
+    class Forward(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            data = getattr(record, PROGRESS, None)
+            if data is not None and record.thread == thread:
+                post({"message": record.getMessage(), "data": data})
+
+    handler, logger = Forward(logging.INFO), logging.getLogger("finetune")
+    logger.addHandler(handler)
+    level = logger.level
+    if logger.getEffectiveLevel() > logging.INFO:
+        logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 def job_files(options: ServiceOptions, job: dict) -> tuple[Path, Path | None]:
@@ -61,6 +93,8 @@ class JobPreparation:
         either). False when the job failed, or was cancelled or paused meanwhile (let go of, then)."""
         if job["resolved"] is not None and plan_path.exists():
             return True
+        for path, _, _ in self.all_files(job):  # --storage: uploads made on another machine come from the bucket
+            bucket_copy.pull(self.options, path)
         config = self._config(job)  # the job's one RunConfig: validated and planned with, never rebuilt
         if job["resolved"] is None:
             notes = self._validate(job, token, config)
@@ -123,12 +157,12 @@ class JobPreparation:
                 return error
         return None
 
-    def _all_files(self, job: dict) -> list[tuple[Path, str, str]]:
+    def all_files(self, job: dict) -> list[tuple[Path, str, str]]:
         return self._checked_files(job) + self._named_files(job)
 
     def uploaded_names(self, job: dict) -> dict[Path, str]:
         """Each stored upload the job reads -> the name it was uploaded as (messages name the files so)."""
-        return {path: shown for path, shown, _ in self._all_files(job)}
+        return {path: shown for path, shown, _ in self.all_files(job)}
 
     def _plan(self, job: dict, token: str, config: RunConfig, plan_path: Path, notes: list[dict] | None = None) -> bool:
         """Plan the job, once: the test set held out into its run folder, the data prepared (tokenized, into the
@@ -136,7 +170,8 @@ class JobPreparation:
         terms. `notes`: its files were just screened (_validate), and the preparation finishes their validation:
         the job is `validated` (with these events) once it did."""
         try:
-            plan = core.plan_job(config, out=Path(config.out)).plan
+            with _progress_as_events(lambda event: self.update(job["id"], token, new_events=[event])):
+                plan = core.plan_job(config, out=Path(config.out)).plan  # the base answers replay's prompts here
         except UserError as exc:  # the data as tokenized and split, or the settings, cannot train
             explained = self._explained(config, job) if notes is not None and isinstance(exc, DataError) else None
             error = explained or self._planning_error(exc, config, job)
@@ -146,6 +181,8 @@ class JobPreparation:
             return False
         kind = method_type(job)
         core.write_plan(plan, plan_path, kind)
+        if bucket_copy.enabled(self.options):  # --storage: its trainer reads the plan and inputs from the bucket
+            published(self.options, job["id"], plan, kind)
         self._remember_speed(plan)
         resolved = core.resolved_hyperparameters(plan, kind, named_files(job))
         seconds = plan.cost.seconds
@@ -164,7 +201,7 @@ class JobPreparation:
         return True
 
     def _planning_error(self, exc: UserError, config: RunConfig, job: dict) -> dict:
-        return core.planning_error(exc, config, self._all_files(job))
+        return core.planning_error(exc, config, self.all_files(job))
 
     def _remember_speed(self, plan: Plan) -> None:
         """The speed the plan was estimated with (this machine's runs' own, cached): the API's next plans use it."""

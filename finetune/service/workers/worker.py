@@ -26,11 +26,12 @@ import time
 import traceback
 from pathlib import Path
 
+from finetune.bucket.inputs import EPHEMERAL_ENV
 from finetune.service.logs import bind_job, log_job_events
 from finetune.service.options import ServiceOptions
-from finetune.service.storage import run_folders, usage
+from finetune.service.storage import bucket_copy, run_folders, usage
 from finetune.service.storage.job_names import fine_tuned_model_name, method_type
-from finetune.service.storage.store import Claim, LeaseLost, Store, new_id, now
+from finetune.service.storage.store import TERMINAL, Claim, LeaseLost, Store, new_id, now
 from finetune.service.workers import library as core
 from finetune.service.workers.evaluation import EvaluationRunner
 from finetune.service.workers.events import (
@@ -119,6 +120,7 @@ class Worker:
         bind_job(claim.job)  # --log-format json: its lines carry the job's id and tenant
         try:
             self._process(claim, keeper)
+            self._let_go_if_ended(claim.job)
         except LeaseLost:
             print(f"worker {self.name}: lost the lease on {claim.job['id']}; another worker has it", file=sys.stderr)
         except Exception:  # a bug must not take the worker down, nor send the job round every worker forever
@@ -134,7 +136,7 @@ class Worker:
 
     def _process(self, claim: Claim, keeper: LeaseKeeper) -> None:
         job, token = claim.job, claim.token
-        run = self.options.runs_dir / job["id"]
+        run = bucket_copy.pull_run(self.options, job["id"])  # --storage: this machine's copy, from the bucket
         if claim.was_running and not self._count_death(job, token, run, "its worker stopped answering"):
             return
         plan_path = self.options.runs_dir / f"{job['id']}.plan.json"
@@ -159,6 +161,13 @@ class Worker:
         job.update(first_start)
         self._clock = usage.DeviceClock(job.get("device_seconds"), job["devices"])  # usage: this attempt's time
         self._train(job, token, run, plan_path, resume, attempts, keeper)
+
+    def _let_go_if_ended(self, job: dict) -> None:
+        """--storage: once the job has ended, this machine keeps no copy of its files (the bucket does)."""
+        ended = self.store.get_job_any(job["id"]) or {}
+        if bucket_copy.enabled(self.options) and ended.get("status") in TERMINAL:
+            results = [self.options.files_dir / file_id for file_id in ended.get("result_files") or []]
+            bucket_copy.let_go(self.options, job, [path for path, _, _ in self.preparation.all_files(job)] + results)
 
     def _update(self, job_id: str, token: str, event=None, values=None, new_events=None) -> bool:
         """store.worker_update, renewing the lease with the write; its events are log lines too (logs.py)."""
@@ -215,8 +224,12 @@ class Worker:
         error_path = log_path.with_suffix(".error.json")
         # its files, errors and messages in the API caller's terms (wording.py)
         env = {ERROR_FILE_ENV: str(error_path), AUDIENCE_ENV: f"api:{method_type(job)}"}
+        env |= {EPHEMERAL_ENV: "1"} if bucket_copy.enabled(self.options) else {}  # no copy stays on the nodes
         started = time.monotonic()  # after the job's start was written: a status read before is not a cancel
-        trainer = self.launcher.start(TrainerRun(plan_path, run, resume, log=log_path, env=env))
+        plan, out = (plan_path, run)
+        if bucket_copy.enabled(self.options):  # --storage: the trainer reads its plan, and writes, in the bucket
+            plan, out = bucket_copy.uri(self.options, plan_path), bucket_copy.uri(self.options, run)
+        trainer = self.launcher.start(TrainerRun(plan, out, resume, log=log_path, env=env))
         stop_sent = False
         try:
             while (code := trainer.wait(timeout=self.options.heartbeat_seconds)) is None:
@@ -285,6 +298,7 @@ class Worker:
         file_id = new_id("file")
         content = results_csv(rows).encode()
         (self.options.files_dir / file_id).write_bytes(content)
+        bucket_copy.push(self.options, self.options.files_dir / file_id)
         self.store.add_file(job["tenant"], file_id, "step_metrics.csv", "fine-tune-results", len(content))
         name = fine_tuned_model_name(job)
         new_events = [e for e in [diagnosis_event(report)] if e]
@@ -310,6 +324,7 @@ class Worker:
     # ------------------------------------------------------------------ run folder -> events, checkpoints
 
     def _sync(self, job: dict, token: str, run: Path) -> None:
+        bucket_copy.pull_run(self.options, job["id"])  # --storage: the trainer writes the bucket, wherever it runs
         plan = run_folders.read_plan(run) or {}
         rows = run_folders.read_metrics(run)
         total = plan.get("total_steps")

@@ -19,8 +19,10 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
+from finetune.data import prompting
 from finetune.settings import caches
 from finetune.ship.eval.general_set import Choice, GeneralPrompt, InstructionRequest
+from finetune.ship.eval.progress import batch_done
 
 FOLDER = "retention"
 VERSION = 1  # of the answers' computation: a change that alters them changes it
@@ -50,13 +52,12 @@ class Answers:
 
 def answers_of(model, tokenizer, items: GeneralItems, settings: Settings, choice_rows: list, pad_id: int) -> Answers:
     """Greedy answers of `model` to the prompts and requests, and its multiple-choice picks."""
-    from finetune.ship.eval.generate import generate_ids  # torch: the dashboard and the card read the report side
-    from finetune.ship.eval.likelihood import target_log_probs  # torch: as above
+    from finetune.ship.eval.likelihood import target_log_probs  # torch: the dashboard and the card read the report side
 
-    prompt_ids = generate_ids(model, tokenizer, [p.messages() for p in items.prompts], settings.max_new_tokens,
-                              settings.batch_size)  # fmt: skip
-    request_ids = generate_ids(model, tokenizer, [r.messages() for r in items.requests], settings.request_tokens,
-                               settings.batch_size)  # fmt: skip
+    prompt_ids = generate_batches(model, tokenizer, [p.messages() for p in items.prompts], settings.max_new_tokens,
+                                  settings.batch_size, "general prompts")  # fmt: skip
+    request_ids = generate_batches(model, tokenizer, [r.messages() for r in items.requests], settings.request_tokens,
+                                   settings.batch_size, "requests for a longer answer")  # fmt: skip
     scores = target_log_probs(model, choice_rows, pad_id, batch_size=settings.score_batch) if choice_rows else []
     means, at, picks = [sum(s) / len(s) for s in scores], 0, []
     for choice in items.choices:
@@ -64,6 +65,25 @@ def answers_of(model, tokenizer, items: GeneralItems, settings: Settings, choice
         picks.append(max(range(len(options)), key=options.__getitem__))
         at += len(choice.options)
     return Answers(prompt_ids, request_ids, picks)
+
+
+def generate_batches(
+    model, tokenizer, prompts: list[list[dict]], max_new_tokens: int, batch_size: int, what: str
+) -> list[list[int]]:
+    """generate_ids' answers, a batch at a time (its own batches: the prompts in order of length), each batch said
+    when done (progress.py: `finetune eval`'s lines, an evaluation's job events)."""
+    from finetune.ship.eval.generate import generate_ids  # torch: as above
+
+    lengths = [len(prompting.prompt_ids(tokenizer, messages)) for messages in prompts]
+    order = sorted(range(len(prompts)), key=lambda i: (lengths[i], i))
+    answers: list[list[int]] = [[] for _ in prompts]
+    for start in range(0, len(order), batch_size):
+        chosen = order[start : start + batch_size]
+        rows = generate_ids(model, tokenizer, [prompts[i] for i in chosen], max_new_tokens, batch_size)
+        for index, row in zip(chosen, rows, strict=True):
+            answers[index] = row
+        batch_done(what, start + len(chosen), len(order))
+    return answers
 
 
 def cache_key(base_identity: dict, tokenizer, digest: str, items: GeneralItems, settings: Settings) -> str:

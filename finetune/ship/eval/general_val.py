@@ -22,10 +22,12 @@ from finetune.data.prepare import prepare_conversations
 from finetune.data.read import parse_bytes
 from finetune.data.replay_mix import held_out_prompts
 from finetune.data.skipped import usable_conversations
+from finetune.data.tokenize import ChatTokenizer
 from finetune.plan.plan import Plan
 from finetune.rules.arithmetic import evaluates_after
 from finetune.settings.config import RunConfig
 from finetune.ship.eval import replay
+from finetune.ship.eval.replay_preview import Records, answer_row
 from finetune.train.distributed import DistContext, barrier
 
 SOURCE = "the forgetting curve's general answers"
@@ -106,3 +108,24 @@ def _seconds(plan: Plan, tokens_read: int) -> float | None:
     if cost.seconds and trained:
         return round(cost.seconds * tokens_read / 3 / trained, 1)
     return None
+
+
+def counted_set(plan: Plan, tokenizer) -> dict:
+    """plan.json's general_val_set for a plan that generates nothing (no output folder): the set itself when the cache
+    holds every answer (no model loaded), else counted: each answer not given yet at the cap (`pending` says how
+    many the base answers when training starts, and about how long that takes)."""
+    config, prompts = plan.run, [p.text for p in held_out_prompts()]
+    if replay.all_cached(config, tokenizer, prompts):
+        return general_val_set(plan, tokenizer)[1]
+    cached = replay.cached_answers(config, tokenizer)
+    missing = [p for p in prompts if p not in cached]
+    records = Records(ChatTokenizer(tokenizer), config.record_policy, replay.MAX_NEW_TOKENS)
+    lengths, targets = records.of([answer_row(p, cached.get(p)) for p in prompts if cached.get(p, "") is not None])
+    tokens, count = sum(min(n, plan.max_seq_len) for n in lengths), evaluations(plan)
+    return {
+        "prompts": len(prompts), "answers": None, "records": len(lengths), "shortened": None, "left_out": None,
+        "tokens": tokens, "target_tokens": targets, "evaluations": count,
+        "tokens_read": tokens * count, "seconds": _seconds(plan, tokens * count), "source": "base model",
+        "cached": False, "generation_s": None, "billed": False,
+        "pending": {"prompts": len(missing), "estimated_s": replay.generation_estimate(config, tokenizer, missing)},
+    }  # fmt: skip

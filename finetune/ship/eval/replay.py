@@ -6,10 +6,12 @@ The run needs `replay_count(ratio, team rows it reads)` replay rows (data/replay
 prompts (the shipped prompts minus the held-out slice) in a seeded order, CHUNK at a time, until that many answers
 have finished (a stop token came within MAX_NEW_TOKENS: no row teaches the model to stop mid-sentence); the held-out
 slice (the forgetting curve, the adapter scale's probe) is answered whole. Every answer, finished or not, is cached
-per prompt under `<cache root>/replay/<key>.jsonl`, the key covering the model's identity, the chat template and these
-generation settings: a later run on the same base reads what it needs and answers only prompts never asked. Before
-answering, the log says how many prompts and about how long (an estimate); the plan records what was answered and how
-long it took. A team's own general conversations (`general_data`) are used instead when given. The rows then join the
+per prompt under `<cache root>/replay/<key>.jsonl` as each batch arrives (a run stopped during generation keeps what
+it answered), the key covering the model's identity, the chat template and these generation settings: a later run on
+the same base reads what it needs and answers only prompts never asked. Before answering, the log says how many prompts
+and about how long (an estimate), then a line per batch (a service worker turns these into the job's events); the plan
+records what was answered and how long it took. A plan that trains nothing generates nothing (replay_preview.py counts
+the rows). A team's own general conversations (`general_data`) are used instead when given. The rows then join the
 team's training conversations at the run's ratio (data/replay_mix.write_mixed): trained on like the team's, but the
 product's own work: not billed (the plan shows their tokens and time).
 """
@@ -22,7 +24,6 @@ import json
 import logging
 import os
 import random
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,7 @@ from finetune.settings.config import AUTO, RunConfig
 from finetune.settings.errors import UserError
 from finetune.settings.fingerprint import model_identity
 from finetune.settings.wording import ref
+from finetune.ship.eval.progress import tell
 
 log = logging.getLogger("finetune")
 MAX_NEW_TOKENS = 256
@@ -91,6 +93,11 @@ def all_cached(config: RunConfig, tokenizer, prompts: list[str]) -> bool:
     return all(p in cached for p in prompts)
 
 
+def cached_answers(config: RunConfig, tokenizer) -> dict[str, str | None]:
+    """{prompt: the base's cached answer, None when it did not finish}: what a plan counts without generating."""
+    return _read_cache(cache_path(config, tokenizer))
+
+
 def base_answers(config: RunConfig, tokenizer, held_out: bool = False) -> list[dict]:
     """Chat rows (a user prompt, the base's finished answer): the held-out slice whole (the forgetting curve and the
     adapter scale's probe: never trained on), or the training slice whole."""
@@ -104,21 +111,21 @@ def answer_prompts(config: RunConfig, tokenizer, prompts: list[str], needed: int
     path = cache_path(config, tokenizer)
     cached = _read_cache(path)
     rows, asked, new, model, started = [], 0, {}, None, time.perf_counter()
-    size = len(prompts) if needed is None else CHUNK  # every prompt is needed: one go
+    size, most = CHUNK, len(prompts)  # CHUNK at a time, each cached as it arrives: a run stopped keeps its answers
     while asked < len(prompts) and (needed is None or len(rows) < needed):
         chunk = prompts[asked : asked + size]
         missing = [p for p in chunk if p not in cached]
         if missing:
             if model is None:
-                _say_cost(config, tokenizer, prompts[asked:], cached, needed, len(rows))
+                most = _say_cost(config, tokenizer, prompts[asked:], cached, needed, len(rows))
                 model = load_placed(config.model, of_config(config), trust_remote_code=config.trust_remote_code,
                                     vocab_size=len(tokenizer))  # fmt: skip
             new |= _answer(model, tokenizer, missing)
             cached |= new
+            _append_cache(path, {p: cached[p] for p in missing})
+            _say_progress(len(new), max(most, len(new)), time.perf_counter() - started)
         rows += [_row(p, cached[p]) for p in chunk if cached[p] is not None]
         asked += len(chunk)
-    if new:
-        _write_cache(path, cached)
     if not rows:
         raise UserError(
             f"{ref('replay')}: the base model finished none of {asked} general answers within "
@@ -145,19 +152,33 @@ def _answer(model, tokenizer, prompts: list[str]) -> dict[str, str | None]:
     return answers
 
 
-def _say_cost(config: RunConfig, tokenizer, left: list[str], cached: dict, needed: int | None, have: int) -> None:
-    """Log, before paying it, how many prompts the base will answer at most and about how long that takes."""
+def _say_cost(config: RunConfig, tokenizer, left: list[str], cached: dict, needed: int | None, have: int) -> int:
+    """Log, before paying it, how many prompts the base will answer at most and about how long that takes; that
+    number."""
     unknown = [p for p in left if p not in cached]
     most = len(unknown) if needed is None else min(len(unknown), max(CHUNK, 2 * (needed - have)))
+    seconds = generation_estimate(config, tokenizer, unknown[:most])
+    estimate = f", about {round(seconds / 60) or '<1'} min at most (an estimate)" if seconds is not None else ""
+    tell(f"The base model answers up to {most} general prompts before the first step{estimate}; once per base: "
+          "cached for later runs", {"prompts": most, "estimated_s": seconds})  # fmt: skip
+    return most
+
+
+def _say_progress(answered: int, most: int, seconds: float) -> None:
+    """A line per batch while the base answers (the command line's log, a job's events)."""
+    tell(f"The base model answered {answered} of up to {most} general prompts ({seconds:.0f} s)",
+          {"answered": answered, "prompts": most, "seconds": round(seconds, 1)})  # fmt: skip
+
+
+def generation_estimate(config: RunConfig, tokenizer, prompts: list[str]) -> float | None:
+    """Seconds the base takes to answer `prompts` at most (each to the MAX_NEW_TOKENS cap, CHUNK at a time), at the
+    plan's device's rate; None when the model's size is unknown."""
     params = _parameters(config)
-    estimate = ""
-    if params:
-        tokens = sum(len(prompt_ids(tokenizer, [{"role": "user", "content": p}])) for p in unknown[:most])
-        calls = -(-most // CHUNK) * (MAX_NEW_TOKENS + 1)
-        seconds = generation_seconds(params, tokens + most * MAX_NEW_TOKENS, calls, _rate(config))
-        estimate = f", about {round(seconds / 60) or '<1'} min at most (an estimate)"
-    log.info("the base model answers up to %d general prompts before the first step%s; once per base: cached for "
-             "later runs", most, estimate)  # fmt: skip
+    if not params or not prompts:
+        return 0.0 if params else None
+    tokens = sum(len(prompt_ids(tokenizer, [{"role": "user", "content": p}])) for p in prompts)
+    calls = -(-len(prompts) // CHUNK) * (MAX_NEW_TOKENS + 1)
+    return round(generation_seconds(params, tokens + len(prompts) * MAX_NEW_TOKENS, calls, _rate(config)), 1)
 
 
 def _parameters(config: RunConfig) -> int | None:
@@ -183,14 +204,21 @@ def _read_cache(path: Path) -> dict[str, str | None]:
     return entries
 
 
-def _write_cache(path: Path, entries: dict[str, str | None]) -> None:
+def _append_cache(path: Path, entries: dict[str, str | None]) -> None:
+    """Add answers to the cache as they arrive, durably (written through to the disk): one write of whole lines, so
+    runs sharing a base append side by side; a line a killed run left cut is closed first (and read as damaged)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=caches.TEMP_SUFFIX)
-    with open(fd, "w", encoding="utf-8") as handle:
-        handle.write(
-            "".join(json.dumps({"prompt": p, "answer": a}, ensure_ascii=False) + "\n" for p, a in entries.items())
-        )
-    os.replace(tmp, path)
+    lines = "".join(json.dumps({"prompt": p, "answer": a}, ensure_ascii=False) + "\n" for p, a in entries.items())
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        cut = size > 0 and os.pread(fd, 1, size - 1) != b"\n"
+        data = (("\n" if cut else "") + lines).encode("utf-8")
+        while data:
+            data = data[os.write(fd, data) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def rows_read(config: RunConfig, team_rows: int) -> int:
@@ -207,7 +235,7 @@ def rows_read(config: RunConfig, team_rows: int) -> int:
 
 
 def mix_replay(
-    config: RunConfig, out: Path | None, tokenizer, write: bool = True, total_params: int | None = None
+    config: RunConfig, out: Path, tokenizer, write: bool = True, total_params: int | None = None
 ) -> replay_mix.Mixed | None:
     """The run's training files with replay rows mixed in (OUT/replay/), or None when replay is off (or Auto turned
     it off for this base, whose size is `total_params`); `write=False`: what they hold, without writing them (another
@@ -225,6 +253,6 @@ def mix_replay(
         random.Random(f"replay-{config.seed}").shuffle(order)
         answered = answer_prompts(config, tokenizer, order, needed)
         rows, source = answered.rows, "base model"
-    folder = out / FOLDER if out is not None else Path(tempfile.mkdtemp(prefix=replay_mix.SCRATCH_PREFIX))
+    folder = out / FOLDER  # a plan without an output folder counts the rows instead (replay_preview.py)
     mixed = replay_mix.write_mixed(config, folder, rows, ratio, source, write, count=needed)
     return mixed if answered is None else dataclasses.replace(mixed, generated=answered.to_dict())

@@ -66,6 +66,7 @@ from finetune.ship.eval.general_set import (
 )
 from finetune.ship.eval.instructions import follows
 from finetune.ship.eval.intervals import paired_difference, wilson
+from finetune.ship.eval.progress import counting
 from finetune.ship.eval.team_voice import signature_lines, speaks_as_team, team_replies
 from finetune.ship.run_folder import load_for_generation, locate_weights, read_json
 
@@ -110,8 +111,9 @@ KL_DEFINITION = (
 )
 
 
-def _subset(items: tuple, limit: int | None) -> list:
-    """`limit` items spread evenly over the set (every kind keeps its share); all of them without a limit."""
+def subset(items: tuple, limit: int | None) -> list:
+    """`limit` items spread evenly over the set (every kind keeps its share): item i x len / limit for i below
+    `limit`, the same every time; all of them without a limit."""
     if limit is None or limit >= len(items):
         return list(items)
     return [items[i * len(items) // limit] for i in range(limit)]
@@ -168,6 +170,12 @@ def measure(base_ok: list[bool], tuned_ok: list[bool]) -> dict:
     return {"n": n, "base": side(base_ok), "tuned": side(tuned_ok), "change": change, "dropped": change["high"] < 0}
 
 
+def limited(general_set: dict) -> str:
+    """'Limited to 40 general prompts, 40 requests and 40 questions of the set (spread evenly): wider intervals.'"""
+    return (f"Limited to {general_set['prompts']} general prompts, {general_set['requests']} requests and "
+            f"{general_set['choices']} questions of the set (spread evenly): wider intervals than the whole set's.")  # fmt: skip
+
+
 def points(change: float) -> str:
     """A change of a rate in whole percentage points, signed: '+3', '-31', '+0'."""
     return f"{round(100 * change):+d}"
@@ -202,7 +210,7 @@ def verdict(report: dict) -> tuple[bool, list[str], str]:
 
 
 def check_retention(
-    run: str | Path, *, max_new_tokens: int | None = None, batch_size: int = BATCH, limit: int | None = None
+    run: str | Path, *, max_new_tokens: int | None = None, batch_size: int | None = None, limit: int | None = None
 ) -> dict:
     """Compare a run's final weights with its base on the general set; returns retention.json's content.
 
@@ -215,13 +223,14 @@ def check_retention(
     base answered the same set with the same settings before (general_answers.py)."""
     started = time.perf_counter()
     prompts, choices = load_general_set()
-    items = GeneralItems(_subset(prompts, limit), _subset(load_instructions(), limit), _subset(choices, limit))
-    settings = Settings(max_new_tokens or MAX_NEW_TOKENS, REQUEST_TOKENS, batch_size, SCORE_BATCH)
+    items = GeneralItems(subset(prompts, limit), subset(load_instructions(), limit), subset(choices, limit))
+    settings = Settings(max_new_tokens or MAX_NEW_TOKENS, REQUEST_TOKENS, batch_size or BATCH, SCORE_BATCH)
     weights, sides, tokenizer = _load(Path(run))
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     choice_rows = _choice_rows(tokenizer, items.choices)
     loaded = time.perf_counter()
-    with recorded_in(weights.run):  # RUN/stages.jsonl: where each side ran
+    # a line per batch answered (progress.py); RUN/stages.jsonl: where each side ran
+    with counting("Retention check"), recorded_in(weights.run):
         answers, base_cached = _both_sides(weights, sides, tokenizer, items, settings, choice_rows, pad_id)
     generated = time.perf_counter()
     kl_rows = _kl_on_base_answers(sides, tokenizer, items.prompts, answers["base"].prompt_ids, pad_id)
@@ -232,11 +241,13 @@ def check_retention(
     report["settings"] = {
         "max_new_tokens": settings.max_new_tokens,
         "request_tokens": settings.request_tokens,
-        "batch_size": batch_size,
+        "batch_size": settings.batch_size,
         "choice_score": "mean log-likelihood per option token, after the question and the reply's lead",
         "interval": "95%: Wilson per model; Newcombe's paired score interval (method 10) for the change",
     }
     report["flag"], report["flagged"], report["message"] = verdict(report)
+    if limit is not None:  # a subset: say so wherever the verdict is read
+        report["message"] += f" {limited(report['general_set'])}"
     plan = read_json(weights.run / "plan.json")
     head_trained, objective = bool(plan.get("lora_train_head")), plan.get("objective", "sft")
     report["remedies"] = remedies(report["method"], head_trained, objective) if report["flag"] else []

@@ -14,6 +14,7 @@ from finetune.commands.cli import main
 from finetune.data.tokenize import load_tokenizer
 from finetune.settings.wording import render, rendered
 from finetune.ship.eval import retention
+from finetune.ship.eval.evaluation_estimate import evaluation_estimate
 from finetune.ship.eval.general_set import load_general_set
 from finetune.ship.eval.generate import generate_ids
 from finetune.ship.run_folder import locate_weights
@@ -90,6 +91,36 @@ def test_without_a_test_set_retention_runs_alone(run_copy, monkeypatch, capsys):
     printed = json.loads(capsys.readouterr().out)
     assert "rows" not in printed and printed["accuracy"]["n"] > 0
     assert (run_copy / "retention.json").exists() and not (run_copy / "eval.json").exists()
+
+
+def test_a_limited_check_says_its_estimate_first_then_each_batch_and_that_it_was_limited(run_copy, monkeypatch,
+                                                                                          capsys):  # fmt: skip
+    """Issue 49: the estimate (the service's own rule) before anything loads, a line per batch while the models
+    answer, and `--retention-limit N`: N of each kind, spread evenly, said in the verdict."""
+    monkeypatch.setattr(retention, "MAX_NEW_TOKENS", 2)
+    monkeypatch.setattr(retention, "REQUEST_TOKENS", 2)
+    monkeypatch.setattr(retention, "BATCH", 4)
+    limit = 6  # two batches of general prompts: 4, then 2
+    assert main(["eval", str(run_copy), "--retention", "--retention-only", "--retention-limit", str(limit)]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    estimate = evaluation_estimate(run_copy, retention=True, test=False, limit=limit)
+    assert lines[0].startswith(f"Evaluation: the base and the tuned model answer the retention check's {limit} general")
+    assert f"limited to {limit} of each: wider intervals" in lines[0] and estimate["how"] in lines[0]
+    assert estimate["seconds"] < evaluation_estimate(run_copy, retention=True, test=False)["seconds"]
+    answered = [line for line in lines if line.startswith("Retention check: ")]
+    assert answered[0].startswith(f"Retention check: {retention.BATCH} of {limit} general prompts answered (")
+    assert answered[1].startswith(f"Retention check: {limit} of {limit} general prompts answered (")  # a line a batch
+    assert any(line.startswith(f"Retention check: {limit} of {limit} requests for a longer") for line in answered)
+    report = json.loads((run_copy / "retention.json").read_text())
+    prompts, choices = load_general_set()
+    expected = {"prompts": limit, "choices": min(limit, len(choices)), "requests": limit, "limit": limit}
+    assert report["general_set"] | {"digest": None} == expected | {"digest": None}
+    assert [row["id"] for row in report["rows"]] == [p.id for p in retention.subset(prompts, limit)]
+    assert report["message"].endswith("(spread evenly): wider intervals than the whole set's.")
+    assert main(["eval", str(run_copy), "--retention-limit", "3"]) == 1  # not without --retention
+    assert "--retention-limit goes with --retention" in capsys.readouterr().err
+    assert main(["eval", str(run_copy), "--retention", "--retention-limit", "0"]) == 1
+    assert "--retention-limit must be at least 1" in capsys.readouterr().err
 
 
 def test_the_remedies_name_the_output_layer_only_when_the_run_trained_it():

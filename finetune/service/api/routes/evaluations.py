@@ -8,7 +8,7 @@ where the caller is. A worker runs it (workers/evaluation.py); the API process o
 `retention` (default true): the retention check on the general set; `test` (default: whether the run has a test
 set): the run's held-out test set answered and scored. Refused (400) for a job that has not succeeded or was
 deleted, for `test` on a run without a test set, and while the job has an evaluation not ended; another tenant's job
-is a 404. The answer carries `estimate_seconds` (workers/evaluation_estimate.py: an estimate, computed from the
+is a 404. The answer carries `estimate_seconds` (ship/eval/evaluation_estimate.py: an estimate, computed from the
 run's plan and the sets' sizes, as `estimate.how` says). An Idempotency-Key makes the POST idempotent.
 """
 
@@ -26,8 +26,8 @@ from finetune.service.api.routes.jobs import job_or_404
 from finetune.service.api_error import APIError
 from finetune.service.storage.evaluations import Evaluations, refusal
 from finetune.service.storage.job_names import method_type
-from finetune.service.workers.evaluation_estimate import evaluation_estimate
 from finetune.settings.wording import ref, render
+from finetune.ship.eval.evaluation_estimate import evaluation_estimate
 from finetune.ship.eval.test_split import TEST_FILE
 
 router = APIRouter(prefix="/v1/fine_tuning", dependencies=[Depends(current_tenant)])

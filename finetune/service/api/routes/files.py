@@ -17,7 +17,7 @@ from finetune.service.api.openai_errors import not_found
 from finetune.service.api.prometheus import metrics_of
 from finetune.service.api.upload import Upload, gunzip_upload, receive_upload
 from finetune.service.api_error import APIError
-from finetune.service.storage import deletion
+from finetune.service.storage import bucket_copy, deletion
 from finetune.service.storage.quotas import admit_file, refuse_when_full
 from finetune.service.storage.store import new_id
 
@@ -56,6 +56,7 @@ def _keep(request: Request, tenant: str, upload: Upload, purpose: str) -> dict:
         row = store_of(request).add_file(
             tenant, file_id, upload.filename[:512], purpose, upload.size, admit=admit_file(tenant)
         )  # 403 past the stored-bytes quota (quotas.py)
+        bucket_copy.push(options_of(request), final)  # --storage: the bucket holds it before its id is answered
     except BaseException:
         final.unlink(missing_ok=True)
         raise
@@ -117,7 +118,7 @@ def delete_file(file_id: str, request: Request, tenant: str = Depends(current_te
 @router.get("/files/{file_id}/content")
 def file_content(file_id: str, request: Request, tenant: str = Depends(current_tenant)):
     row = _file(request, tenant, file_id)
-    path = options_of(request).files_dir / row["id"]
+    path = bucket_copy.pull(options_of(request), options_of(request).files_dir / row["id"])  # --storage
     if not path.is_file():
         raise not_found("file content", file_id, "file_id")
     media = "text/csv" if row["filename"].endswith(".csv") else "application/octet-stream"

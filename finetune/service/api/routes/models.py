@@ -13,7 +13,7 @@ from finetune.service.api.objects import list_object, model_object
 from finetune.service.api.openai_errors import not_found
 from finetune.service.api_error import APIError
 from finetune.service.options import ServiceOptions
-from finetune.service.storage import deletion, run_folders
+from finetune.service.storage import bucket_copy, deletion, run_folders
 from finetune.service.storage.store import Store
 from finetune.service.storage.tombstones import ModelInUse
 
@@ -35,6 +35,7 @@ def model_location(store: Store, options: ServiceOptions, name: str, tenant: str
         return options.models[name]
     for job in store.succeeded_jobs(tenant):
         if job["fine_tuned_model"] == name:
+            bucket_copy.pull_weights(options, job["id"])  # --storage: this machine's copy, fetched once
             weights = run_folders.final_weights(Path(options.runs_dir) / job["id"])
             return str(weights) if weights else None
     return None

@@ -20,12 +20,13 @@ from finetune.run import plan_run, train
 from finetune.settings.config import RunConfig
 from finetune.settings.errors import UserError
 from finetune.settings.fingerprint import check_resume, run_fingerprint
-from finetune.ship.eval import general_val
+from finetune.ship.eval import general_val, replay
 
 EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
 TODAY = {"step", "epoch", "learning_rate", "train_loss", "grad_norm", "target_tokens", "tokens_per_s", "val_loss"}
 RUN = {"max_steps": 6, "eval_every": 2, "epochs": 1, "batch_size": 4, "gpu": "cpu"}
 PLANNED = RUN | {"max_steps": 12}  # a plan past a smoke test's length (rules/forgetting.py SHORT_RUN_STEPS)
+HELD_OUT_BATCHES = -(-len(replay_mix.held_out_prompts()) // replay.CHUNK)  # the base answers CHUNK at a time
 
 
 @pytest.fixture
@@ -63,7 +64,7 @@ def test_off_is_todays_run(team, toy_model, tmp_path, calls, monkeypatch):
     assert calls["generate"] == calls["load"] == 0 and not (tmp_path / "cache" / "replay").exists()
     assert off.plan.general_val is False and off.plan.general_val_set is None and "general_val" in off.plan.auto
     # the spine without the curve's step at all: the same plan, the same training
-    monkeypatch.setattr(run_module, "_general_val", lambda plan, tokenizer, ctx: (plan, None))
+    monkeypatch.setattr(run_module, "_general_val", lambda plan, *_rest, **_given: (plan, None))
     before = _train(team, toy_model, tmp_path / "before")
     assert _same_run(before.plan) == _same_run(off.plan)
     rows_before = read_metrics(tmp_path / "before" / "metrics.jsonl")
@@ -75,7 +76,7 @@ def test_on_logs_the_curve_at_every_evaluation_and_never_changes_training(team, 
     off = _train(team, toy_model, tmp_path / "off", general_val=False)
     on = _train(team, toy_model, tmp_path / "on", general_val=True)
     rows_off, rows = read_metrics(tmp_path / "off" / "metrics.jsonl"), read_metrics(tmp_path / "on" / "metrics.jsonl")
-    assert calls["generate"] == calls["load"] == 1
+    assert calls["load"] == 1 and calls["generate"] == HELD_OUT_BATCHES
     # the same steps, losses and validation: the curve only reads the model
     for a, b in zip(rows, rows_off, strict=True):
         assert a["train_loss"] == b["train_loss"] and a.get("val_loss") == b.get("val_loss")
@@ -99,7 +100,7 @@ def test_the_base_value_is_the_base_models_loss_on_its_answers(team, toy_model, 
     on = _train(team, toy_model, tmp_path / "on", general_val=True)
     tokenizer = load_tokenizer(str(toy_model))
     records, _ = general_val.general_val_set(on.plan, tokenizer)  # from the cache now
-    assert calls["generate"] == 1
+    assert calls["generate"] == HELD_OUT_BATCHES
     model = model_for(on.plan, torch.device("cpu"), len(tokenizer)).eval()  # the adapter starts at zero: the base
     with torch.no_grad():
         total = sum(float(nll_sum(model, pad_batch([r], tokenizer.pad_token_id or 0))) for r in records)
@@ -142,7 +143,7 @@ def test_the_plan_says_it_is_on_with_replay_and_what_it_costs(team, toy_model, t
     )
     assert "not billed" in text and "generated once for this base" in text
     again = _plan(team, toy_model, tmp_path / "b", replay=0.25, **PLANNED)
-    assert calls["generate"] == 2  # the training slice and the held-out slice, once each; then the cache
+    assert calls["generate"] == 1 + HELD_OUT_BATCHES  # the training slice and the held-out slice, once; then the cache
     assert again.plan.general_val_set["cached"] is True
     console = Console(file=io.StringIO(), width=400)
     render_plan(again.plan, console)

@@ -3,6 +3,11 @@
 import { api, copy, fmt, h, inDashboardTerms, settingsSchema } from "../util.js";
 import { listFiles, uploadForm } from "./files.js";
 
+// A preview loads no model: the base answers self-replay's prompts when the job starts (docs/retention.md).
+const pendingNote = (pending) => (pending && pending.prompts
+  ? ` (tokens at most: the base answers ${pending.prompts} prompts when the job starts${pending.estimated_s != null ? `, about ${fmt.duration(pending.estimated_s)}` : ""})`
+  : "");
+
 export async function baseModels() {
   const page = await api("/v1/models");
   return page.data.filter((m) => !m.id.startsWith("ft:"));
@@ -134,7 +139,7 @@ export function planView(plan, given = null, schema = null) {
   const stats = [
     ["steps", fmt.int(plan.total_steps), `${fmt.int(plan.steps_per_epoch)} per epoch`],
     ["tokens processed", `${about}${fmt.int(plan.tokens_processed)}`, "billed"],
-    ...(plan.replay_added ? [["replay", fmt.int(plan.replay_added.rows), `general rows, ${fmt.int(plan.replay_added.tokens_processed)} tokens: not billed`]] : []),
+    ...(plan.replay_added ? [["replay", fmt.int(plan.replay_added.rows), `general rows, ${fmt.int(plan.replay_added.tokens_processed)} tokens: not billed${pendingNote(plan.replay_added.pending)}`]] : []),
     ["time", time ? (time < 1 ? "< 1 s" : `≈ ${fmt.duration(time)}`) : "–", device],
     ["memory", mem.total ? fmt.bytes(mem.total) : "–", mem.device ? `${mem.fits_device === false ? "does NOT fit" : "per device"} ${mem.device}` : ""],
     ["cost", money !== null ? fmt.money(money + (cost.time_cost || 0)) : cost.time_cost ? fmt.money(cost.time_cost) : "–", "tokens + device time"],

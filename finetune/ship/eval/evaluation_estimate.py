@@ -34,7 +34,8 @@ from pathlib import Path
 
 from finetune.rules.cost import CALL_S, CPU_FLOPS, generation_seconds
 from finetune.ship.eval.general_set import load_general_set, load_instructions
-from finetune.ship.eval.retention import BATCH, MAX_NEW_TOKENS, REQUEST_TOKENS, SCORE_BATCH
+from finetune.ship.eval.progress import tell
+from finetune.ship.eval.retention import BATCH, MAX_NEW_TOKENS, REQUEST_TOKENS, SCORE_BATCH, subset
 from finetune.ship.eval.test_split import TEST_FILE
 
 MODELS = 2  # the base and the tuned model
@@ -50,11 +51,13 @@ def _tokens(text: str) -> int:
 
 
 @cache
-def retention_work(with_requests: bool = True) -> dict:
+def retention_work(with_requests: bool = True, limit: int | None = None) -> dict:
     """Forward tokens and calls of one model answering and scoring the general set (its size, read once); without
-    the instruction requests, the set as it was when the estimate was checked against a measurement (278 s)."""
+    the instruction requests, the set as it was when the estimate was checked against a measurement (278 s); with
+    `limit`, the subset `finetune eval --retention-limit` asks (retention.py `subset`)."""
     prompts, choices = load_general_set()
     requests = load_instructions() if with_requests else []
+    prompts, choices, requests = subset(prompts, limit), subset(choices, limit), subset(tuple(requests), limit)
     prompt_tokens = sum(_tokens(p.prompt) for p in prompts)
     answered = prompt_tokens + len(prompts) * MAX_NEW_TOKENS
     requested = sum(_tokens(r.prompt) for r in requests) + len(requests) * REQUEST_TOKENS
@@ -66,12 +69,14 @@ def retention_work(with_requests: bool = True) -> dict:
             "tokens": 2 * answered + requested + scored, "calls": calls}  # fmt: skip
 
 
-def test_set_work(run: Path) -> dict | None:
-    """Forward tokens and calls of one model answering the run's test set; None when the run has none."""
+def test_set_work(run: Path, limit: int | None = None) -> dict | None:
+    """Forward tokens and calls of one model answering the run's test set (its first `limit` conversations); None
+    when the run has none."""
     try:
         lines = [line for line in (run / TEST_FILE).read_text(encoding="utf-8").splitlines() if line.strip()]
     except OSError:
         return None
+    lines = lines[:limit] if limit is not None else lines
     tokens = sum(_tokens(line) for line in lines) + len(lines) * TEST_MAX_NEW_TOKENS  # a line: its prompt and reply
     calls = math.ceil(len(lines) / TEST_BATCH) * (TEST_MAX_NEW_TOKENS + 1)
     return {"conversations": len(lines), "tokens": tokens, "calls": calls}
@@ -87,9 +92,12 @@ def _rate(plan: dict) -> tuple[float, str]:
     return CPU_FLOPS, "an assumed CPU rate"
 
 
-def evaluation_estimate(run: Path, retention: bool, test: bool) -> dict | None:
+def evaluation_estimate(
+    run: Path, retention: bool, test: bool, limit: int | None = None, test_limit: int | None = None
+) -> dict | None:
     """The estimate of `finetune eval RUN [--retention]` on `run` (the work, the seconds, how they were computed);
-    None without a plan that knows the model's size."""
+    None without a plan that knows the model's size. `limit`: --retention-limit; `test_limit`: --limit (the test
+    conversations answered). The service's Evaluate button and the command line both show this one."""
     try:
         plan = json.loads((run / "plan.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -97,7 +105,8 @@ def evaluation_estimate(run: Path, retention: bool, test: bool) -> dict | None:
     params = (plan.get("memory") or {}).get("parameters")
     if not params:
         return None
-    parts = {"retention": retention_work() if retention else None, "test": test_set_work(run) if test else None}
+    parts = {"retention": retention_work(True, limit) if retention else None,
+             "test": test_set_work(run, test_limit) if test else None}  # fmt: skip
     tokens = sum(p["tokens"] for p in parts.values() if p)
     calls = sum(p["calls"] for p in parts.values() if p)
     rate, source = _rate(plan)
@@ -115,3 +124,24 @@ def evaluation_estimate(run: Path, retention: bool, test: bool) -> dict | None:
             f"{calls:,} forward calls at {CALL_S * 1000:g} ms"
         ),
     }  # fmt: skip
+
+
+def say_estimate(
+    run: Path, retention: bool, test: bool, limit: int | None = None, test_limit: int | None = None
+) -> None:
+    """Before anything loads (`finetune eval`, and so a service evaluation's first event): what the evaluation answers
+    and about how long that takes (progress.py)."""
+    found = evaluation_estimate(run, retention, test, limit, test_limit)
+    if found is None:
+        tell("Evaluation: no time estimate (the run's plan does not know the model's size)", {"estimated_s": None})
+        return
+    work = found["work"]
+    parts = [f"{work['test']['conversations']} test conversations"] if "test" in work else []
+    if "retention" in work:
+        kept = f" (limited to {limit} of each: wider intervals)" if limit else ""
+        parts.append(f"the retention check's {work['retention']['prompts']} general prompts, "
+                     f"{work['retention']['requests']} requests and {work['retention']['questions']} questions{kept}")  # fmt: skip
+    seconds = found["seconds"]
+    shown = f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+    tell(f"Evaluation: the base and the tuned model answer {' and '.join(parts)}: about {shown} ({found['how']})",
+         {"estimated_s": seconds})  # fmt: skip
