@@ -128,6 +128,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(REPO / "bench" / "precision_smollm2.json"))
     parser.add_argument("--work", default="/tmp/finetune-precision-smollm2")
     parser.add_argument("--max-steps", type=int, default=60, help="0: the whole run Auto plans")
+    parser.add_argument("--dtypes", default="auto,fp32", help="the runs to make (each saved as WORK/DTYPE/result.json)")
     parser.add_argument("--replay", default="off", help="off, or auto: self-replay, the forgetting curve and the "
                         "adapter scale as Auto chooses them")  # fmt: skip
     args = parser.parse_args()
@@ -138,12 +139,13 @@ def main() -> None:
 
     base = str(pull("smollm2-135m-instruct", log=print))
     work = Path(args.work)
-    runs = {}
-    for dtype in ("auto", "fp32"):
-        runs[dtype] = one_run(dtype, work, base, settings)
-        print(
-            json.dumps({k: v for k, v in runs[dtype].items() if k not in ("answers", "curves")}, indent=1), flush=True
-        )
+    for dtype in args.dtypes.split(","):
+        result = one_run(dtype, work, base, settings)
+        (work / dtype / "result.json").write_text(json.dumps(result, indent=1, ensure_ascii=False))
+        print(json.dumps({k: v for k, v in result.items() if k not in ("answers", "curves")}, indent=1), flush=True)
+    if not all((work / dtype / "result.json").is_file() for dtype in ("auto", "fp32")):
+        return  # the other run is made by another invocation (--dtypes): the comparison once both are there
+    runs = {dtype: json.loads((work / dtype / "result.json").read_text()) for dtype in ("auto", "fp32")}
     document = {
         "settings": settings,
         "runs": runs,

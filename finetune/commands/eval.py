@@ -208,10 +208,10 @@ def evaluate(request: EvalRequest) -> tuple[dict, Path | None]:
     for candidate in candidates:
         model = candidate.load()
         grow_vocabulary(model, len(tokenizer))  # the base, when the run's tokenizer added tokens (ChatML)
-        with counting(f"Test set, {candidate.name}"), recorded_in(out if run_mode else None):  # a line per batch
-            with stage(f"eval: {candidate.name}") as seen:  # RUN/stages.jsonl: where it ran
-                seen.model(model)
-                answers[candidate.name] = _answers(model, tokenizer, conversations, request.max_new_tokens)
+        where = recorded_in(out if run_mode else None)  # RUN/stages.jsonl: where it ran
+        with counting(f"Test set, {candidate.name}"), where, stage(f"eval: {candidate.name}") as seen:  # per batch
+            seen.model(model)
+            answers[candidate.name] = _answers(model, tokenizer, conversations, request.max_new_tokens)
     scores = {name: [score(a, r, rules) for a, r in zip(got, references, strict=True)] for name, got in answers.items()}
     summary = {name: summarize(rows) for name, rows in scores.items()}
     if request.markers:
