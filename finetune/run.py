@@ -34,6 +34,8 @@ from finetune.data.skipped import write_skipped
 from finetune.data.tokenize import load_tokenizer
 from finetune.models.facts import load_model_facts
 from finetune.models.source import model_name, resolve_model
+from finetune.placement.stages import recorded_in, stage
+from finetune.placement.where import of_plan
 from finetune.plan.build import build_plan
 from finetune.plan.plan import Plan
 from finetune.report.metrics import read_metrics
@@ -92,7 +94,7 @@ def _run(config: RunConfig, plan: Plan | None, on_plan, on_step, objective: Obje
     from finetune.ship.adapter_scale import scale_adapter  # torch: only a run that trains needs it
     from finetune.train import guards  # torch: as above
     from finetune.train.final import write_final_weights  # torch: as above
-    from finetune.train.loop import train_loop, use_bf16  # torch: as above
+    from finetune.train.loop import train_loop  # torch: as above
     from finetune.train.model import model_for  # torch: as above
     from finetune.train.objective import objective_for  # torch: as above
 
@@ -115,30 +117,35 @@ def _run(config: RunConfig, plan: Plan | None, on_plan, on_step, objective: Obje
             on_plan(plan)
     trackers = start_trackers(plan.run, plan) if ctx.is_main else Trackers()  # report_to (finetune/track)
 
-    model = model_for(plan, ctx.device, len(planned.tokenizer))  # fp32 weights (+ the LoRA adapter)
+    placement = of_plan(plan, ctx.device)  # every model of the run: this device, the plan's precision
+    model = model_for(plan, ctx.device, len(planned.tokenizer), placement)  # (+ the LoRA adapter, trained in fp32)
     objective = objective or objective_for(plan)
     pad_id = planned.tokenizer.pad_token_id if planned.tokenizer.pad_token_id is not None else 0
     examples = [*planned.prepared.train, *planned.prepared.val]
-    objective.before_training(model, examples, ctx.device, pad_id, use_bf16(plan.dtype, ctx.device))
+    objective.before_training(model, examples, ctx.device, pad_id, placement.autocast)
     if config.resume and ctx.is_main and (note := _resume_note(out, plan.devices)):
         log.info("note: %s", render(note))
     log.info("training %d steps; outputs in %s", plan.total_steps, out)
-    result = train_loop(
-        model, planned.prepared.train, planned.prepared.val, plan, out, ctx,
-        objective=objective, pad_id=pad_id, resume=config.resume, on_step=trackers.chain(on_step),
-        fingerprint=run_fingerprint(plan), allow_changes=config.allow_changes,
-        general_val=planned.general_val or (), billed=billed_flags(planned.prepared.train, plan.replay_added),
-    )  # fmt: skip
+    with stage("training") as seen:
+        result = train_loop(
+            model, planned.prepared.train, planned.prepared.val, plan, out, ctx,
+            objective=objective, pad_id=pad_id, resume=config.resume, on_step=trackers.chain(on_step),
+            fingerprint=run_fingerprint(plan), allow_changes=config.allow_changes,
+            general_val=planned.general_val or (), billed=billed_flags(planned.prepared.train, plan.replay_added),
+        )  # fmt: skip
+        seen.model(model)
     if not ctx.is_main:
         return TrainResult(out, plan, {}, None, result)
 
     final = write_final_weights(
         model, planned.tokenizer, out, result.best_step, result.steps, plan
     )  # adapter/ or model/
-    scale = scale_adapter(
-        model, planned.tokenizer, plan, objective, planned.prepared.val, pad_id, final, ctx.device,
-        use_bf16(plan.dtype, ctx.device),
-    )  # fmt: skip  # adapter_scale (ship/adapter_scale.py): None when off, and the adapter stays as written
+    with stage("adapter scale") as seen:
+        seen.model(model)
+        scale = scale_adapter(
+            model, planned.tokenizer, plan, objective, planned.prepared.val, pad_id, final, ctx.device,
+            placement.autocast,
+        )  # fmt: skip  # adapter_scale (ship/adapter_scale.py): None when off, and the adapter stays as written
     bill = checked_bill(planned.prepared.train, plan, result.steps, result.tokens_billed, result.tokens_processed)
     report = write_run_report(out, plan, result, final, objective, scale, bill)  # report.json, loss_curve.png
     kind = "adapter" if plan.method == "lora" else "full"
@@ -272,7 +279,8 @@ def train(
     try:
         with rank_failures(ctx, passthrough=(TrainingInterrupted,)):  # every rank stops alike: no rank to name
             try:
-                result = _run(config, plan, on_plan, on_step, objective, ctx)
+                with recorded_in(Path(config.out) if ctx.is_main else None):  # OUT/stages.jsonl: where each ran
+                    result = _run(config, plan, on_plan, on_step, objective, ctx)
                 _wait_for_every_rank(ctx)  # all leave together: none tears down its process group while rank 0 writes
                 if remote is not None and result.report:
                     result = dataclasses.replace(result, report=remote.finish(result.report))

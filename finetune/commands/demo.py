@@ -37,6 +37,9 @@ from finetune.models.bases import converted, pull
 from finetune.models.facts import load_model_facts
 from finetune.models.known_bases import find_base
 from finetune.models.source import local_model
+from finetune.placement.load import load_placed
+from finetune.placement.stages import recorded_in, stage
+from finetune.placement.where import for_model
 from finetune.report.summary import print_summary
 from finetune.rules.replay import nothing_to_keep
 from finetune.run import train
@@ -51,7 +54,6 @@ from finetune.ship.eval.retention import summary as retention_summary
 from finetune.ship.export.card import refresh_run_card
 from finetune.ship.run_folder import load_for_generation, locate_weights
 from finetune.ship.toy import DEMO_DATA, pretrained_base
-from finetune.train.model import load_model
 from finetune.train.progress import RunDisplay
 
 MARKER = ".finetune-demo"  # a folder with this file was made by the demo and may be replaced by it
@@ -97,14 +99,17 @@ def _base_folder(base: str, log) -> Path:
     return model_dir
 
 
-def _answers(model_dir: Path, weights: Path | None, prompts):
-    """Answers of the base (weights None), or of the run's final weights (adapter/ on the base, or model/)."""
-    if weights is None:
+def _answers(model_dir: Path, weights: Path | None, prompts, root: Path):
+    """Answers of the base (weights None), or of the run's final weights (adapter/ on the base, or model/); where
+    they ran goes to ROOT/stages.jsonl."""
+    if weights is None:  # before the run: the device and precision its plan will choose (placement/where.py)
         tokenizer = load_tokenizer(str(model_dir))
-        model = load_model(str(model_dir), vocab_size=len(tokenizer))
+        model = load_placed(str(model_dir), for_model(str(model_dir)), vocab_size=len(tokenizer))
     else:
         model, tokenizer = load_for_generation(locate_weights(weights.parent))
-    return generate_answers(model, tokenizer, prompts, max_new_tokens=MAX_NEW_TOKENS)
+    with recorded_in(root), stage(f"demo: {'tuned' if weights else 'base'} answers") as seen:
+        seen.model(model)
+        return generate_answers(model, tokenizer, prompts, max_new_tokens=MAX_NEW_TOKENS)
 
 
 def _kept(retention: dict) -> str:
@@ -215,7 +220,7 @@ def run_demo(out: str = "runs/demo", base: str | None = None) -> int:
         )
         model_dir, built = pretrained_base(log=console.print)
         console.print(f"{'built' if built else 'reused'} the pretrained toy base in {model_dir}")
-    before = _answers(model_dir, None, prompts)
+    before = _answers(model_dir, None, prompts, root)
 
     console.rule("2. plan and train (LoRA, every value chosen by Auto)")
     config = RunConfig(data=str(DEMO_DATA / "train.jsonl"), model=str(model_dir), out=str(root / "run"))
@@ -225,7 +230,7 @@ def run_demo(out: str = "runs/demo", base: str | None = None) -> int:
     print_summary(report, console=display.console)
 
     console.rule("3. before and after, on held-out prompts")
-    after = _answers(model_dir, Path(report["final_weights"]), prompts)
+    after = _answers(model_dir, Path(report["final_weights"]), prompts, root)
     run_dir = root / "run"
     toy = _nothing_to_keep(model_dir)
     grounding, checked = _grounding(run_dir, prompts, before, after, toy)

@@ -44,6 +44,7 @@ from finetune.rules.forgetting import auto_general_val, short_run
 from finetune.rules.memory import MemoryEstimate, decide_gradient_checkpointing, decide_shard, estimate_memory
 from finetune.rules.memory import resolve_device as find_device
 from finetune.rules.model_facts import ModelFacts
+from finetune.rules.precision import auto_dtype, device_type
 from finetune.rules.preference import auto_beta, auto_dpo_epochs, auto_dpo_lr
 from finetune.rules.replay import nothing_to_keep
 from finetune.settings.config import AUTO, RunConfig
@@ -82,9 +83,7 @@ class _Resolving:
 
     def __post_init__(self) -> None:
         self.device, self.device_assumed, self.device_recognised = find_device(self.config.gpu)
-        self.dtype = (
-            self.config.dtype if self.config.dtype != AUTO else ("fp32" if self.device.name == "cpu" else "bf16")
-        )
+        self.dtype = "fp32"  # the run's precision: _precision resolves it first
         self.seq_len = 0  # the longest record as trained (_sequence_length)
         self.dpo = self.config.objective == "dpo"
         self.lora = self.config.trained_weights == "lora"
@@ -121,6 +120,14 @@ class _Resolving:
 
 
 # ----------------------------------------------------------------------------- the steps
+
+
+def _precision(r: _Resolving) -> None:
+    """The run's device and precision, taken by every model the run loads (rules/precision.py); the memory
+    estimate sizes the frozen base and the activations in it."""
+    hidden = r.facts.hidden_size if r.facts else None
+    r.dtype = r.resolve("dtype", auto_dtype(r.device.name, hidden))
+    r.numbers["device"] = device_type(r.device.name)
 
 
 def _base_and_chat_template(r: _Resolving) -> None:
@@ -324,6 +331,7 @@ def _general_val(r: _Resolving) -> None:
 
 
 STEPS = (
+    _precision,
     _base_and_chat_template,
     _sequence_length,
     _epochs_and_adapter,

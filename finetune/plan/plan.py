@@ -71,6 +71,8 @@ class Plan:
     """The finetune code that made the plan (finetune/settings/version.py): a trainer refuses a plan of other code."""
     chat_template: str | None = None
     """The chat template the data is rendered with: "model" (its own), "chatml", or a Jinja file's path."""
+    device: str | None = field(default=None, metadata={"label": "Device"})
+    """Where every model of the run is placed: "cpu" or "cuda" (the plan's device; its precision is `dtype`)."""
     base_origin: dict | None = None
     """The GGUF file (and its sha256) the base was converted from; None for any other base."""
     tokens_trained: int | None = None

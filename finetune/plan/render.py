@@ -17,13 +17,14 @@ from finetune.settings.wording import for_cli
 SHOWN = (
     "epochs", "batch_size", "grad_accum", "devices", "effective_batch", "steps_per_epoch", "total_steps",
     "warmup_steps", "learning_rate", "lora_rank", "lora_alpha", "lora_train_head", "eval_every", "save_every",
-    "gradient_checkpointing", "shard", "adapter_scale",
+    "gradient_checkpointing", "shard", "adapter_scale", "device", "dtype",
 )  # fmt: skip
 HIDDEN_WHEN = {"adapter_scale": (None, "off")}  # a row left out at these values (off: the run as it always was)
 DERIVED = {
     "effective_batch": "batch x accumulation x devices",
     "steps_per_epoch": "",  # filled in below
     "total_steps": "steps per epoch x epochs",
+    "device": "every model of the run, in its precision",
 }
 
 

@@ -26,9 +26,11 @@ from pathlib import Path
 import torch
 
 from finetune.data.arrays import record_lengths
+from finetune.placement.where import of_plan
 from finetune.plan.plan import Plan
 from finetune.report.metrics import MetricsLog, read_metrics
 from finetune.report.stability import LOSS_SPIKE, SpikeWatch
+from finetune.rules.arithmetic import evaluates_after
 from finetune.settings.errors import UserError
 from finetune.settings.fingerprint import check_resume
 from finetune.settings.wording import ref, render
@@ -104,7 +106,7 @@ def train_loop(
     """
     # ---- set-up: the model on its device(s), AdamW, and where a resumed run starts
     ctx, objective = ctx or DistContext(), objective or TokenNormalisedSFT()
-    bf16 = use_bf16(plan.dtype, ctx.device)
+    bf16 = of_plan(plan, ctx.device).autocast  # the run's precision (placement/where.py): bf16 passes under autocast
     how = parallelism(plan, ctx, bf16)
     model.train()
     loss_of = how.wrap(model, objective, filler=objective.batch([train[0]], plan, pad_id))  # filler: FSDP only
@@ -211,11 +213,6 @@ def _backward(loss_of, batch, normaliser: float, device: torch.device, bf16: boo
     return loss_sum, metric_sums
 
 
-def _evaluates_after(step: int, plan: Plan) -> bool:
-    """Validation runs every eval_every steps, at each epoch's end and after the last step."""
-    return step % plan.eval_every == 0 or step % plan.steps_per_epoch == 0 or step == plan.total_steps
-
-
 class MetricSums:
     """A step's (or the validation set's) loss and metric sums; reduced over ranks and divided by the normaliser."""
 
@@ -313,7 +310,9 @@ class Validation:
     def after(self, state: TrainState) -> dict[str, float]:
         """The keys this step's row gains (none on a step without evaluation); the best step follows val_loss."""
         found, self.pending = self.pending, {}
-        if not (self.val or self.general_val) or not _evaluates_after(state.step, self.plan):
+        if not (self.val or self.general_val) or not evaluates_after(
+            state.step, self.plan.eval_every, self.plan.steps_per_epoch, self.plan.total_steps
+        ):
             return found
         if self.val:
             found |= self.score(self.val)
@@ -325,13 +324,6 @@ class Validation:
 
 
 # ============================================================================ set-up
-
-
-def use_bf16(dtype: str, device: torch.device) -> bool:
-    if dtype == "bf16":
-        return True
-    # fp32 on the CPU by default: bf16 changes numerics, and the equivalence tests run in fp32
-    return dtype == "auto" and device.type == "cuda" and torch.cuda.is_bf16_supported()
 
 
 def build_optimizer(model, lr: float, weight_decay: float, fused: bool) -> torch.optim.AdamW:

@@ -194,3 +194,21 @@ def test_a_damaged_run_is_flagged(terse_base, tmp_path):
     assert report["kl"]["mean_per_token"] > 1.0
     assert report["remedies"] == retention.remedies("full") and "more than chance" in report["message"]
     assert any("--method lora" in render(remedy) for remedy in report["remedies"])
+
+
+def test_a_full_run_on_a_base_without_a_chat_template(tmp_path, monkeypatch, capsys):
+    """Training added ChatML's tokens to a template-less base (the embeddings grown); the check loads the base as
+    training did, grown to the run's tokenizer, instead of indexing past its embeddings (issue 47)."""
+    from gguf_fixtures import plain_base
+
+    base = plain_base(tmp_path / "plain")
+    out = tmp_path / "run"
+    args = ["train", str(EXAMPLES / "train.jsonl"), "--model", str(base), "--out", str(out), "--method", "full"]
+    assert main([*args, "--max-steps", "2", "--batch-size", "4", "--dtype", "fp32"]) == 0
+    rows = json.loads((base / "config.json").read_text())["vocab_size"]
+    assert len(load_tokenizer(str(out / "model"))) > rows  # ChatML's tokens were added: the base lacks their rows
+    monkeypatch.setattr(retention, "MAX_NEW_TOKENS", 3)
+    monkeypatch.setattr(retention, "REQUEST_TOKENS", 3)
+    assert main(["eval", str(out), "--retention", "--limit", "2"]) == 0
+    report = json.loads((out / "retention.json").read_text())
+    assert report["method"] == "full" and report["kl"]["tokens"] > 0
