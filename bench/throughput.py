@@ -2,6 +2,8 @@
 
     .venv/bin/python bench/throughput.py --results bench/RESULTS.md   # ~10 min on 2 quiet CPU cores
     .venv/bin/python bench/throughput.py --methods lora --rounds 1 --timed 4 --systems finetune,bare   # a quick look
+    .venv/bin/python bench/throughput.py --model smollm2-135m-instruct --methods lora --precisions fp32,default \
+        --systems finetune,trl-packed      # each side at its own default precision, and both in fp32, in one run
 
 One invocation builds the data set (bench/data.py, deterministic) and a toy Llama model sized for
 the CPU, then runs every configuration in its own subprocess (so peak memory does not mix), in
@@ -19,7 +21,11 @@ that a change in machine load hits every configuration alike and the ratios stay
     bare-fused    the same fixed-shape loop scoring the data's own targets through finetune's chunked
                   LM head: finetune's kernels without its data pipeline
 
-Every side is set explicitly and identically: fp32, no gradient checkpointing, no torch.compile,
+`--precisions` runs every configuration at each precision listed: `fp32` (every side in fp32, no autocast), `bf16`
+(every side in bf16: finetune `dtype="bf16"`, TRL `bf16=True`), `default` (each side as it ships: finetune's Auto,
+which picks bf16 or fp32 for this machine and model and says which in the table, TRL's `bf16=True`); the bare loops
+run in fp32 only. The default is `fp32`. Otherwise every side is set explicitly and identically: no gradient
+checkpointing, no torch.compile,
 AdamW (lr, betas, eps, no weight decay), grad-norm clipping 1.0, LoRA r=16 alpha=32 on all linear
 layers (or full fine-tuning), max length 1024, batch 4 x accumulation 2 = 8 records per optimizer
 step. `finetune` and `trl-padded` see the very same records in every optimizer step (TRL gets the
@@ -82,6 +88,7 @@ class Spec:
     lora_r: int = 16
     lora_alpha: int = 32
     seed: int = 0
+    precision: str = "fp32"  # fp32 | bf16 | default (the system's own)
 
     @property
     def total_steps(self) -> int:
@@ -103,6 +110,7 @@ class Result:
     gpu_peak_mb: float | None = None
     setup_s: float = 0.0  # process start to the end of the first step
     step_loss: list[float] = field(default_factory=list)  # per step: mean loss over the step's target tokens
+    precision_used: str = "fp32"  # what the system actually ran in (finetune: its plan's dtype)
 
 
 # ---------------------------------------------------------------------------- measurement helpers
@@ -223,7 +231,7 @@ def run_finetune(spec: Spec, rec: StepRecorder) -> None:
         adapter_scale="off",
         save_every=10**6,
         gradient_checkpointing=False,
-        dtype="fp32",
+        dtype="auto" if spec.precision == "default" else spec.precision,
         packing=True,
         seed=spec.seed,
     )
@@ -234,7 +242,8 @@ def run_finetune(spec: Spec, rec: StepRecorder) -> None:
         rec.add_loss(row["train_loss"])
         rec.step_done()
 
-    train(config, on_step=on_step, objective=Counted())
+    plan = train(config, on_step=on_step, objective=Counted()).plan
+    rec.result.precision_used = plan.dtype + (" (Auto)" if spec.precision == "default" else "")
 
 
 def finetune_step_order(spec: Spec) -> list[int]:
@@ -287,7 +296,7 @@ def run_trl(spec: Spec, rec: StepRecorder, packed: bool) -> None:
         optim="adamw_torch",
         max_grad_norm=1.0,
         gradient_checkpointing=False,  # TRL 1.x defaults to True
-        bf16=False,  # TRL 1.x defaults to True
+        bf16=spec.precision != "fp32",  # TRL 1.x defaults to True: autocast over fp32 weights
         fp16=False,
         torch_compile=False,
         use_cpu=not torch.cuda.is_available(),
@@ -332,6 +341,11 @@ def run_trl(spec: Spec, rec: StepRecorder, packed: bool) -> None:
 
     trainer.compute_loss = counted
     trainer.train()
+    rec.result.precision_used = (
+        "fp32"
+        if spec.precision == "fp32"
+        else "bf16 autocast, fp32 weights" + (" (TRL's default)" if spec.precision == "default" else "")
+    )
 
 
 def run_bare(spec: Spec, rec: StepRecorder, fused: bool = False) -> None:
@@ -404,7 +418,7 @@ PROCESS_START = time.perf_counter()
 
 def worker(spec_path: str) -> None:
     spec = Spec(**json.loads(Path(spec_path).read_text()))
-    result = Result(spec.system, spec.method)
+    result = Result(spec.system, spec.method, precision_used="fp32")
     rec = StepRecorder(spec, result)
     if spec.system == "finetune":
         run_finetune(spec, rec)
@@ -427,6 +441,8 @@ class Summary:
 
     name: str
     method: str
+    precision: str  # what was asked: fp32 | bf16 | default
+    precision_used: str  # what ran
     runs: int
     steps: int
     seconds: float
@@ -453,7 +469,7 @@ class Summary:
         return 1 - self.real / self.compute if self.compute else 0.0
 
 
-def summarize(name: str, results: list[dict], warmup: int, timed: int) -> Summary:
+def summarize(name: str, results: list[dict], warmup: int, timed: int, precision: str = "fp32") -> Summary:
     seconds = cpu_seconds = target = real = compute = records = steps = 0
     per_run = []
     for r in results:
@@ -471,6 +487,8 @@ def summarize(name: str, results: list[dict], warmup: int, timed: int) -> Summar
     return Summary(
         name=name,
         method=results[0]["method"],
+        precision=precision,
+        precision_used=results[0].get("precision_used", "fp32"),
         runs=len(results),
         steps=steps,
         seconds=seconds,
@@ -580,23 +598,22 @@ def _mb(x: float | None) -> str:
 
 
 def render_table(summaries: list[Summary]) -> str:
-    by_key = {(s.method, s.name): s for s in summaries}
+    by_key = {(s.method, s.name, s.precision): s for s in summaries}
     lines = [
-        "| method | system | records/step | real tok/step | padding | s/step | target tok/s | total tok/s "
+        "| method | system | precision asked | ran in | records/step | real tok/step | padding | s/step | target tok/s | total tok/s "
         "| target tok/CPU-s | peak RSS timed (MB) | peak RSS process (MB) | × TRL padded | × TRL packed "
         "| vs bare (total tok/s) | vs bare-fused |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in summaries:
-        padded, packed, bare, fused = (
-            by_key.get((s.method, n)) for n in ("trl-padded", "trl-packed", "bare", "bare-fused")
-        )
+        padded, packed = (by_key.get((s.method, n, s.precision)) for n in ("trl-padded", "trl-packed"))
+        bare, fused = (by_key.get((s.method, n, "fp32")) for n in ("bare", "bare-fused"))
         ratio = lambda other, s=s: f"{s.target_tok_s / other.target_tok_s:.2f}×" if other else "-"  # noqa: E731
         vs_bare = f"{s.real_tok_s / bare.real_tok_s:.0%}" if bare else "-"
         vs_fused = f"{s.real_tok_s / fused.real_tok_s:.0%}" if fused else "-"
         gpu = f" (GPU {s.gpu_peak_mb:,.0f})" if s.gpu_peak_mb is not None else ""
         lines.append(
-            f"| {s.method} | {s.name} | {s.records / s.steps:.1f} | {s.real / s.steps:,.0f} | {s.padding_share:.0%} "
+            f"| {s.method} | {s.name} | {s.precision} | {s.precision_used} | {s.records / s.steps:.1f} | {s.real / s.steps:,.0f} | {s.padding_share:.0%} "
             f"| {s.seconds / s.steps:.2f} | {s.target_tok_s:,.0f} | {s.real_tok_s:,.0f} "
             f"| {s.target / s.cpu_seconds:,.0f} | {_mb(s.peak_rss_timed_mb)}{gpu} "
             f"| {_mb(s.peak_rss_process_mb)} | {ratio(padded)} | {ratio(packed)} | {vs_bare} | {vs_fused} |"
@@ -610,6 +627,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--methods", default="lora,full", help="comma-separated: lora, full")
     parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated, from {', '.join(SYSTEMS)}")
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds; each runs every configuration once")
+    parser.add_argument("--precisions", default="fp32", help="comma-separated: fp32, bf16, default (each system's own)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed optimizer steps at the start of each run")
     parser.add_argument("--timed", type=int, default=4, help="timed optimizer steps per run")
     parser.add_argument("--conversations", type=int, default=200)
@@ -646,27 +664,28 @@ def main(argv: list[str] | None = None) -> None:
             f"data {data}, model {model} (hidden {args.hidden} x {args.layers} layers, vocab {args.vocab})", flush=True
         )
 
-    results: dict[tuple[str, str], list[dict]] = {}
+    precisions = [p for p in args.precisions.split(",") if p]
+    results: dict[tuple[str, str, str], list[dict]] = {}
     for method in methods:
         for round_index in range(args.rounds):
-            for system in systems:
+            for system, precision in [(s, p) for s in systems for p in precisions if p == "fp32" or "bare" not in s]:
                 name = system
                 spec = Spec(
                     system=system, method=method, model=str(model), data=str(data),
-                    out=str(work / "runs" / f"{method}-{name}-{round_index}"), warmup=args.warmup, timed=args.timed,
-                    lr=args.lr,
+                    out=str(work / "runs" / f"{method}-{name}-{precision}-{round_index}"), warmup=args.warmup,
+                    timed=args.timed, lr=args.lr, precision=precision,
                 )  # fmt: skip
                 t = time.perf_counter()
                 result = run_one(spec, args.timeout)
-                results.setdefault((method, name), []).append(result)
-                s = summarize(name, [result], args.warmup, args.timed)
+                results.setdefault((method, name, precision), []).append(result)
+                s = summarize(name, [result], args.warmup, args.timed, precision)
                 print(
-                    f"[{method} round {round_index + 1}] {name:<22} {s.target_tok_s:8,.0f} target tok/s "
+                    f"[{method} round {round_index + 1}] {name:<12} {precision:<8} {s.target_tok_s:8,.0f} target tok/s "
                     f"{s.real_tok_s:8,.0f} total tok/s  {s.seconds / s.steps:6.2f} s/step  "
                     f"RSS {s.peak_rss_timed_mb:,.0f} MB  ({time.perf_counter() - t:.0f} s wall)",
                     flush=True,
                 )
-    summaries = [summarize(name, runs, args.warmup, args.timed) for (_, name), runs in results.items()]
+    summaries = [summarize(name, runs, args.warmup, args.timed, p) for (_, name, p), runs in results.items()]
     table = render_table(summaries)
     load_after = load_snapshot()
     print()
@@ -718,7 +737,9 @@ How to read it:
   the whole process's high-water mark, start-up and model loading included. On a GPU the timed
   column adds `torch.cuda.max_memory_allocated`.
 
-Set identically on every side: fp32 (no autocast), no gradient checkpointing (TRL 1.x defaults to
+Precision: the *precision asked* column (`--precisions`); *ran in* says what each side ran (finetune's plan records its
+choice; TRL's bf16 is autocast over fp32 weights, finetune's a LoRA base held in bf16 under autocast with the adapter
+and AdamW in fp32). Otherwise set identically on every side: no gradient checkpointing (TRL 1.x defaults to
 bf16 and checkpointing: both switched off), no torch.compile, AdamW (betas 0.9/0.999, eps 1e-8, no
 weight decay), grad-norm clipping 1.0, lr 1e-4 cosine, no warm-up, LoRA r 16 / alpha 32 / dropout 0
 on all linear layers of the blocks (or full fine-tuning), max length 1024, batch 4 × accumulation 2.
@@ -757,7 +778,7 @@ def _model_line(args) -> str:
 def write_results(path, args, argv, table, summaries, load_before, load_after, wall, facts) -> None:
     command = " ".join(["python bench/throughput.py", *(argv if argv is not None else sys.argv[1:])])
     per_run = "\n".join(
-        f"- {s.method} {s.name}: " + ", ".join(f"{x:,.0f}" for x in s.tok_s_per_run) + " target tok/s"
+        f"- {s.method} {s.name} ({s.precision}): " + ", ".join(f"{x:,.0f}" for x in s.tok_s_per_run) + " target tok/s"
         for s in summaries
     )
     v = versions()

@@ -29,13 +29,15 @@ from finetune.bucket.inputs import INPUT_SETTINGS, local_inputs, read_text
 from finetune.data.arrays import record_lengths
 from finetune.data.dispatch import prepare
 from finetune.data.prepare import scanned_users_files
-from finetune.data.replay_mix import billed_lengths, replay_on, team_records
+from finetune.data.replay_mix import billed_flags, replay_on
 from finetune.data.skipped import write_skipped
 from finetune.data.team_context import bind_team_system
 from finetune.data.tokenize import load_tokenizer
 from finetune.models.facts import load_model_facts
 from finetune.models.source import model_name, resolve_model
-from finetune.plan.build import Billed, build_plan
+from finetune.placement.stages import recorded_in, stage
+from finetune.placement.where import of_plan
+from finetune.plan.build import build_plan
 from finetune.plan.plan import Plan
 from finetune.report.metrics import read_metrics
 from finetune.report.plot import plot_loss_curve
@@ -50,6 +52,7 @@ from finetune.ship.eval.test_split import held_out_lines, hold_out_test
 from finetune.ship.export.card import model_card
 from finetune.ship.run_folder import locate_weights
 from finetune.track import Trackers, start_trackers
+from finetune.train.billed import checked_bill, planned_bill, replay_tokens_trained, team_lengths
 from finetune.train.order import schedule_tokens
 from finetune.train.speed import local_device_kind, planned_speed, remember_speed
 
@@ -92,7 +95,7 @@ def _run(config: RunConfig, plan: Plan | None, on_plan, on_step, objective: Obje
     from finetune.ship.adapter_scale import scale_adapter  # torch: only a run that trains needs it
     from finetune.train import guards  # torch: as above
     from finetune.train.final import write_final_weights  # torch: as above
-    from finetune.train.loop import train_loop, use_bf16  # torch: as above
+    from finetune.train.loop import train_loop  # torch: as above
     from finetune.train.model import model_for  # torch: as above
     from finetune.train.objective import objective_for  # torch: as above
 
@@ -115,32 +118,37 @@ def _run(config: RunConfig, plan: Plan | None, on_plan, on_step, objective: Obje
             on_plan(plan)
     trackers = start_trackers(plan.run, plan) if ctx.is_main else Trackers()  # report_to (finetune/track)
 
-    model = model_for(plan, ctx.device, len(planned.tokenizer))  # fp32 weights (+ the LoRA adapter)
+    placement = of_plan(plan, ctx.device)  # every model of the run: this device, the plan's precision
+    model = model_for(plan, ctx.device, len(planned.tokenizer), placement)  # (+ the LoRA adapter, trained in fp32)
     objective = objective or objective_for(plan)
     pad_id = planned.tokenizer.pad_token_id if planned.tokenizer.pad_token_id is not None else 0
     examples = [*planned.prepared.train, *planned.prepared.val]
-    objective.before_training(model, examples, ctx.device, pad_id, use_bf16(plan.dtype, ctx.device))
+    objective.before_training(model, examples, ctx.device, pad_id, placement.autocast)
     if config.resume and ctx.is_main and (note := _resume_note(out, plan.devices)):
         log.info("note: %s", render(note))
     log.info("training %d steps; outputs in %s", plan.total_steps, out)
-    result = train_loop(
-        model, planned.prepared.train, planned.prepared.val, plan, out, ctx,
-        objective=objective, pad_id=pad_id, resume=config.resume, on_step=trackers.chain(on_step),
-        fingerprint=run_fingerprint(plan), allow_changes=config.allow_changes,
-        general_val=planned.general_val or (),
-    )  # fmt: skip
+    with stage("training") as seen:
+        result = train_loop(
+            model, planned.prepared.train, planned.prepared.val, plan, out, ctx,
+            objective=objective, pad_id=pad_id, resume=config.resume, on_step=trackers.chain(on_step),
+            fingerprint=run_fingerprint(plan), allow_changes=config.allow_changes,
+            general_val=planned.general_val or (), billed=billed_flags(planned.prepared.train, plan.replay_added),
+        )  # fmt: skip
+        seen.model(model)
     if not ctx.is_main:
         return TrainResult(out, plan, {}, None, result)
 
     final = write_final_weights(
         model, planned.tokenizer, out, result.best_step, result.steps, plan
     )  # adapter/ or model/
-    scale = scale_adapter(
-        model, planned.tokenizer, plan, objective, planned.prepared.val, pad_id, final, ctx.device,
-        use_bf16(plan.dtype, ctx.device),
-    )  # fmt: skip  # adapter_scale (ship/adapter_scale.py): None when off, and the adapter stays as written
-    billed = _billed_tokens(planned.prepared.train, plan, result.steps)
-    report = write_run_report(out, plan, result, final, objective, scale, billed)  # report.json, loss_curve.png
+    with stage("adapter scale") as seen:
+        seen.model(model)
+        scale = scale_adapter(
+            model, planned.tokenizer, plan, objective, planned.prepared.val, pad_id, final, ctx.device,
+            placement.autocast,
+        )  # fmt: skip  # adapter_scale (ship/adapter_scale.py): None when off, and the adapter stays as written
+    bill = checked_bill(planned.prepared.train, plan, result.steps, result.tokens_billed, result.tokens_processed)
+    report = write_run_report(out, plan, result, final, objective, scale, bill)  # report.json, loss_curve.png
     kind = "adapter" if plan.method == "lora" else "full"
     (final / "README.md").write_text(model_card(locate_weights(out), kind), encoding="utf-8")  # the model card
     trackers.finish(out, report)  # report_to: the report, loss curve and card; waits a few seconds at most
@@ -179,10 +187,9 @@ def plan_run(
         log.info("tokenized data read from the token cache (%s)", prepared.cache_entry)
     lengths = record_lengths(prepared.train)
     if isinstance(mixed, PendingReplay):  # no output folder: the replay rows counted into the data, none generated
-        prepared.summary, lengths, billed, team = mixed.counted(prepared.summary, lengths, config)
-    else:  # a replay row's tokens are not billed
-        billed = billed_lengths(prepared.train, mixed.team_rows if mixed else None)
-        team = team_records(prepared.train, mixed.team_rows) if mixed else 0
+        prepared.summary, lengths, team, team_count = mixed.counted(prepared.summary, lengths, config)
+    else:
+        team, team_count = team_lengths(prepared.train, mixed)  # a replay row: 0 (the base's answers are not billed)
     plan = build_plan(
         config,
         prepared.summary,
@@ -191,10 +198,10 @@ def plan_run(
             lengths, effective, config.seed, config.last_batch, steps
         ),
         speed=planned_speed(config, prepared.summary, ctx.device if ctx else None, measure, speed_of) if config.model else None,
-        billed=Billed(team, sum(billed), lambda effective, steps: schedule_tokens(
-            billed, effective, config.seed, config.last_batch, steps)) if mixed else None,
+        billed=planned_bill(lengths, team, team_count, mixed, config) if mixed else None,
     )  # fmt: skip
-    plan = with_replay(plan, mixed, config, facts.total_params if facts else None, sum(billed))
+    replay_trained = replay_tokens_trained(lengths, team, plan) if mixed else None
+    plan = with_replay(plan, mixed, config, facts.total_params if facts else None, sum(team), replay_trained)
     plan, general = _general_val(plan, tokenizer, ctx, generate=out is not None)  # the forgetting curve (off: nothing)
     return PlannedRun(config, tokenizer, prepared, plan, general)
 
@@ -274,7 +281,8 @@ def train(
     try:
         with rank_failures(ctx, passthrough=(TrainingInterrupted,)):  # every rank stops alike: no rank to name
             try:
-                result = _run(config, plan, on_plan, on_step, objective, ctx)
+                with recorded_in(Path(config.out) if ctx.is_main else None):  # OUT/stages.jsonl: where each ran
+                    result = _run(config, plan, on_plan, on_step, objective, ctx)
                 _wait_for_every_rank(ctx)  # all leave together: none tears down its process group while rank 0 writes
                 if remote is not None and result.report:
                     result = dataclasses.replace(result, report=remote.finish(result.report))
@@ -405,19 +413,12 @@ def _resume_note(out: Path, devices: int) -> str | None:
     )
 
 
-def _billed_tokens(records, plan: Plan, steps: int) -> int:
-    """The tokens of the team's records the run's `steps` read: what is billed (replay rows are the product's)."""
-    team_rows = (plan.replay_added or {}).get("team_rows")
-    lengths = billed_lengths(records, team_rows)
-    return schedule_tokens(lengths, plan.effective_batch, plan.seed, plan.last_batch, steps)
-
-
 def write_run_report(
     out: Path, plan: Plan, result: LoopResult, final: Path, objective: Objective, adapter_scale: dict | None = None,
-    billed_tokens: int | None = None,
+    bill: dict | None = None,
 ) -> dict:  # fmt: skip
     """metrics.jsonl -> the objective's diagnosis, loss_curve.png and report.json (with the adapter's scale, when
-    adapter_scale is on). `billed_tokens`: the team's tokens the run read (None: every token it read)."""
+    adapter_scale is on). `bill`: what was billed (train/billed.checked_bill; None: what the loop counted)."""
     rows = read_metrics(out / "metrics.jsonl")
     plot_loss_curve(rows, out / "loss_curve.png", plan.steps_per_epoch, result.best_step, title=model_name(plan.model))
     report = build_report(
@@ -427,8 +428,9 @@ def write_run_report(
         wall_time_s=result.wall_time_s,
         final_weights=str(final),
         final_is_best=result.best_step is not None,
-        tokens_processed=result.tokens_processed if billed_tokens is None else billed_tokens,
+        tokens_processed=result.tokens_billed,
         tokens_trained=result.tokens_processed,
+        bill=bill,
         extra={
             "out_dir": str(out),
             "method": plan.method,

@@ -17,11 +17,15 @@ def counting_base(monkeypatch, cache: Path, answer: Callable[[str], str], every_
     monkeypatch.setenv("FINETUNE_CACHE", str(cache))
     counted = {"generate": 0, "load": 0, "asked": []}
     model_module = importlib.import_module("finetune.train.model")
-    real_load = model_module.load_model
+    real_load, real_placed = model_module.load_model, replay.load_placed
 
     def load(*args, **kwargs):
         counted["load"] += 1
         return real_load(*args, **kwargs)
+
+    def placed(*args, **kwargs):
+        counted["load"] += 1
+        return real_placed(*args, **kwargs)
 
     def generate(model, tokenizer, prompts, max_new_tokens=96, batch_size=32):
         from finetune.data.prompting import stop_ids
@@ -33,6 +37,6 @@ def counting_base(monkeypatch, cache: Path, answer: Callable[[str], str], every_
 
     if every_load:
         monkeypatch.setattr(model_module, "load_model", load)
-    monkeypatch.setattr(replay, "load_model", load)  # replay's own name for it
+    monkeypatch.setattr(replay, "load_placed", placed)  # replay's own name for it
     monkeypatch.setattr(replay, "generate_ids", generate)
     return counted

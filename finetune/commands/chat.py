@@ -10,49 +10,19 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from threading import Thread
 from typing import TextIO
 
-import torch
-
-from finetune.data.prompting import prompt_ids, stop_ids
+from finetune.data.prompting import prompt_ids
+from finetune.placement.decode import Sampling
+from finetune.placement.stream import Streamed
 from finetune.ship.run_folder import load_for_generation, locate_weights, team_system_of
 
 
 def stream_reply(
     model, tokenizer, messages: list[dict], max_new_tokens: int, temperature: float = 0.0
 ) -> Iterator[str]:
-    """The model's next reply, piece by piece as tokens arrive (decoded by transformers' streamer)."""
-    from transformers import TextIteratorStreamer
-
-    ids = torch.tensor([prompt_ids(tokenizer, messages)], device=model.device)
-    streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
-    sampling = {"do_sample": True, "temperature": temperature} if temperature > 0 else {"do_sample": False}
-    kwargs = dict(
-        input_ids=ids,
-        attention_mask=torch.ones_like(ids),
-        max_new_tokens=max_new_tokens,
-        eos_token_id=stop_ids(tokenizer),
-        pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop_ids(tokenizer)[0],
-        streamer=streamer,
-        **sampling,
-    )
-    failure: list[BaseException] = []
-    worker = Thread(target=_generate, args=(model, kwargs, failure), daemon=True)
-    worker.start()
-    yield from streamer
-    worker.join()
-    if failure:  # raised here, in the reader's thread: a failed generation must not leave chat waiting forever
-        raise failure[0]
-
-
-@torch.no_grad()
-def _generate(model, kwargs: dict, failure: list[BaseException]) -> None:
-    try:
-        model.generate(**kwargs)
-    except BaseException as exc:
-        failure.append(exc)
-        kwargs["streamer"].end()  # release the reader
+    """The model's next reply, piece by piece as tokens arrive (the product's one decoder: placement/decode.py)."""
+    yield from Streamed(model, tokenizer, prompt_ids(tokenizer, messages), max_new_tokens, Sampling(temperature))
 
 
 def _read_line(source: TextIO, interactive: bool) -> str | None:

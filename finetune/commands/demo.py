@@ -14,6 +14,11 @@
    team's own replies state a specific the prompt never gave, recite a training reply, and how many differ,
 5. runs the retention check (`finetune eval RUN --retention`) on the general set: the base and the tuned model's
    accuracy, rule pass-rate and multiple choice, and the KL between them (the general kept).
+
+On a base too small to know anything (the toy: rules/replay.nothing_to_keep, the rule Auto turns replay off by) the
+demo shows what the toy can show (the voice gained, each shown answer's made-up specifics) and prints no verdict
+it knows to be meaningless: the retention check is not run, the answers' numbers are kept without a verdict, and one
+line says where the real check lives (`--base smollm2-135m-instruct`; issue 47).
 """
 
 from __future__ import annotations
@@ -29,28 +34,37 @@ from finetune.data.read import read_file
 from finetune.data.specifics import NAMES
 from finetune.data.tokenize import load_tokenizer
 from finetune.models.bases import converted, pull
+from finetune.models.facts import load_model_facts
 from finetune.models.known_bases import find_base
 from finetune.models.source import local_model
+from finetune.placement.load import load_placed
+from finetune.placement.stages import recorded_in, stage
+from finetune.placement.where import for_model
 from finetune.report.summary import print_summary
+from finetune.rules.replay import nothing_to_keep
 from finetune.run import train
 from finetune.settings.config import RunConfig
 from finetune.settings.errors import UserError
 from finetune.settings.wording import rendered
 from finetune.ship.eval.generate import generate_answers, style_rate
-from finetune.ship.eval.grounding import GROUNDING_FILE, measure, training_replies_of
+from finetune.ship.eval.grounding import GROUNDING_FILE, measure, not_judged, training_replies_of
 from finetune.ship.eval.grounding import line as grounding_line
 from finetune.ship.eval.retention import LABELS, check_retention, points, write_retention
 from finetune.ship.eval.retention import summary as retention_summary
 from finetune.ship.export.card import refresh_run_card
 from finetune.ship.run_folder import load_for_generation, locate_weights
 from finetune.ship.toy import DEMO_DATA, pretrained_base
-from finetune.train.model import load_model
 from finetune.train.progress import RunDisplay
 
 MARKER = ".finetune-demo"  # a folder with this file was made by the demo and may be replaced by it
 SHOWN_PROMPTS = 3
 # room for the longest held-out reply (about 110 tokens with the base's tokenizer) and its sign-off; answers stop at end of turn
 MAX_NEW_TOKENS = 192
+REAL_CHECK = "finetune demo --base smollm2-135m-instruct"  # where the checks the toy cannot pass are run for real
+COPIES_NOTHING = (
+    "it cannot copy a value from the prompt (toy bases of its size, even pretrained on read-back requests, copied 0 "
+    "of 40: bench/AUTO.md), so every order number, amount or date it writes is made up"
+)
 
 
 def _prepare_out(out: Path) -> None:
@@ -85,14 +99,17 @@ def _base_folder(base: str, log) -> Path:
     return model_dir
 
 
-def _answers(model_dir: Path, weights: Path | None, prompts):
-    """Answers of the base (weights None), or of the run's final weights (adapter/ on the base, or model/)."""
-    if weights is None:
+def _answers(model_dir: Path, weights: Path | None, prompts, root: Path):
+    """Answers of the base (weights None), or of the run's final weights (adapter/ on the base, or model/); where
+    they ran goes to ROOT/stages.jsonl."""
+    if weights is None:  # before the run: the device and precision its plan will choose (placement/where.py)
         tokenizer = load_tokenizer(str(model_dir))
-        model = load_model(str(model_dir), vocab_size=len(tokenizer))
+        model = load_placed(str(model_dir), for_model(str(model_dir)), vocab_size=len(tokenizer))
     else:
         model, tokenizer = load_for_generation(locate_weights(weights.parent))
-    return generate_answers(model, tokenizer, prompts, max_new_tokens=MAX_NEW_TOKENS)
+    with recorded_in(root), stage(f"demo: {'tuned' if weights else 'base'} answers") as seen:
+        seen.model(model)
+        return generate_answers(model, tokenizer, prompts, max_new_tokens=MAX_NEW_TOKENS)
 
 
 def _kept(retention: dict) -> str:
@@ -139,12 +156,49 @@ def _show_before_after(console, prompts, before: list[str], after: list[str], ch
         console.print(Panel(table, title=f"prompt: {question}", title_align="left"))
 
 
-def _grounding(run_dir: Path, prompts, before: list[str], after: list[str]) -> tuple[dict, dict]:
-    """Answers the team would sign (grounding.py), written to RUN/grounding.json for the model card."""
+def _grounding(run_dir: Path, prompts, before: list[str], after: list[str], toy: str | None) -> tuple[dict, dict]:
+    """Answers the team would sign (grounding.py), written to RUN/grounding.json for the model card; on the toy
+    (`toy`: why it has nothing to keep) the numbers without a verdict."""
     grounding, checked = measure(prompts, {"base": before, "tuned": after}, training_replies_of(run_dir))
+    if toy is not None:
+        grounding = not_judged(grounding, f"the toy base {COPIES_NOTHING}; the check judges a real base: {REAL_CHECK}")
     grounding = rendered(grounding)  # demo.json and the printout name settings as flags
     (run_dir / GROUNDING_FILE).write_text(json.dumps(grounding, indent=2, ensure_ascii=False), encoding="utf-8")
     return grounding, checked
+
+
+def _nothing_to_keep(model_dir: Path) -> str | None:
+    """Why the base is too small for the retention check and the answers' verdict to mean anything (the toy), or
+    None: Auto's own rule for replay (rules/replay.nothing_to_keep)."""
+    facts = load_model_facts(str(model_dir))
+    return nothing_to_keep(facts.total_params if facts else None)
+
+
+def _general_kept(console, run_dir: Path, rate_before: float, rate_after: float, grounding: dict) -> dict:
+    """Step 4 on a real base: the retention check, its verdict beside the voice gained and the answers' verdict."""
+    console.rule("4. general kept: the retention check on the general set (finetune eval RUN --retention)")
+    retention = check_retention(run_dir)
+    retention["file"] = str(write_retention(run_dir, retention))
+    retention = rendered(retention)  # demo.json and the printout name settings as flags
+    refresh_run_card(run_dir)
+    print_retention(retention)
+    console.print(f"voice gained: house style {rate_before:.0%} -> {rate_after:.0%}; general kept: {_kept(retention)}")
+    console.print(f"answers the team would sign: {grounding_line(grounding)}")
+    return retention_summary(retention)
+
+
+def _toy_says_so(console, run_dir: Path, rate_before: float, rate_after: float, toy: str) -> dict:
+    """The toy base: what it can show, and one line on where the checks it cannot pass are run (no verdict)."""
+    refresh_run_card(run_dir)  # the card's answers section says "not judged", as the printout
+    reason = json.loads((run_dir / "plan.json").read_text()).get("auto", {}).get("replay", "")
+    if reason.startswith("off"):  # say why Auto did nothing for retention
+        console.print(f"Auto left self-replay and the adapter scale {reason}")
+    console.print(f"voice gained: house style {rate_before:.0%} -> {rate_after:.0%}")
+    console.print(
+        f"Not judged on the toy base: {toy}, and {COPIES_NOTHING}. The retention check and the answers the team "
+        f"would sign are judged on a real base: {REAL_CHECK} (docs/retention.md, docs/answers.md)"
+    )
+    return {"measured": False, "why": f"{toy}: the check judges a real base ({REAL_CHECK})"}
 
 
 def run_demo(out: str = "runs/demo", base: str | None = None) -> int:
@@ -166,7 +220,7 @@ def run_demo(out: str = "runs/demo", base: str | None = None) -> int:
         )
         model_dir, built = pretrained_base(log=console.print)
         console.print(f"{'built' if built else 'reused'} the pretrained toy base in {model_dir}")
-    before = _answers(model_dir, None, prompts)
+    before = _answers(model_dir, None, prompts, root)
 
     console.rule("2. plan and train (LoRA, every value chosen by Auto)")
     config = RunConfig(data=str(DEMO_DATA / "train.jsonl"), model=str(model_dir), out=str(root / "run"))
@@ -176,43 +230,27 @@ def run_demo(out: str = "runs/demo", base: str | None = None) -> int:
     print_summary(report, console=display.console)
 
     console.rule("3. before and after, on held-out prompts")
-    after = _answers(model_dir, Path(report["final_weights"]), prompts)
+    after = _answers(model_dir, Path(report["final_weights"]), prompts, root)
     run_dir = root / "run"
-    grounding, checked = _grounding(run_dir, prompts, before, after)
+    toy = _nothing_to_keep(model_dir)
+    grounding, checked = _grounding(run_dir, prompts, before, after, toy)
     _show_before_after(console, prompts, before, after, checked, grounding)
     rate_before, rate_after = style_rate(before, markers), style_rate(after, markers)
     console.print(
         f"house style (exact greeting and sign-off) on {len(prompts)} held-out prompts: "
         f"base {rate_before:.0%} -> tuned {rate_after:.0%}"
     )
-    print_grounding(grounding, console)
-    console.rule("4. general kept: the retention check on the general set (finetune eval RUN --retention)")
-    retention = check_retention(run_dir)
-    retention["file"] = str(write_retention(run_dir, retention))
-    retention = rendered(retention)  # demo.json and the printout name settings as flags
-    refresh_run_card(run_dir)
-    print_retention(retention)
-    console.print(f"voice gained: house style {rate_before:.0%} -> {rate_after:.0%}; general kept: {_kept(retention)}")
-    console.print(f"answers the team would sign: {grounding_line(grounding)}")
-    replay_reason = json.loads((run_dir / "plan.json").read_text()).get("auto", {}).get("replay", "")
-    if replay_reason.startswith("off"):  # the toy bases: say why Auto did nothing for retention
-        console.print(
-            f"Auto left self-replay and the adapter scale {replay_reason}; on a real base they keep what it knew "
-            "(finetune demo --base smollm2-135m-instruct; docs/retention.md)"
-        )
-    if replay_reason.startswith("off") and grounding["flag"]:  # a toy base: why its answers are not ones to sign
-        console.print(
-            "The toy base cannot copy a value from the prompt (toy bases of its size, even pretrained "
-            "on read-back requests, copied 0 of 40: bench/AUTO.md), so every order number, amount or date it writes "
-            "is made up; a real base quotes the customer's own (finetune demo --base smollm2-135m-instruct; "
-            "docs/answers.md)"
-        )
+    if toy is None:
+        print_grounding(grounding, console)
+        retention = _general_kept(console, run_dir, rate_before, rate_after, grounding)
+    else:
+        retention = _toy_says_so(console, run_dir, rate_before, rate_after, toy)
     result = {
         "held_out_prompts": len(prompts),
         "house_style_rate_base": rate_before,
         "house_style_rate_tuned": rate_after,
         "markers": markers,
-        "retention": retention_summary(retention),
+        "retention": retention,
         "grounding": grounding,
         "examples": [  # every held-out pair the rates are measured on (the first SHOWN_PROMPTS are printed)
             {"prompt": p.messages[-2].content if len(p.messages) > 1 else "", "before": b, "after": a}

@@ -26,6 +26,9 @@ from pathlib import Path
 from finetune.data.read import read_file
 from finetune.data.team_context import bound_conversation
 from finetune.data.tokenize import load_tokenizer
+from finetune.placement.load import grow_vocabulary, load_adapted, load_placed
+from finetune.placement.stages import recorded_in, stage
+from finetune.placement.where import Placement, for_model, of_run
 from finetune.settings.errors import UserError
 from finetune.settings.wording import rendered
 from finetune.ship.eval.evaluation_estimate import TEST_BATCH, say_estimate
@@ -39,6 +42,7 @@ from finetune.ship.eval.metrics import parse_rules, rule_win_rate, score, summar
 from finetune.ship.eval.progress import counting, progress_lines
 from finetune.ship.eval.retention import LABELS, check_retention, points, write_retention
 from finetune.ship.eval.retention import summary as retention_summary
+from finetune.ship.eval.retention_verdict import cut_sentence
 from finetune.ship.eval.test_split import TEST_FILE
 from finetune.ship.export.card import refresh_run_card
 from finetune.ship.run_folder import (
@@ -49,7 +53,6 @@ from finetune.ship.run_folder import (
     read_json,
     team_system_of,
 )
-from finetune.train.model import grow_vocabulary, load_model
 
 FILE_MODE_LIMIT = 20  # conversations answered from a test file when --limit is not given
 
@@ -86,16 +89,14 @@ def _final_step(run: Path) -> int | None:
     return step if isinstance(step, int) else None
 
 
-def load_tuned(base: str, tuned: str):
-    """A LoRA adapter folder on top of the base, or a full model folder."""
+def load_tuned(base: str, tuned: str, placement: Placement | None = None):
+    """A LoRA adapter folder on top of the base, or a full model folder, placed (by default as a run of the base
+    on this machine would be: placement/where.for_model)."""
+    placement = placement or for_model(base)
     if (Path(tuned) / "adapter_config.json").exists():
-        from peft import PeftModel
-
         with_tokenizer = (Path(tuned) / "tokenizer_config.json").exists()  # training may have added tokens (ChatML)
-        return PeftModel.from_pretrained(
-            load_model(base, vocab_size=len(load_tokenizer(tuned)) if with_tokenizer else None), tuned
-        )
-    return load_model(tuned)
+        return load_adapted(base, tuned, placement, len(load_tokenizer(tuned)) if with_tokenizer else None)
+    return load_placed(tuned, placement)
 
 
 @dataclass
@@ -127,12 +128,15 @@ def _run_candidates(request: EvalRequest) -> tuple[str, str, list[Candidate], Pa
         raise UserError(f"--test: {request.test} is not a file")
     if not Path(test).exists():
         raise UserError(f"{run} has no test set ({TEST_FILE}): pass --test FILE, or train with --test-fraction F")
-    candidates = [Candidate("base", base, lambda: load_model(base))]
+    placement = of_run(run)  # every model in the run's precision, on its device
+    trusted = final.trust_remote_code
+    candidates = [Candidate("base", base, lambda: load_placed(base, placement, trust_remote_code=trusted))]
     if request.tuned:
-        candidates.append(Candidate("tuned", request.tuned, lambda: load_tuned(base, request.tuned)))
+        candidates.append(Candidate("tuned", request.tuned, lambda: load_tuned(base, request.tuned, placement)))
     else:
         tuned_from = str(final.adapter or final.model)
-        candidates.append(Candidate("tuned", tuned_from, lambda: load_for_generation(final)[0], _final_step(run)))
+        tuned = lambda: load_for_generation(final, placement)[0]  # noqa: E731
+        candidates.append(Candidate("tuned", tuned_from, tuned, _final_step(run)))
     if request.checkpoints:
         steps = checkpoint_steps(run)
         if not steps:
@@ -140,7 +144,8 @@ def _run_candidates(request: EvalRequest) -> tuple[str, str, list[Candidate], Pa
         for step in steps:
             weights = locate_weights(run, step)
             where = str(weights.adapter or weights.model)
-            candidates.append(Candidate(f"step-{step}", where, lambda w=weights: load_for_generation(w)[0], step))
+            load = lambda w=weights: load_for_generation(w, placement)[0]  # noqa: E731
+            candidates.append(Candidate(f"step-{step}", where, load, step))
     return test, final.tokenizer, candidates, Path(request.out or run)
 
 
@@ -152,9 +157,10 @@ def _file_candidates(request: EvalRequest) -> tuple[str, str, list[Candidate], P
     if request.test:
         raise UserError("--test goes with a run folder: finetune eval RUN --test FILE")
     model, tuned = request.model, request.tuned
-    candidates = [Candidate("base", model, lambda: load_model(model))]
+    placement = for_model(model)  # this machine's device, Auto's precision for the model
+    candidates = [Candidate("base", model, lambda: load_placed(model, placement))]
     if tuned:
-        candidates.append(Candidate("tuned", tuned, lambda: load_tuned(model, tuned)))
+        candidates.append(Candidate("tuned", tuned, lambda: load_tuned(model, tuned, placement)))
     tokenizer = tuned if tuned and (Path(tuned) / "tokenizer_config.json").exists() else model
     return request.data, tokenizer, candidates, Path(request.out) if request.out else None
 
@@ -207,7 +213,9 @@ def evaluate(request: EvalRequest) -> tuple[dict, Path | None]:
     for candidate in candidates:
         model = candidate.load()
         grow_vocabulary(model, len(tokenizer))  # the base, when the run's tokenizer added tokens (ChatML)
-        with counting(f"Test set, {candidate.name}"):  # a line per batch answered
+        where = recorded_in(out if run_mode else None)  # RUN/stages.jsonl: where it ran
+        with counting(f"Test set, {candidate.name}"), where, stage(f"eval: {candidate.name}") as seen:  # per batch
+            seen.model(model)
             answers[candidate.name] = _answers(model, tokenizer, conversations, request.max_new_tokens)
     scores = {name: [score(a, r, rules) for a, r in zip(got, references, strict=True)] for name, got in answers.items()}
     summary = {name: summarize(rows) for name, rows in scores.items()}
@@ -324,7 +332,10 @@ def print_retention(report: dict) -> None:
 
     report = rendered(report)  # its message and remedies name settings as flags here
     console = Console(highlight=False)
-    table = Table(title="Retention: the base and the tuned model on the general set (95% intervals)")
+    table = Table(
+        title="Retention: the base and the tuned model on the general set (95% intervals; DROP, RISE: beyond chance "
+        "with Holm's correction across the measures)"
+    )
     for column in ("", "prompts", "base", "tuned", "change (points)"):
         table.add_column(column, justify="left" if not column else "right")
     for key, name in LABELS.items():
@@ -347,6 +358,8 @@ def print_retention(report: dict) -> None:
     console.print(
         f"mean KL(tuned || base) per token on the base's own answers: {report['kl']['mean_per_token']:.4g} nats"
     )
+    if cut := cut_sentence(report.get("cut_at_cap")):
+        console.print(cut)
     console.print(f"[bold red]{report['message']}[/bold red]" if report["flag"] else report["message"])
     for remedy in report["remedies"]:
         console.print(f"  - {remedy}")

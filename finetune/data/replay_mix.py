@@ -7,8 +7,9 @@
 Replay rows are general requests answered by the base model itself (eval/replay.py generates and caches them)
 or a team's own general conversations (`general_data`). They join the training side only: the team's
 validation conversations are cut first, by the same rule and seed the data path uses (split.py), so the
-validation loss stays the team's. They are the product's own work: the tokens billed are the team's file x epochs
-(`billed_lengths`), the replay rows' tokens are shown beside them and counted in the time. The prompts file (prompts.jsonl beside this module, written by
+validation loss stays the team's. Rows the base model answered are the product's own work: not billed (`billed_flags`),
+their tokens shown beside the bill and counted in the time. A team's own general conversations are its data, which it
+chose to train on: billed like its training file (rules/billing.py). The prompts file (prompts.jsonl beside this module, written by
 examples/make_replay_prompts.py) must not overlap the retention check's general set (eval/general/), whole or
 in part; tests/unit/data/test_replay_prompts.py holds it to that.
 """
@@ -28,6 +29,7 @@ from finetune.data.combine import val_fraction
 from finetune.data.convert import conversation_to_openai
 from finetune.data.prepare import read_conversations
 from finetune.data.redaction import redact_document
+from finetune.data.sensitive import redacted
 from finetune.data.split import split_conversations
 from finetune.data.types import Conversation
 from finetune.rules.replay import auto_replay
@@ -39,6 +41,7 @@ PROMPTS_FILE = Path(__file__).resolve().parent / "replay" / "prompts.jsonl"
 OFF = "off"
 HELD_OUT_EVERY = 8  # about one prompt in eight is kept back for a later general validation set
 TRAIN_FILE, VAL_FILE, RECORD_FILE = "train.jsonl", "val.jsonl", "replay.json"
+BASE_MODEL = "base model"  # Mixed.source of rows the base model answered (the product's own work: not billed)
 
 
 @dataclass(frozen=True)
@@ -65,12 +68,19 @@ class Mixed:
     source: str  # "base model" or the general-data file
     generated: dict | None = None  # the base's answers the run read: from the cache or answered now, and the time
 
+    @property
+    def billed(self) -> bool:
+        """The rows are the tenant's own general conversations (general_data), billed like its training file; rows
+        the base model answered are the product's own work."""
+        return self.source != BASE_MODEL
+
     def to_dict(self, tokens: int | None, tokens_processed: int | None) -> dict:
         """`tokens`: the replay rows' tokens in the mixed file; `tokens_processed`: those the run trains on (x epochs,
-        cut like the run): the product's own work, shown in the plan and the time, never billed."""
+        cut like the run): billed when they are the tenant's own (`billed`), else the product's own work, shown in
+        the plan and the time, not billed."""
         return {
             "ratio": self.ratio, "rows": self.rows, "distinct_rows": self.distinct_rows, "team_rows": self.team_rows,
-            "tokens": tokens, "tokens_processed": tokens_processed, "source": self.source, "billed": False,
+            "tokens": tokens, "tokens_processed": tokens_processed, "source": self.source, "billed": self.billed,
             **({"generated": self.generated} if self.generated else {}),
         }  # fmt: skip
 
@@ -165,13 +175,20 @@ def write_mixed(
     if write:
         folder.mkdir(parents=True, exist_ok=True)
         redact = config.sensitive_data == "redact"  # the copies hold placeholders, as the tokens will
-        _write(folder / TRAIN_FILE, [conversation_to_openai(c) for c in train] + chosen, redact)
+        _write(folder / TRAIN_FILE, [conversation_to_openai(c) for c in _as_trained(train, redact)] + chosen, redact)
         if val:
-            _write(folder / VAL_FILE, [conversation_to_openai(c) for c in val], redact)
-        record = {"source_data": config.data, "ratio": ratio, "rows": len(chosen), "team_rows": len(train)}
+            _write(folder / VAL_FILE, [conversation_to_openai(c) for c in _as_trained(val, redact)], redact)
+        record = {"source_data": config.data, "ratio": ratio, "rows": len(chosen), "team_rows": len(train),
+                  "team_lines": [c.line for c in train]}  # fmt: skip  # row i of the mix is that line of source_data
         (folder / RECORD_FILE).write_text(json.dumps(record | {"from": source}, indent=2), encoding="utf-8")
     distinct = len({json.dumps(row, sort_keys=True) for row in chosen})
     return Mixed(dataclasses.replace(config, **changes), ratio, len(chosen), distinct, len(train), source)
+
+
+def _as_trained(conversations: list[Conversation], redact: bool) -> list[Conversation]:
+    """The conversations as the tokens will hold them: with redact, their values replaced where the reader found them
+    (a number in a tool call's arguments, an address split over content parts), before they are written out."""
+    return redacted(conversations) if redact else conversations
 
 
 def replay_tokens(records, team_rows: int) -> int:
@@ -181,20 +198,35 @@ def replay_tokens(records, team_rows: int) -> int:
     return sum(len(r.input_ids) for r in records if r.line > team_rows)
 
 
-def team_records(records, team_rows: int) -> int:
-    """The training records of the team's own conversations (the mixed file's first `team_rows` lines)."""
-    lines = records.line.tolist() if hasattr(records, "line") else [r.line for r in records]
-    return sum(1 for line in lines if line <= team_rows)
+def unbilled_after(replay_added: dict | None) -> int | None:
+    """The team's rows of a mixed file whose later rows the base model answered (not billed): plan.json's
+    `replay_added`; None when every row is billed (no replay, or the tenant's own general conversations)."""
+    if not replay_added or replay_added.get("billed", True):
+        return None
+    return replay_added.get("team_rows")
 
 
-def billed_lengths(records, team_rows: int | None) -> list[int]:
-    """Each training record's tokens as billed: the team's as they are, a replay row's (after the team's `team_rows`
-    lines of the mixed file) 0. Without replay (`team_rows` None), every record's."""
-    lengths = record_lengths(records)
+def team_flags(records, team_rows: int | None) -> list[bool] | None:
+    """Per training record, whether it is one of the team's (its line among the mixed file's first `team_rows`);
+    None (all of them) without replay."""
     if team_rows is None:
-        return lengths
+        return None
     lines = records.line.tolist() if hasattr(records, "line") else [r.line for r in records]
-    return [0 if line > team_rows else length for line, length in zip(lines, lengths, strict=True)]
+    return [line <= team_rows for line in lines]
+
+
+def billed_flags(records, replay_added: dict | None) -> list[bool] | None:
+    """Per training record, whether its tokens are billed (what the training loop counts, record by record): all of
+    them (None) but the rows the base model answered."""
+    return team_flags(records, unbilled_after(replay_added))
+
+
+def billed_lengths(records, flags: list[bool] | None) -> list[int]:
+    """Each training record's tokens as billed: its tokens, or 0 where `flags` says it is not billed."""
+    lengths = record_lengths(records)
+    return (
+        lengths if flags is None else [length if billed else 0 for length, billed in zip(lengths, flags, strict=True)]
+    )
 
 
 def _write(path: Path, rows: list[dict], redact: bool = False) -> None:

@@ -1,99 +1,32 @@
-"""Sensitive data in conversations: e-mail addresses, phone numbers, payment cards, IBANs and secrets, found
-before training (docs/sensitive-data.md).
+"""Sensitive data in conversations, found before training (docs/sensitive-data.md); the detectors of one text are
+detectors.py's.
 
-    spans = find_spans(text)                                  # [Span(kind, start, end, detector)], no overlaps
     conversations, found = scan_conversations(conversations, redact=True)   # values replaced by <EMAIL>, ...
     summary = summarize(found, "train.jsonl", setting="redact")             # counts, roles, lines: never a value
 
-The detectors are well-kept libraries, each doing what it is maintained for:
-
-- phone numbers: Google's libphonenumber (`phonenumbers`, its PhoneNumberMatcher at the VALID leniency: a number
-  in international form anywhere, in national form for the regions of PHONE_REGIONS);
-- payment cards: `python-stdnum`'s Luhn check on runs of 13-19 digits (spaces or dashes between groups) that start
-  like a card number (2-6); a run that fails the check is not a card;
-- IBANs: `python-stdnum`'s IBAN check (the country's length and format, and the ISO 7064 mod-97 check digits);
-- secrets: the detectors of Yelp's `detect-secrets` (AWS keys, GitHub/GitLab/Slack/Stripe/OpenAI/... tokens, JSON
-  web tokens, private key blocks, passwords in URLs), their own patterns run over the text;
-- e-mail addresses: one regular expression (no maintained finder exists outside Presidio, whose spaCy stack is
-  ~370 MB and whose e-mail check fetches the public suffix list over the network: the docs say why).
-
-Nothing here imports torch; the libraries load on the first scan (import-light for `finetune plan --examples`).
-A Span says where a value is and what kind it is, never the value: summaries, messages, JSON and events carry
-counts, roles and lines only.
+Every text of a conversation that a chat template may render is scanned: each message's content (its text parts
+joined, as the reader joins them), its `name`, each tool call's arguments (decoded: a value written as a JSON number,
+or behind a \\u escape, is found too), name and id, a tool result's `tool_call_id`, and the conversation's tool
+schemas. Redacting keeps the arguments and the schemas JSON (redaction.py: a number found becomes a placeholder
+string). A Found says where a value is and what kind it is, never the value: summaries, messages, JSON and events
+carry counts, roles and lines only.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
+import json
 from collections import Counter
 from dataclasses import dataclass
-from functools import cache, lru_cache
 
+from finetune.data.detectors import KINDS, NAMES, find_spans, redact_text
+from finetune.data.redaction import redact_arguments, redact_document
 from finetune.data.types import Conversation, Message, Problem
 from finetune.settings.errors import DataError
 from finetune.settings.wording import ref
 
-KINDS = ("email", "phone", "card", "iban", "secret")
-PLACEHOLDERS = {"email": "<EMAIL>", "phone": "<PHONE>", "card": "<CARD>", "iban": "<IBAN>", "secret": "<SECRET>"}
-NAMES = {"email": "e-mail address", "phone": "phone number", "card": "payment card number", "iban": "IBAN",
-         "secret": "secret"}  # fmt: skip
-PHONE_REGIONS = ("US", "GB")  # national-form numbers of these regions; international (+CC ...) ones from anywhere
-# a phone number has 7 digits or more, a few separators apart at most: a text without such a run holds none, and the
-# matcher (the slow part of a scan) is not run on it
-_PHONE_DIGITS = re.compile(r"\d(?:[\s().\-/]{0,3}\d){6,}")
+TOOLS = -1  # Found.message of a value in the conversation's tool schemas (its role: "tools")
 LINES_LISTED = 20  # a summary names this many lines per file at most (the counts are exact)
-# detect-secrets' detectors that are not about secrets (public IP addresses), or look at the words around a value
-# in source code (keyword, high entropy): in prose they flag ordinary sentences
-_NOT_USED = frozenset({"IPPublicDetector", "KeywordDetector", "Base64HighEntropyString", "HexHighEntropyString"})
-
-# Words each detector's patterns cannot match without (read from detect-secrets' patterns: the key word of an
-# assignment, a vendor's host or prefix): a text holding none of them, in lower case, is not run through them. They
-# only save time (the slowest patterns start with look-behinds that defeat the regex engine's prefix search).
-_NEEDS = {
-    "AWS Access Key": ("a3t", "abia", "acca", "akia", "asia", "aws"),
-    "Artifactory Credentials": ("akc", "ap"),
-    "Cloudant Credentials": ("key", "pw", "pass", "token", "cloudant"),
-    "IBM Cloud IAM Key": ("key", "pwd", "pass", "token"),
-    "GitLab Token": ("gl", "gr1348941"),
-    "IBM COS HMAC Credentials": ("secret",),
-    "JSON Web Token": ("eyj",),
-    "Mailchimp Access Key": ("-us",),
-    "Private Key": ("begin", "putty"),
-    "Slack Token": ("xox", "hooks.slack.com"),
-    "SoftLayer Credentials": ("key", "pwd", "pass", "token", "softlayer"),
-    "Telegram Bot Token": (":",),
-}
-# Every value the detectors below find is a run of 20 characters or more without a space (a key, a token, a hash),
-# an Artifactory key (AKC..., AP...: 11 or more), or comes with one of _SECRET_WORDS (a URL's ://, a private key's
-# BEGIN, a Slack xox- token, a JSON web token's eyJ, an npm _authToken): a text with none of them is not run through
-# them (most messages). A detector a later detect-secrets adds is not in _CHECKED: it runs on every text.
-_SECRET_RUN = re.compile(r"[A-Za-z0-9+/=_\-.:]{20,}|(?:AKC|AP)[A-Za-z0-9]{8,}")
-_SECRET_WORDS = ("://", "begin", "putty", "xox", "eyj", "_authtoken")
-_SECRET_WORD = re.compile("|".join(re.escape(w) for w in _SECRET_WORDS))
-_CHECKED = frozenset({
-    "AWS Access Key", "Artifactory Credentials", "Azure Storage Account access key", "Basic Auth Credentials",
-    "Cloudant Credentials", "Discord Bot Token", "GitHub Token", "GitLab Token", "IBM Cloud IAM Key",
-    "IBM COS HMAC Credentials", "JSON Web Token", "Mailchimp Access Key", "NPM tokens", "OpenAI Token", "Private Key",
-    "PyPI Token", "SendGrid API Key", "Slack Token", "SoftLayer Credentials", "Square OAuth Secret",
-    "Stripe Access Key", "Telegram Bot Token", "Twilio API Key",
-})  # fmt: skip
-_EMAIL = re.compile(r"(?<![\w.%+-])[A-Za-z0-9][A-Za-z0-9._%+-]*@(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\.)+"
-                    r"[A-Za-z]{2,24}(?![\w-])")  # fmt: skip
-_CARD_DIGITS = re.compile(r"\d(?:[ -]?\d){12}")  # what every card candidate holds: a quick look before _CARD
-_CARD = re.compile(r"(?<![\d-])[2-6]\d{3}(?:[ -]?\d){9,15}(?![\d])")  # candidates only: Luhn decides
-_IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{1,4}){3,8}\b")  # candidates only: the mod-97 check decides
-_PRIVATE_KEY_END = re.compile(r"-----END[ A-Z0-9]*PRIVATE KEY[ A-Z0-9]*-----")
-
-
-@dataclass(frozen=True)
-class Span:
-    """One value found in a text: its kind and place, and the detector that found it (never the value)."""
-
-    kind: str
-    start: int
-    end: int
-    detector: str
 
 
 @dataclass(frozen=True)
@@ -109,135 +42,25 @@ class Found:
     end: int
 
 
-# ----------------------------------------------------------------------------- one text
-
-
-@cache
-def _secret_detectors() -> tuple:
-    """detect-secrets' regex detectors (loaded once; the library is imported on the first scan)."""
-    from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
-    from detect_secrets.plugins.base import RegexBasedDetector
-
-    classes = get_mapping_from_secret_type_to_class().values()
-    chosen = [c for c in classes if issubclass(c, RegexBasedDetector) and c.__name__ not in _NOT_USED]
-    return tuple((c.secret_type, tuple(c.denylist)) for c in sorted(chosen, key=lambda c: c.__name__))
-
-
-def _secrets(text: str) -> list[Span]:
-    spans = []
-    lower = text.lower()
-    none = not _SECRET_RUN.search(text) and not _SECRET_WORD.search(lower)
-    for secret_type, patterns in _secret_detectors():
-        if none and secret_type in _CHECKED:
-            continue
-        if secret_type in _NEEDS and not any(word in lower for word in _NEEDS[secret_type]):
-            continue
-        for pattern in patterns:
-            for match in pattern.finditer(text):
-                start, end = _value_of(match)
-                if "PRIVATE KEY" in match.group(0):  # the header found: the whole block is the secret
-                    block_end = _PRIVATE_KEY_END.search(text, end)
-                    start, end = match.start(), block_end.end() if block_end else len(text)
-                    while start > 0 and text[start - 1] == "-":  # its opening dashes too
-                        start -= 1
-                spans.append(Span("secret", start, end, secret_type))
-    return spans
-
-
-def _value_of(match: re.Match) -> tuple[int, int]:
-    """Where the secret is in a detector's match: its group where the group is the value (a password in a URL,
-    a key after its name), the whole match where the group is only a prefix (ghp_, glpat-) or a small part."""
-    for i in range(1, (match.lastindex or 0) + 1):
-        start, end = match.span(i)
-        if start > match.start() and end - start >= 8:
-            return start, end
-    return match.span()
-
-
-def email_spans(text: str) -> list[Span]:
-    if "@" not in text:
-        return []
-    return [Span("email", m.start(), m.end(), "e-mail pattern") for m in _EMAIL.finditer(text)]
-
-
-@cache
-def _library(name: str):
-    """A detector's library, imported on the first scan that needs it (not on every call: a scan calls them often)."""
-    import importlib
-
-    return importlib.import_module(name)
-
-
-def _cards(text: str) -> list[Span]:
-    if not _CARD_DIGITS.search(text):
-        return []
-    luhn = _library("stdnum.luhn")
-    spans = []
-    for match in _CARD.finditer(text):
-        digits = re.sub(r"[ -]", "", match.group(0))
-        if 13 <= len(digits) <= 19 and luhn.is_valid(digits):
-            spans.append(Span("card", match.start(), match.end(), "Luhn (python-stdnum)"))
-    return spans
-
-
-def _ibans(text: str) -> list[Span]:
-    iban = _library("stdnum.iban")
-    spans = []
-    for match in _IBAN.finditer(text):
-        groups = match.group(0).split(" ") if " " in match.group(0) else [match.group(0)]
-        while groups:  # a candidate may run into the next upper-case word: drop trailing groups until it checks
-            candidate = " ".join(groups)
-            if len(candidate.replace(" ", "")) >= 15 and iban.is_valid(candidate):
-                spans.append(Span("iban", match.start(), match.start() + len(candidate), "IBAN (python-stdnum)"))
-                break
-            groups.pop()
-    return spans
-
-
-def phone_spans(text: str) -> list[Span]:
-    return list(_phone_spans(text)) if _PHONE_DIGITS.search(text) else []
-
-
-@lru_cache(maxsize=1024)  # the costliest detector: a text is asked twice (its sensitive values, then its specifics)
-def _phone_spans(text: str) -> tuple[Span, ...]:
-    phonenumbers = _library("phonenumbers")
-    spans = {}
-    for region in PHONE_REGIONS:
-        for match in phonenumbers.PhoneNumberMatcher(text, region, leniency=phonenumbers.Leniency.VALID):
-            spans[(match.start, match.end)] = Span("phone", match.start, match.end, "libphonenumber")
-    return tuple(spans.values())
-
-
-DETECTORS = (_secrets, _ibans, email_spans, _cards, phone_spans)  # on overlap the earlier detector's span wins
-
-
-def find_spans(text: str) -> list[Span]:
-    """Every sensitive value in `text`, in order, none overlapping another."""
-    if not text:
-        return []
-    kept: list[Span] = []
-    for detect in DETECTORS:
-        for span in sorted(detect(text), key=lambda s: (s.start, -s.end)):
-            if not any(span.start < k.end and k.start < span.end for k in kept):
-                kept.append(span)
-    return sorted(kept, key=lambda s: s.start)
-
-
-def redact_text(text: str, spans: list[Span] | list[Found]) -> str:
-    """`text` with each span replaced by its kind's placeholder (<EMAIL>, <PHONE>, <CARD>, <IBAN>, <SECRET>)."""
-    for span in sorted(spans, key=lambda s: s.start, reverse=True):
-        text = text[: span.start] + PLACEHOLDERS[span.kind] + text[span.end :]
-    return text
-
-
 # ----------------------------------------------------------------------------- conversations
 
 
 def _texts(message: Message) -> list[tuple[str, str]]:
-    """(field, text) of a message that are scored or read: its content and each tool call's arguments."""
-    texts = [("content", message.content)]
-    texts += [(f"tool_calls[{i}].arguments", call.arguments) for i, call in enumerate(message.tool_calls)]
+    """(field, text) of a message that a template may render: its content, its name, and each tool call's arguments
+    (decoded and written out again, so an escaped or numeric value reads as it is), name and id; a tool result's
+    call id."""
+    texts = [("content", message.content), ("name", message.name or ""), ("tool_call_id", message.tool_call_id or "")]
+    for i, call in enumerate(message.tool_calls):
+        texts += [(f"tool_calls[{i}].arguments", _decoded(call.arguments)), (f"tool_calls[{i}].name", call.name),
+                  (f"tool_calls[{i}].id", call.id)]  # fmt: skip
     return texts
+
+
+def _decoded(arguments: str) -> str:
+    try:
+        return json.dumps(json.loads(arguments), ensure_ascii=False)
+    except (ValueError, RecursionError):  # the readers refuse such arguments; scanned as they are
+        return arguments
 
 
 def scan_conversation(conversation: Conversation) -> list[Found]:
@@ -246,7 +69,34 @@ def scan_conversation(conversation: Conversation) -> list[Found]:
         for where, text in _texts(message):
             for span in find_spans(text):
                 found.append(Found(conversation.line, index, message.role, span.kind, where, span.start, span.end))
+    for j, schema in enumerate(conversation.tools):
+        for span in find_spans(json.dumps(schema, ensure_ascii=False)):
+            found.append(Found(conversation.line, TOOLS, "tools", span.kind, f"tools[{j}]", span.start, span.end))
     return found
+
+
+def _redact_message(message: Message, mine: list[Found]) -> Message:
+    def text(where: str, value: str) -> str:
+        return redact_text(value, [f for f in mine if f.field == where])
+
+    calls = tuple(
+        dataclasses.replace(
+            call,
+            id=text(f"tool_calls[{i}].id", call.id),
+            name=text(f"tool_calls[{i}].name", call.name),
+            arguments=redact_arguments(call.arguments)
+            if any(f.field == f"tool_calls[{i}].arguments" for f in mine)
+            else call.arguments,
+        )
+        for i, call in enumerate(message.tool_calls)
+    )
+    return dataclasses.replace(
+        message,
+        content=text("content", message.content),
+        name=text("name", message.name) if message.name else message.name,
+        tool_calls=calls,
+        tool_call_id=text("tool_call_id", message.tool_call_id) if message.tool_call_id else message.tool_call_id,
+    )
 
 
 def redact_conversation(conversation: Conversation, found: list[Found]) -> Conversation:
@@ -254,16 +104,13 @@ def redact_conversation(conversation: Conversation, found: list[Found]) -> Conve
     if not found:
         return conversation
     messages = list(conversation.messages)
-    for index in sorted({f.message for f in found}):
-        message = messages[index]
-        mine = [f for f in found if f.message == index]
-        content = redact_text(message.content, [f for f in mine if f.field == "content"])
-        calls = tuple(
-            dataclasses.replace(call, arguments=redact_text(call.arguments, [f for f in mine if f.field == where]))
-            for where, call in ((f"tool_calls[{i}].arguments", c) for i, c in enumerate(message.tool_calls))
-        )
-        messages[index] = dataclasses.replace(message, content=content, tool_calls=calls)
-    return dataclasses.replace(conversation, messages=tuple(messages))
+    for index in sorted({f.message for f in found} - {TOOLS}):
+        messages[index] = _redact_message(messages[index], [f for f in found if f.message == index])
+    tools = tuple(
+        redact_document(schema) if any(f.field == f"tools[{j}]" for f in found) else schema
+        for j, schema in enumerate(conversation.tools)
+    )
+    return dataclasses.replace(conversation, messages=tuple(messages), tools=tools)
 
 
 def scan_conversations(conversations: list[Conversation], redact: bool = False) -> tuple[list[Conversation], list]:
@@ -287,8 +134,11 @@ def scan_pairs(pairs: list, redact: bool = False) -> tuple[list, list[Found]]:
         found = scan_conversation(whole)
         found_all += found
         if redact and found:
-            messages = redact_conversation(whole, found).messages
-            pair = dataclasses.replace(pair, prompt=messages[:-2], chosen=messages[-2], rejected=messages[-1])
+            whole = redact_conversation(whole, found)
+            messages = whole.messages
+            pair = dataclasses.replace(
+                pair, prompt=messages[:-2], chosen=messages[-2], rejected=messages[-1], tools=whole.tools
+            )
         out.append(pair)
     return out, found_all
 

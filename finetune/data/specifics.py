@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 
-from finetune.data.sensitive import email_spans, phone_spans
+from finetune.data.detectors import email_spans, phone_spans
 
 KINDS = ("identifier", "amount", "date", "time", "ending", "phone", "email", "url", "tracking")
 NAMES = {

@@ -18,7 +18,6 @@ small note keyed by (path, size, modification time) remembers the hash of a file
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -33,6 +32,7 @@ from typing import Any
 from finetune.models.known_bases import base_for_sha256
 from finetune.settings import caches
 from finetune.settings.errors import UserError
+from finetune.settings.fingerprint import remembered_sha256
 from finetune.settings.manifest import ManifestError, files_problem, read_manifest, write_manifest
 from finetune.settings.wording import ref
 
@@ -181,24 +181,7 @@ def check_loadable(header: GGUFHeader) -> None:
 
 def file_sha256(path: str | Path) -> str:
     """sha256 of the file's bytes; remembered in the cache by (path, size, modification time)."""
-    resolved, size, mtime_ns = _file_key(Path(path))
-    note = cache_root() / "gguf" / "hashes" / hashlib.sha256(f"{resolved}\0{size}\0{mtime_ns}".encode()).hexdigest()
-    try:
-        known = note.read_text().strip()
-        if re.fullmatch(r"[0-9a-f]{64}", known):
-            return known
-    except OSError:
-        pass
-    with open(resolved, "rb") as f:
-        digest = hashlib.file_digest(f, "sha256").hexdigest()
-    try:
-        note.parent.mkdir(parents=True, exist_ok=True)
-        tmp = note.with_name(f".{note.name}.{os.getpid()}")
-        tmp.write_text(digest + "\n")
-        os.replace(tmp, note)
-    except OSError:  # a read-only cache only costs the hash next time
-        pass
-    return digest
+    return remembered_sha256(path, cache_root() / "gguf" / "hashes")
 
 
 # ----------------------------------------------------------------------------- the converted folder

@@ -44,6 +44,7 @@ from finetune.rules.forgetting import auto_general_val, short_run
 from finetune.rules.memory import MemoryEstimate, decide_gradient_checkpointing, decide_shard, estimate_memory
 from finetune.rules.memory import resolve_device as find_device
 from finetune.rules.model_facts import ModelFacts
+from finetune.rules.precision import auto_dtype, device_type
 from finetune.rules.preference import auto_beta, auto_dpo_epochs, auto_dpo_lr
 from finetune.rules.replay import nothing_to_keep
 from finetune.settings.config import AUTO, RunConfig
@@ -54,11 +55,13 @@ from finetune.settings.wording import ref, render, settings_named
 
 @dataclass(frozen=True)
 class Billed:
-    """The team's share of a run with the product's own rows mixed in (replay): its training records (Auto sizes
-    epochs and the batch by them, as without replay), its tokens in the file, and its tokens of the first `steps`
-    steps (`step_tokens(effective_batch, steps)`): what is billed."""
+    """A run with rows mixed in (replay): the team's training records and their tokens in the file (Auto sizes epochs
+    and the batch by them, as without replay), the tokens billed in the file (the team's, and the tenant's own general
+    conversations; not the rows the base model answered: rules/billing.py), and those billed of the first `steps`
+    steps (`step_tokens(effective_batch, steps)`)."""
 
     records: int
+    team_tokens: int
     tokens_in_file: int
     step_tokens: Callable[[int, int], int]
 
@@ -80,9 +83,7 @@ class _Resolving:
 
     def __post_init__(self) -> None:
         self.device, self.device_assumed, self.device_recognised = find_device(self.config.gpu)
-        self.dtype = (
-            self.config.dtype if self.config.dtype != AUTO else ("fp32" if self.device.name == "cpu" else "bf16")
-        )
+        self.dtype = "fp32"  # the run's precision: _precision resolves it first
         self.seq_len = 0  # the longest record as trained (_sequence_length)
         self.dpo = self.config.objective == "dpo"
         self.lora = self.config.trained_weights == "lora"
@@ -95,7 +96,7 @@ class _Resolving:
         passes and batch are for the team's data whether they are mixed in or not."""
         if self.billed is None:
             return self.data.examples, self.data.tokens_in_file
-        return self.billed.records, self.billed.tokens_in_file
+        return self.billed.records, self.billed.team_tokens
 
     def resolve(self, name: str, choice: Choice, plan_key: str | None = None) -> Any:
         """The user's value, or Auto's choice (its reason filed under the plan.json name)."""
@@ -119,6 +120,14 @@ class _Resolving:
 
 
 # ----------------------------------------------------------------------------- the steps
+
+
+def _precision(r: _Resolving) -> None:
+    """The run's device and precision, taken by every model the run loads (rules/precision.py); the memory
+    estimate sizes the frozen base and the activations in it."""
+    hidden = r.facts.hidden_size if r.facts else None
+    r.dtype = r.resolve("dtype", auto_dtype(r.device.name, hidden))
+    r.numbers["device"] = device_type(r.device.name)
 
 
 def _base_and_chat_template(r: _Resolving) -> None:
@@ -265,7 +274,7 @@ def _tokens_and_cost(r: _Resolving) -> None:
     exact = data.counted_with_tokenizer and share == 1 and data.tokens_in_file is not None
     tokens = _tokens_read(data.tokens_in_file, epochs, share, r.step_tokens, effective, total)
     billed = tokens
-    if r.billed is not None:  # the product's own replay rows are read, not billed
+    if r.billed is not None:  # rows the base model answered (replay) are read, not billed
         billed = _tokens_read(r.billed.tokens_in_file, epochs, share, r.billed.step_tokens, effective, total)
     if r.step_tokens is not None and share != 1:
         exact = data.counted_with_tokenizer
@@ -330,6 +339,7 @@ def _general_val(r: _Resolving) -> None:
 
 
 STEPS = (
+    _precision,
     _base_and_chat_template,
     _sequence_length,
     _epochs_and_adapter,
@@ -357,8 +367,8 @@ def build_plan(
     `data` comes from prepare (`prepared.summary`) or what_if_summary. `step_tokens(effective_batch, steps)`,
     when the records are at hand (a run), gives the exact tokens of the planned steps, so a run cut by
     max_steps or a dropped last batch plans the tokens it reads. `speed`: training tokens/s of one device measured
-    on the machine the run will train on (train/speed.py), for the time estimate. `billed`: when the product mixed
-    rows of its own into the data (replay), the team's share, which alone is billed. Raises UserError when no step
+    on the machine the run will train on (train/speed.py), for the time estimate. `billed`: when rows were mixed into
+    the data (replay), the team's share (which Auto sizes by) and what is billed. Raises UserError when no step
     could be taken (no records, or only a partial batch that is dropped).
     """
     if data.examples < 1:

@@ -18,6 +18,7 @@ from functools import cache
 from typing import Any
 
 from finetune.data.types import DataSummary
+from finetune.rules.billing import billing
 from finetune.rules.cost import CostEstimate
 from finetune.rules.memory import MemoryEstimate
 from finetune.rules.model_facts import ModelFacts
@@ -51,8 +52,9 @@ class Plan:
     planned_steps: int = field(metadata={"label": "Planned steps"})
     """steps_per_epoch x epochs, before any max_steps cut."""
     tokens_processed: int | None = field(metadata={"label": "Tokens processed"})
-    """Tokens billed: the team's tokens in the file x epochs, cut like the steps by a dropped last batch or max_steps
-    (the product's own replay rows are not counted: tokens_trained)."""
+    """Tokens billed (plan.json's `tokens_billed` too): the tenant's own tokens in the file (its training file's, and
+    its general conversations' with general_data) x epochs, cut like the steps by a dropped last batch or max_steps;
+    not the rows the base model answered for replay (tokens_trained counts them). rules/billing.py."""
     tokens_exact: bool
     """False when tokens are estimated (no tokenizer, a dropped last batch, or a max_steps cut)."""
     times_each_example_seen: float
@@ -69,13 +71,16 @@ class Plan:
     """The finetune code that made the plan (finetune/settings/version.py): a trainer refuses a plan of other code."""
     chat_template: str | None = None
     """The chat template the data is rendered with: "model" (its own), "chatml", or a Jinja file's path."""
+    device: str | None = field(default=None, metadata={"label": "Device"})
+    """Where every model of the run is placed: "cpu" or "cuda" (the plan's device; its precision is `dtype`)."""
     base_origin: dict | None = None
     """The GGUF file (and its sha256) the base was converted from; None for any other base."""
     tokens_trained: int | None = None
-    """Tokens the loop reads: tokens_processed plus the product's own replay rows (equal to it without replay)."""
+    """Tokens the loop reads: tokens_processed plus the rows the base model answered for replay (equal to it without
+    them)."""
     replay_added: dict | None = None
-    """Self-replay: the ratio, replay rows and their tokens (trained on, not billed: the product's own), their
-    source."""
+    """Self-replay: the ratio, replay rows and their tokens, their source, and whether they are billed (the tenant's
+    own general conversations) or not (the base model's answers: the product's own work)."""
     general_val_set: dict | None = None
     """The forgetting curve's set (general_val on): prompts, records, tokens, evaluations and their time (not billed)."""
     model_facts: ModelFacts | None = field(default=None, repr=False)
@@ -102,6 +107,20 @@ class Plan:
             raise AttributeError(name)
         return getattr(run, spec.name) if spec.applies(run.objective, run.trained_weights) else None
 
+    @property
+    def tokens_billed(self) -> int | None:
+        """The tokens the plan bills (tokens_processed under the name that says so)."""
+        return self.tokens_processed
+
+    @property
+    def replay_billed(self) -> bool:
+        """Rows mixed in by replay that are billed: the tenant's own general conversations (general_data)."""
+        return bool((self.replay_added or {}).get("billed"))
+
+    def billing(self) -> dict:
+        """plan.json's `billing`: what is billed and why (rules/billing.py)."""
+        return billing(self.tokens_processed, self.tokens_trained, self.replay_added, "planned")
+
     # ---- plan.json
     def settings_dict(self) -> dict[str, Any]:
         """Each setting recorded in plan.json, by its plan.json name (None where it does not apply)."""
@@ -115,6 +134,7 @@ class Plan:
         document["dropped_lines"] = list(self.data.dropped_lines)
         document["memory"], document["cost"] = self.memory.to_dict(), self.cost.to_dict()
         document["auto"], document["warnings"] = dict(self.auto), [dict(w) for w in self.warnings]
+        document["tokens_billed"], document["billing"] = self.tokens_billed, self.billing()
         document["settings"] = _jsonable(self.run.to_dict())
         document["plan_format"] = PLAN_FORMAT
         for warning in document["warnings"]:  # in memory a warning keeps its template; a document has one wording

@@ -17,13 +17,14 @@ from finetune.settings.wording import for_cli
 SHOWN = (
     "epochs", "batch_size", "grad_accum", "devices", "effective_batch", "steps_per_epoch", "total_steps",
     "warmup_steps", "learning_rate", "lora_rank", "lora_alpha", "lora_train_head", "eval_every", "save_every",
-    "gradient_checkpointing", "shard", "adapter_scale",
+    "gradient_checkpointing", "shard", "adapter_scale", "device", "dtype",
 )  # fmt: skip
 HIDDEN_WHEN = {"adapter_scale": (None, "off")}  # a row left out at these values (off: the run as it always was)
 DERIVED = {
     "effective_batch": "batch x accumulation x devices",
     "steps_per_epoch": "",  # filled in below
     "total_steps": "steps per epoch x epochs",
+    "device": "every model of the run, in its precision",
 }
 
 
@@ -84,9 +85,10 @@ def _data_lines(plan: Plan) -> list[str]:
     else:
         approx = "~" if not plan.tokens_exact else ""
         replayed = (plan.replay_added or {}).get("tokens") or 0
+        general = f" + {approx}{replayed:,} in your general conversations" if plan.replay_billed else ""
         lines.append(
-            f"Tokens     {approx}{plan.data.tokens_in_file - replayed:,} in {'your' if replayed else 'the'} file x "
-            f"{plan.epochs} epochs = {approx}{_n(plan.tokens_processed)} processed (billed); each record seen "
+            f"Tokens     {approx}{plan.data.tokens_in_file - replayed:,} in {'your' if replayed else 'the'} file{general} "
+            f"x {plan.epochs} epochs = {approx}{_n(plan.tokens_processed)} processed (billed); each record seen "
             f"{plan.times_each_example_seen}x"
         )
         if plan.data.target_tokens is not None and plan.data.context_tokens is not None:
@@ -101,7 +103,7 @@ def _data_lines(plan: Plan) -> list[str]:
             f"{'the ' if added['source'] == 'base model' else ''}{added['source']}, {added['ratio']:g} per team row, "
             f"mixed among your {added['team_rows']:,} (the records and steps above count them): "
             f"{_n(added['tokens'])} tokens per epoch, {_n(added.get('tokens_processed'))} trained in all, in the time "
-            f"estimate; the product's own work, not billed{_answered(added.get('generated'), added.get('pending'))}"
+            f"estimate; {_whose(plan.replay_billed)}{_answered(added.get('generated'), added.get('pending'))}"
         )
         if plan.replay_targets == "soft":
             lines.append(
@@ -111,6 +113,10 @@ def _data_lines(plan: Plan) -> list[str]:
     if plan.general_val_set:  # the forgetting curve (docs/retention.md)
         lines.append(_general_val_line(plan.general_val_set))
     return lines
+
+
+def _whose(billed: bool) -> str:
+    return "your own conversations: billed like your file" if billed else "the product's own work, not billed"
 
 
 def _answered(generated: dict | None, pending: dict | None = None) -> str:

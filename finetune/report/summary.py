@@ -19,6 +19,7 @@ from pathlib import Path
 from finetune.plan.plan import Plan
 from finetune.report.diagnosis import REMINDER, Diagnosis
 from finetune.report.forgetting import read_forgetting
+from finetune.rules.billing import billing
 from finetune.settings.wording import rendered
 
 
@@ -32,12 +33,14 @@ def build_report(
     tokens_processed: int,
     extra: dict | None = None,
     tokens_trained: int | None = None,
+    bill: dict | None = None,
 ) -> dict:
     """The content of `report.json`: what the run did against what the plan said, and what its curves show.
 
-    `tokens_processed` are the tokens billed (the team's), `tokens_trained` every token the loop read (with the
-    product's own replay rows; None: the same). `tokens_match` is None when the plan does not know its tokens
-    (planned without a tokenizer).
+    `tokens_processed` are the tokens billed (also under `tokens_billed`: the tenant's own, rules/billing.py),
+    `tokens_trained` every token the loop read (with the base's replay rows; None: the same), `bill` what was billed
+    and why (train/billed.checked_bill; None: the plan's rule applied to these numbers). `tokens_match` is None when
+    the plan does not know its tokens (planned without a tokenizer).
     `extra` keys are added at the top level (e.g. `out_dir`, which print_summary shows); they may not
     replace a key of the report.
     """
@@ -68,7 +71,9 @@ def build_report(
             "overfit_from_step": diagnosis.overfit_from_step,
         },
         "tokens_processed": tokens_processed,
+        "tokens_billed": tokens_processed,
         "tokens_trained": tokens_processed if tokens_trained is None else tokens_trained,
+        "billing": bill or billing(tokens_processed, tokens_trained, plan.replay_added, "loop"),
         "tokens_planned": tokens_planned,
         "tokens_match": None if tokens_planned is None else tokens_processed == tokens_planned,
         "wall_time_s": wall_time_s,
@@ -128,7 +133,7 @@ def print_summary(report: dict, console=None) -> None:
         line("val loss", f"best {_num(r['best_val_loss'])} at step {r['best_step']}, final {_num(r['final_val_loss'])}")
     else:
         line("val loss", "no validation")
-    line("tokens", _tokens(r), "" if r.get("tokens_match") is not False else "bold red")
+    line("tokens billed", _tokens(r), "" if r.get("tokens_match") is not False else "bold red")
     time = _duration(r["wall_time_s"])
     if r.get("estimated_time_s") is not None:
         time += f" (estimated {_duration(r['estimated_time_s'])})"
@@ -184,7 +189,10 @@ def _tokens(r: dict) -> str:
         text += f" (the plan said {r['tokens_planned']:,}: mismatch)"
     extra = (r.get("tokens_trained") or 0) - r["tokens_processed"]
     if extra > 0:
-        text += f"; {extra:,} more trained on the product's own replay rows (not billed)"
+        text += f"; {extra:,} more trained on replay rows the base model answered (not billed)"
+    general = (r.get("billing") or {}).get("general_data_tokens")
+    if general:
+        text += f"; {general:,} of them your general conversations' (billed)"
     return text
 
 

@@ -60,3 +60,8 @@ def records_used_per_epoch(records: int, effective: int, last_batch: str = "keep
     if last_batch == "drop":
         return steps_per_epoch(records, effective, "drop") * effective
     return records
+
+
+def evaluates_after(step: int, eval_every: int, steps_per_epoch: int, total_steps: int) -> bool:
+    """Whether validation runs after `step` (1-based): every eval_every steps, at each epoch's end, after the last."""
+    return step % eval_every == 0 or step % steps_per_epoch == 0 or step == total_steps

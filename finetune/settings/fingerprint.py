@@ -6,7 +6,7 @@ train something else.
 
 Which settings define a run is declared with each setting (config.py: `resume="allow"` or `"refuse"`): the
 training and validation data (by the sha256 of their bytes), the model (its path or hub id, and a hash of its
-config.json and weight-file headers), the method, LoRA rank, alpha and output layer, the learning rate,
+config.json and weight files), the method, LoRA rank, alpha and output layer, the learning rate,
 schedule and warmup, DPO's beta and SFT weight, the seed; plus one number the plan derives, the effective
 batch (the records of every step depend on it; the device count alone may change). `--allow-changes lr,data`
 continues anyway for the settings a checkpoint can carry over; the changes are returned so the report records
@@ -17,16 +17,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import struct
+import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from finetune.settings import caches
 from finetune.settings.errors import UserError
 from finetune.settings.registry import in_a_sentence, settings
 from finetune.settings.wording import ref
 
-MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors format's own limit
 SOURCE_FILE = ".finetune-source"  # written by bucket/inputs.py into a folder it downloaded: the folder's URI
 EFFECTIVE_BATCH = "effective_batch"  # the one derived number in the fingerprint
 # what checkpoints of earlier versions recorded under other names (None: another shape, not compared)
@@ -84,18 +85,32 @@ def file_sha256(path: str | Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def _safetensors_header(path: Path) -> bytes:
-    """The 8-byte length and the JSON header: the names, shapes and dtypes of the file's tensors."""
-    with path.open("rb") as f:
-        raw = f.read(8)
-        if len(raw) < 8:
-            return raw
-        (length,) = struct.unpack("<Q", raw)
-        return raw + f.read(min(length, MAX_HEADER_BYTES))
+def remembered_sha256(path: str | Path, notes: Path | None = None) -> str:
+    """sha256 of the file's bytes, remembered in `notes` (default: <cache root>/hashes) by the file's resolved path,
+    size and modification time: a large file is read once (about 0.3 s per 100 MB), then only stat'ed."""
+    stat, resolved = Path(path).stat(), Path(path).resolve()
+    name = hashlib.sha256(f"{resolved}\0{stat.st_size}\0{stat.st_mtime_ns}".encode()).hexdigest()
+    note = (notes or caches.root() / "hashes") / name
+    try:
+        known = note.read_text().strip()
+        if re.fullmatch(r"[0-9a-f]{64}", known):
+            return known
+    except OSError:
+        pass
+    digest = file_sha256(resolved)
+    try:
+        note.parent.mkdir(parents=True, exist_ok=True)
+        tmp = note.with_name(f".{note.name}.{os.getpid()}")
+        tmp.write_text(digest + "\n")
+        os.replace(tmp, note)
+    except OSError:  # a read-only cache only costs the hash next time
+        pass
+    return digest
 
 
 def model_identity(model: str) -> dict:
-    """A local folder: its absolute path and a hash of config.json and the weight-file headers; a hub id: the id."""
+    """A local folder: its absolute path and a hash of config.json and of the weight files' bytes (each file's sha256,
+    remembered by path, size and modification time: `remembered_sha256`); a hub id: the id."""
     path = Path(model).expanduser()
     if not path.exists():
         return {"name": model}
@@ -105,7 +120,7 @@ def model_identity(model: str) -> dict:
         digest.update((folder / "config.json").read_bytes())
     for weights in sorted(folder.glob("*.safetensors")):
         if not weights.name.startswith("adapter"):
-            digest.update(weights.name.encode() + b"\0" + _safetensors_header(weights))
+            digest.update(weights.name.encode() + b"\0" + remembered_sha256(weights).encode())
     source = folder / SOURCE_FILE  # a node-local copy of a bucket's folder is named by its URI, on any node
     name = source.read_text(encoding="utf-8").strip() if source.is_file() else str(path.resolve())
     return {"name": name, "sha256": digest.hexdigest()}

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from finetune.data.tokenize import load_tokenizer
+from finetune.placement.where import Placement, of_run
 from finetune.settings.errors import UserError
 
 
@@ -28,6 +29,7 @@ class RunWeights:
     model: Path | None  # full fine-tuning: the model folder
     tokenizer: str  # a folder holding the tokenizer (the run's, else the base's)
     step: int | None  # the checkpoint's step; None for the final weights
+    trust_remote_code: bool = False  # the run loaded its base with the model's own code (plan.json's settings)
 
     @property
     def is_lora(self) -> bool:
@@ -128,25 +130,22 @@ def locate_weights(run: str | Path, checkpoint: int | None = None) -> RunWeights
         model=None if adapter else source,
         tokenizer=str(tokenizer_home) if tokenizer_home else base,
         step=checkpoint,
+        trust_remote_code=bool(read_json(folder / "plan.json").get("settings", {}).get("trust_remote_code")),
     )
 
 
-def load_for_generation(weights: RunWeights, dtype=None):
-    """(model, tokenizer) ready to generate: a LoRA adapter on its base, or the full model."""
-    import torch
+def load_for_generation(weights: RunWeights, placement: Placement | None = None):
+    """(model, tokenizer) ready to generate: a LoRA adapter on its base, or the full model, in the run's precision on
+    its device (plan.json's; `placement` to choose another, e.g. export's fp32)."""
+    # torch: the dashboard and the model card read run folders without it
+    from finetune.placement.load import load_adapted, load_placed
 
-    from finetune.train.model import load_model  # torch: the dashboard and the model card read run folders without it
-
-    dtype = dtype or torch.float32
+    placement = placement or of_run(weights.run)
     tokenizer = load_tokenizer(weights.tokenizer)
     if weights.adapter is not None:
-        from peft import PeftModel
-
         # the base grows to the run's tokenizer when training added tokens (ChatML on a base without a template)
-        model = PeftModel.from_pretrained(
-            load_model(weights.base, dtype, vocab_size=len(tokenizer)), str(weights.adapter)
-        )
+        model = load_adapted(weights.base, str(weights.adapter), placement, len(tokenizer), weights.trust_remote_code)
     else:
-        model = load_model(str(weights.model), dtype)
+        model = load_placed(str(weights.model), placement, trust_remote_code=weights.trust_remote_code)
     model.eval()
     return model, tokenizer

@@ -72,6 +72,8 @@ class TrainState:
     fingerprint: dict = field(default_factory=dict)  # what defines the run (finetune.settings.fingerprint)
     elapsed_s: float = 0.0  # training time of every session of the run so far, resumes included
     allowed_changes: list = field(default_factory=list)  # settings changed on --resume --allow-changes
+    tokens_read: int | None = None  # tokens of the records the steps so far read (None: a checkpoint older than it)
+    tokens_billed: int | None = None  # of them, those billed (rules/billing.py): a resumed run bills each once
 
 
 def checkpoint_dir(out: Path, step: int) -> Path:

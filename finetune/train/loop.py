@@ -26,9 +26,11 @@ from pathlib import Path
 import torch
 
 from finetune.data.arrays import record_lengths
+from finetune.placement.where import of_plan
 from finetune.plan.plan import Plan
 from finetune.report.metrics import MetricsLog, read_metrics
 from finetune.report.stability import LOSS_SPIKE, SpikeWatch
+from finetune.rules.arithmetic import evaluates_after
 from finetune.settings.errors import UserError
 from finetune.settings.fingerprint import check_resume
 from finetune.settings.wording import ref, render
@@ -75,6 +77,7 @@ class LoopResult:
     wall_time_s: float
     tokens_processed: int  # tokens of the training examples fed through the model, all ranks, resumed steps too
     allowed_changes: list = dataclasses.field(default_factory=list)  # settings changed on --resume --allow-changes
+    tokens_billed: int = 0  # of them, those of the records billed (all of them but the base's replay rows)
 
 
 def train_loop(
@@ -91,16 +94,19 @@ def train_loop(
     fingerprint: dict | None = None,
     allow_changes: str | None = None,
     general_val: Sequence = (),
+    billed: Sequence[bool] | None = None,
 ) -> LoopResult:
     """Take plan.total_steps optimizer steps over `train`; evaluate on `val`, checkpoint and log as planned.
     `general_val`: the forgetting curve's records, evaluated beside `val` (general_val_loss; loop.Validation).
+    `billed`: per training record, whether its tokens are billed (None: every record's; rules/billing.py): the loop
+    counts them as it reads them, and keeps the count in every checkpoint.
 
     `on_step(row)` gets each metrics row after its checkpoint (with `checkpoint_s` and `checkpoint_cpu_s` when
     one was saved; metrics.jsonl does not have them).
     """
     # ---- set-up: the model on its device(s), AdamW, and where a resumed run starts
     ctx, objective = ctx or DistContext(), objective or TokenNormalisedSFT()
-    bf16 = use_bf16(plan.dtype, ctx.device)
+    bf16 = of_plan(plan, ctx.device).autocast  # the run's precision (placement/where.py): bf16 passes under autocast
     how = parallelism(plan, ctx, bf16)
     model.train()
     loss_of = how.wrap(model, objective, filler=objective.batch([train[0]], plan, pad_id))  # filler: FSDP only
@@ -111,7 +117,7 @@ def train_loop(
     checks = Validation(loss_of, objective, val, general_val, plan, ctx, how, pad_id, bf16, model, state)
     # the resume cursor is the step count alone: the records of step k follow from (seed, epoch, effective batch)
     steps = StepSchedule(len(train), plan.effective_batch, plan.seed, plan.last_batch, plan.steps_per_epoch)
-    tokens_processed = schedule_tokens(lengths, plan.effective_batch, plan.seed, plan.last_batch, state.step)
+    tokens = TokenCount(state, lengths, billed, plan)
     started, time_before, last_loss = time.perf_counter(), state.elapsed_s, None
 
     with StopRequest() as stop:
@@ -131,8 +137,7 @@ def train_loop(
             train_loss = step_metrics.pop("loss")
             grad_norm = _update(optimizer, params, plan, train_loss, step_index + 1, out, ctx)
             state.step, last_loss = step_index + 1, train_loss
-            step_tokens = sum(lengths[i] for i in step_examples)
-            tokens_processed += step_tokens
+            step_tokens = tokens.add(step_examples, state)
             stop_signum = agree_on_stop(stop.signum, ctx)  # a signal on any rank stops every rank after this step
 
             # ---- evaluation, metrics, checkpoint
@@ -153,10 +158,37 @@ def train_loop(
             if stop_signum is not None and not last_step:
                 raise TrainingInterrupted(state.step, plan.total_steps, stop_signum, checkpoint_dir(out, state.step))
 
-    wall_time = time_before + time.perf_counter() - started
-    return LoopResult(
-        state.step, state.best_step, state.best_val_loss, last_loss, wall_time, tokens_processed, state.allowed_changes
-    )
+    return _result(state, last_loss, time_before + time.perf_counter() - started, tokens)
+
+
+def _result(state: TrainState, last_loss: float | None, wall_time: float, tokens: TokenCount) -> LoopResult:
+    return LoopResult(state.step, state.best_step, state.best_val_loss, last_loss, wall_time, tokens.read,
+                      state.allowed_changes, tokens.billed)  # fmt: skip
+
+
+class TokenCount:
+    """The tokens the steps read, and of them those billed (`billed`: per record, None: every record's), counted
+    record by record as the steps read them and kept in the state each checkpoint saves: a resumed run goes on from
+    the checkpoint's counts (one older than them has them replayed from the schedule: the records of each step
+    follow from the seed, the epoch and the effective batch)."""
+
+    def __init__(self, state: TrainState, lengths: list[int], billed: Sequence[bool] | None, plan: Plan) -> None:
+        self.lengths = lengths
+        self.billed_lengths = (
+            lengths if billed is None else [n if b else 0 for n, b in zip(lengths, billed, strict=True)]
+        )
+        self.read, self.billed = state.tokens_read or 0, state.tokens_billed or 0
+        if state.step and (state.tokens_read is None or state.tokens_billed is None):
+            replay = lambda sizes: schedule_tokens(sizes, plan.effective_batch, plan.seed, plan.last_batch, state.step)  # noqa: E731
+            self.read, self.billed = replay(lengths), replay(self.billed_lengths)
+
+    def add(self, step_examples: Sequence[int], state: TrainState) -> int:
+        """Count one step's records (into `state` too); the tokens it read."""
+        step_tokens = sum(self.lengths[i] for i in step_examples)
+        self.read += step_tokens
+        self.billed += sum(self.billed_lengths[i] for i in step_examples)
+        state.tokens_read, state.tokens_billed = self.read, self.billed
+        return step_tokens
 
 
 # ============================================================================ the pieces of a step
@@ -179,11 +211,6 @@ def _backward(loss_of, batch, normaliser: float, device: torch.device, bf16: boo
     # however the step is split (the mean of micro-batch means is the bug)
     (loss_sum / normaliser).backward()
     return loss_sum, metric_sums
-
-
-def _evaluates_after(step: int, plan: Plan) -> bool:
-    """Validation runs every eval_every steps, at each epoch's end and after the last step."""
-    return step % plan.eval_every == 0 or step % plan.steps_per_epoch == 0 or step == plan.total_steps
 
 
 class MetricSums:
@@ -283,7 +310,9 @@ class Validation:
     def after(self, state: TrainState) -> dict[str, float]:
         """The keys this step's row gains (none on a step without evaluation); the best step follows val_loss."""
         found, self.pending = self.pending, {}
-        if not (self.val or self.general_val) or not _evaluates_after(state.step, self.plan):
+        if not (self.val or self.general_val) or not evaluates_after(
+            state.step, self.plan.eval_every, self.plan.steps_per_epoch, self.plan.total_steps
+        ):
             return found
         if self.val:
             found |= self.score(self.val)
@@ -295,13 +324,6 @@ class Validation:
 
 
 # ============================================================================ set-up
-
-
-def use_bf16(dtype: str, device: torch.device) -> bool:
-    if dtype == "bf16":
-        return True
-    # fp32 on the CPU by default: bf16 changes numerics, and the equivalence tests run in fp32
-    return dtype == "auto" and device.type == "cuda" and torch.cuda.is_bf16_supported()
 
 
 def build_optimizer(model, lr: float, weight_decay: float, fused: bool) -> torch.optim.AdamW:

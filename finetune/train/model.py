@@ -1,4 +1,5 @@
-"""Load a causal LM (any transformers model, hub id or local folder) and, for LoRA, wrap it with PEFT."""
+"""The model a run trains: loaded through the placement layer (placement/) in the run's precision, and for LoRA
+wrapped with PEFT, its trained weights in fp32."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import warnings
 
 import torch
 
-from finetune.models.source import check_remote_code, load_failure, local_model
+from finetune.placement.load import NEW_TOKEN_ROWS, grow_vocabulary, load_model, load_placed  # noqa: F401 (their home)
+from finetune.placement.where import Placement, of_plan
 from finetune.settings.errors import UserError
 from finetune.settings.wording import ref
 
@@ -17,70 +19,6 @@ def attention_for(device: torch.device) -> str | None:
     from transformers.utils import is_flash_attn_2_available
 
     return "flash_attention_2" if device.type == "cuda" and is_flash_attn_2_available() else None
-
-
-# The rows load_model added to the embeddings (new special tokens, e.g. ChatML's): add_lora trains them.
-NEW_TOKEN_ROWS = "finetune_new_token_rows"
-
-
-def load_model(
-    name: str,
-    dtype: torch.dtype = torch.float32,
-    trust_remote_code: bool = False,
-    attention: str | None = None,
-    vocab_size: int | None = None,
-):
-    """AutoModelForCausalLM from safetensors only (never a pickle). A GGUF file or a pulled base's name loads
-    from its converted folder. `vocab_size` (the tokenizer's length): grow the embeddings to it when the
-    tokenizer has tokens the model lacks (ChatML added to a base model without a chat template)."""
-    from transformers import AutoModelForCausalLM
-    from transformers.utils import logging as hf_logging
-
-    check_remote_code(name, trust_remote_code)
-    hf_logging.disable_progress_bar()
-    location = local_model(name)
-    load = lambda **chosen: AutoModelForCausalLM.from_pretrained(  # noqa: E731
-        location, dtype=dtype, use_safetensors=True, trust_remote_code=trust_remote_code, **chosen
-    )
-    model = _load(load, name, attention)
-    if vocab_size:
-        grow_vocabulary(model, vocab_size)
-    return model
-
-
-def _load(load, name: str, attention: str | None):
-    try:
-        if attention:
-            try:
-                return load(attn_implementation=attention)
-            except ValueError:  # this architecture does not support it: transformers' default attention
-                pass
-        return load()
-    except Exception as exc:  # OSError, ValueError, hub errors: all mean "cannot load this model"
-        raise load_failure(f"the model {name!r}", exc) from None  # issue 26: names --trust-remote-code
-
-
-def grow_vocabulary(model, vocab_size: int) -> None:
-    """Resize the embeddings (and an untied output layer) to `vocab_size` rows when they have fewer.
-
-    The new rows start at the mean of the existing ones plus a little seeded noise (so two new tokens can be
-    told apart), the same on every load; a LoRA run trains them (add_lora) and saves them with the adapter.
-    """
-    embeddings = model.get_input_embeddings()
-    rows = embeddings.weight.shape[0]
-    if vocab_size <= rows:
-        return
-    model.resize_token_embeddings(vocab_size, mean_resizing=False)
-    generator = torch.Generator().manual_seed(0)
-    layers = [model.get_input_embeddings(), model.get_output_embeddings()]
-    with torch.no_grad():
-        for layer in {id(layer.weight): layer for layer in layers if layer is not None}.values():
-            old = layer.weight[:rows].float()
-            noise = torch.randn(vocab_size - rows, old.shape[1], generator=generator) * old.std(0) * 0.01
-            layer.weight[rows:] = (old.mean(0) + noise).to(layer.weight.dtype)
-            if getattr(layer, "bias", None) is not None:
-                layer.bias[rows:] = layer.bias[:rows].mean()
-    setattr(model, NEW_TOKEN_ROWS, list(range(rows, vocab_size)))
 
 
 def add_lora(model, rank: int, alpha: float, dropout: float, seed: int, train_head: bool = False):
@@ -150,20 +88,39 @@ def enable_gradient_checkpointing(model) -> None:
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
-def model_for(plan, device: torch.device, vocab_size: int | None = None):
-    """The model a plan trains: loaded in fp32 (the embeddings grown to `vocab_size`, the tokenizer's length,
-    when the chat template added tokens), attention for packed rows, the LoRA adapter, checkpointing."""
+def model_for(plan, device: torch.device, vocab_size: int | None = None, placement: Placement | None = None):
+    """The model a plan trains, on `device` in the plan's precision (placement/where.py): a LoRA run's frozen base in
+    it (bf16: half the bytes), a full run's weights in fp32 (master weights; its passes run under autocast); the
+    embeddings grown to `vocab_size`, the tokenizer's length, when the chat template added tokens; attention for
+    packed rows; the LoRA adapter, everything trained in fp32; checkpointing."""
     # transformers: attention.py imports it to register its kernel; this module loads it only when a model loads
     from finetune.train.attention import use_varlen_attention
 
-    model = load_model(plan.run.model, torch.float32, plan.run.trust_remote_code, attention_for(device), vocab_size)
+    placement = placement or of_plan(plan, device)
+    dtype = placement.weights_dtype(plan.method)
+    model = load_model(plan.run.model, dtype, plan.run.trust_remote_code, attention_for(device), vocab_size)
     if plan.packing:
         use_varlen_attention(model)  # packed records run as one row, attention record by record: no filler, no mask
     if plan.method == "lora":
         model = add_lora(
             model, plan.lora_rank, plan.lora_alpha, plan.lora_dropout, plan.seed, bool(plan.lora_train_head)
         )
+        trained_in_fp32(model, autocast=placement.autocast)
     if plan.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     torch.manual_seed(plan.seed)  # dropout and anything random in the loop start from the seed
     return model
+
+
+def trained_in_fp32(model, autocast: bool = False) -> None:
+    """Every trained weight in fp32 (the adapter, a head trained beside it, new token rows), whatever the frozen base
+    is held in: AdamW's moments follow their weights' precision, and updates far smaller than a bf16 step stay.
+    Under bf16 autocast the adapter's products run in bf16 too: PEFT's cast of each layer's input up to the adapter's
+    fp32 is switched off (on SmolLM2 those casts took a sixth of a step's CPU time)."""
+    for parameter in model.parameters():
+        if parameter.requires_grad and parameter.dtype != torch.float32:
+            parameter.data = parameter.data.float()
+    if autocast:
+        for module in model.modules():
+            if hasattr(module, "cast_input_dtype_enabled"):
+                module.cast_input_dtype_enabled = False

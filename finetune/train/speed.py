@@ -33,8 +33,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from finetune.models.facts import load_model_facts
+from finetune.placement.where import Placement
 from finetune.report.metrics import read_metrics
 from finetune.rules.memory import device_for_name, resolve_device
+from finetune.rules.precision import resolve_dtype
 from finetune.settings import caches
 from finetune.settings.fingerprint import model_identity
 
@@ -113,6 +116,12 @@ def machine_key(device_kind: str) -> str:
     return f"{_cpu_name()}|{os.cpu_count()} cores|{_threads()} threads|torch {_torch_version()}|{device_kind}"
 
 
+def speed_method(trained_weights: str, dtype: str) -> str:
+    """The method a speed is kept by: the trained weights, and the precision when it is not fp32 ("lora@bf16"); the
+    same method in bf16 and in fp32 are two speeds (rules/precision.py)."""
+    return trained_weights if dtype == "fp32" else f"{trained_weights}@{dtype}"
+
+
 def speed_key(model: str, trained_weights: str, seq_len: int) -> str:
     """What a measurement is of, whatever the machine: the model's identity, the method, the measured length."""
     identity = model_identity(model)
@@ -189,11 +198,14 @@ def _measure(
 ) -> float:
     import torch  # torch: only a measurement runs the model
 
-    from finetune.train.model import add_lora, load_model, trainable_parameters  # torch: the model's module
+    from finetune.train.model import add_lora, load_model, trainable_parameters, trained_in_fp32  # torch: as above
 
-    model = load_model(model_name, torch.float32, trust_remote_code)
-    if trained_weights == "lora":
+    method, _, dtype = trained_weights.partition("@")
+    placement = Placement(str(device), dtype or "fp32")
+    model = load_model(model_name, placement.weights_dtype(method), trust_remote_code)
+    if method == "lora":
         model = add_lora(model, LORA_RANK, 2.0 * LORA_RANK, 0.0, 0)
+        trained_in_fp32(model, placement.autocast)
     model.to(device).train()
     params = [p for _, p in trainable_parameters(model)]
     optimizer = torch.optim.AdamW(params, lr=1e-6, fused=True)
@@ -203,7 +215,8 @@ def _measure(
     times = []
     for step in range(TIMED_STEPS + 1):
         start = time.perf_counter()
-        loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=placement.autocast):
+            loss = model(input_ids=ids, labels=ids, use_cache=False).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -222,15 +235,16 @@ def planned_speed(config, summary, device, measure: bool, speed_of) -> float | N
     knows of that device (a finished run's speed, or a measurement); `measure`: measure when nothing is known
     and the plan is for this machine's `device` (None: found here)."""
     seq_len = speed_length(summary)
+    facts = load_model_facts(config.model)
+    dtype = resolve_dtype(config.dtype, config.gpu, facts.hidden_size if facts else None).value  # as the plan will
+    method = speed_method(config.trained_weights, dtype)
     if speed_of is not None:
-        return speed_of(config.model, config.trained_weights, seq_len)
+        return speed_of(config.model, method, seq_len)
     kind = device_kind_of(config.gpu)  # a what-if for a device this machine never trained on: nothing is known
-    known = cached_speed(config.model, config.trained_weights, seq_len, kind)
+    known = cached_speed(config.model, method, seq_len, kind)
     if known is not None or not measure or kind != local_device_kind(device):
         return known
-    return training_speed(
-        config.model, config.trained_weights, seq_len, device or torch_device(), config.trust_remote_code
-    )
+    return training_speed(config.model, method, seq_len, device or torch_device(), config.trust_remote_code)
 
 
 def speed_length(summary) -> int:
@@ -244,4 +258,5 @@ def remember_speed(out: Path, plan, summary, device) -> None:
     speeds = [row["tokens_per_s"] for row in read_metrics(out / "metrics.jsonl") if row.get("tokens_per_s")]
     if plan.devices == 1 and len(speeds) >= 3:  # the first steps warm up: a median of a few says more
         speed, kind = statistics.median(speeds), local_device_kind(device)
-        remember_run_speed(plan.run.model, plan.run.trained_weights, speed_length(summary), kind, speed)
+        method = speed_method(plan.run.trained_weights, plan.dtype if plan.dtype in ("fp32", "bf16") else "fp32")
+        remember_run_speed(plan.run.model, method, speed_length(summary), kind, speed)

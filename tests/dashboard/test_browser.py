@@ -400,6 +400,8 @@ def test_the_usage_page_shows_the_apis_numbers_per_day_and_model(alice, service,
     assert [r.get_attribute("data-key") for r in per_model.locator("tbody tr").all()] == ["toy"]
     assert by_model["data"][0]["billed_tokens"] == total["billed_tokens"]
     assert per_model.locator("tfoot th").text_content() == "Total"
+    rule = page.locator("[data-testid=billing-rule]")  # what a billed token is, as the API says it (issue 47)
+    assert answer["billing_rule"] in rule.inner_text() and "not billed: the rows the base model" in rule.inner_text()
     _shoot(page, screenshots, "usage")
 
 

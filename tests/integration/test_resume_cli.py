@@ -14,6 +14,7 @@ from safetensors.torch import load_file
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 FLAGS = ["--epochs", "1", "--batch-size", "8", "--max-seq-len", "512", "--eval-every", "10", "--seed", "5"]
+FLAGS += ["--dtype", "fp32"]  # resumed = uninterrupted, checked in fp32 whatever Auto would choose
 
 
 def _command(model: Path, out: Path, *extra: str) -> list[str]:

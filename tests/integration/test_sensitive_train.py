@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from planted_values import NEEDLES, PLANTED, holding, planted_rows, write_rows
+from planted_values import NEEDLES, PLANTED, holding, planted_rows, structured_row, write_rows
 
 from finetune.commands.cli import main
 from finetune.data.tokenize import load_tokenizer
@@ -79,10 +79,14 @@ def test_redact_leaves_no_planted_value_in_any_file_the_run_writes(toy_model, tm
 
 
 def _add_invalid_lines(path) -> None:
-    """Two lines --skip-invalid leaves out, each holding values: an unknown role, and a line that is not JSON."""
+    """Three lines --skip-invalid leaves out, each holding values: an unknown role, a line that is not JSON, and the
+    structured conversation (numbers in arguments, a split address) with a role no reader knows."""
+    invalid = structured_row(9)
+    invalid["messages"][-1]["role"] = "agent"
     with path.open("a") as handle:
         handle.write(f'{{"messages": [{{"role": "customer", "content": "{PLANTED["email"]}"}}]}}\n')
         handle.write(f"not JSON: card {PLANTED['card (Visa)']}, key {PLANTED['AWS access key']}\n")
+        handle.write(json.dumps(invalid) + "\n")
 
 
 @pytest.mark.parametrize("kind", ["conversations", "preference pairs"])
@@ -94,11 +98,13 @@ def test_redact_quotes_skipped_lines_with_placeholders(toy_model, tmp_path, kind
     else:
         data, method = tmp_path / "prefs.jsonl", ["--method", "dpo"]
         data.write_text("".join(EXAMPLES.joinpath("prefs.jsonl").read_text().splitlines(keepends=True)[:16]))
+    valid = len(data.read_text().splitlines())
     _add_invalid_lines(data)
     out, cache = tmp_path / "run", tmp_path / "cache"
     args = ["train", str(data), "--model", str(toy_model), "--out", str(out), "--cache-dir", str(cache), *method]
     assert main([*args, "--max-steps", "1", "--sensitive-data", "redact", "--skip-invalid", "--replay", "off"]) == 0
     skipped = [json.loads(line) for line in (out / "skipped.jsonl").read_text().splitlines()]
-    assert [entry["line"] for entry in skipped] == [17, 18]
+    assert [entry["line"] for entry in skipped] == [valid + 1, valid + 2, valid + 3]
     assert "<EMAIL>" in skipped[0]["text"] and "<CARD>" in skipped[1]["text"]
+    assert '"card": "<CARD>"' in skipped[2]["text"] and "Write to me at <EMAIL>" in skipped[2]["text"]
     assert holding([out, cache]) == {kind: [] for kind in NEEDLES}

@@ -38,7 +38,8 @@ def retention_report() -> dict:
 
 
 def grounding() -> dict:
-    """eval.json's `grounding` section of two prompts the tuned model answers with a training reply (flagged)."""
+    """eval.json's `grounding` section of eight prompts the tuned model answers with a training reply (flagged: eight
+    of eight is beyond chance after Holm's correction, two of two would not be)."""
     from finetune.data.recitation import TrainingReplies
     from finetune.data.types import Conversation, Message
     from finetune.ship.eval.grounding import measure
@@ -49,9 +50,9 @@ def grounding() -> dict:
         )
 
     trained = TrainingReplies.from_conversations([pair("BR-999999", 1)])
-    tuned = ["BR-999999 ships today."] * 2
-    asked = [pair("BR-111111", 1), pair("BR-222222", 2)]
-    return measure(asked, {"base": ["I do not know."] * 2, "tuned": tuned}, (trained, "train.jsonl"))[0]
+    tuned = ["BR-999999 ships today."] * 8
+    asked = [pair(f"BR-{i}{i}{i}{i}{i}{i}", i) for i in range(1, 9)]
+    return measure(asked, {"base": ["I do not know."] * 8, "tuned": tuned}, (trained, "train.jsonl"))[0]
 
 
 def eval_result(run: Path) -> dict:

@@ -433,3 +433,28 @@ def test_a_retention_period_no_time_can_hold_is_one_line_at_start(tmp_path):
         "error: --retain-days must be a number of days above 0 and at most 36500 (100 years; leave it out to keep "
         "everything), got inf"
     ]
+
+
+def test_deleting_a_file_leaves_no_line_of_its_team_in_the_evaluations_results(tmp_path, toy_model, tiny_data):
+    """Issue 47: the retention check's team_voice kept the team's recurring lines (a sign-off holds a phone number),
+    lowercased, in retention.json and in the evaluation's results, which deleting the file did not reach. Now the
+    results hold a count; and results written before are rewritten when the file is deleted."""
+    from finetune.service.storage.evaluations import Evaluations
+
+    sign_off = "call us on 415 555 2671 any time"
+    app, settings = _service(tmp_path, toy_model)
+    client = api_client(app)
+    file_id = _upload(client, tiny_data.read_bytes())
+    job_id = _create_job(client, file_id, ONE_STEP)
+    assert Worker(settings, app.state.store, launcher=fake_launcher()).run_once()
+    evaluations = Evaluations(app.state.store.engine)
+    evaluations.create("alice", job_id, True, False, None)
+    claim = evaluations.claim("w", 60)
+    legacy = {"retention": {"team_voice": {"n": 10, "lines": [sign_off]}, "accuracy": {"n": 3},
+                            "requests": [{"tuned": f"Sure. {sign_off}"}]}}  # fmt: skip
+    assert evaluations.finish(claim.evaluation["id"], claim.token, "succeeded", results=legacy)
+    assert client.delete(f"/v1/files/{file_id}").status_code == 200
+    answer = client.get(f"/v1/fine_tuning/jobs/{job_id}/evaluations").json()["data"][0]
+    assert "2671" not in json.dumps(answer) and answer["results"]["retention"]["team_voice"]["lines"] == 1
+    assert answer["results"]["retention"]["accuracy"] == {"n": 3}  # the numbers stay
+    app.state.store.close()

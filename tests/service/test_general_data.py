@@ -267,3 +267,36 @@ def test_deleting_a_jobs_general_conversations_keeps_its_training_copy_and_test_
 
     gone = {item["what"] for item in alice.delete(f"/v1/files/{files['training']}").json()["removed"]}
     assert {"upload", "test split", "training copy", "test split record"} <= gone  # its own copies go with it
+
+
+def test_a_tenant_whose_general_conversations_would_pass_its_monthly_quota_is_refused(app, files, monkeypatch):
+    """Issue 47: general_data is the tenant's own data, billed like its training file: a tiny training file beside a
+    large general file at replay 10 was estimated from the training file alone and trained past the quota, unbilled.
+    The create's estimate now counts the general rows replay mixes in; once planned, the job's estimate bills them."""
+    from finetune.service.storage import quotas
+
+    monkeypatch.setenv("FAKE_TRAINER_MODE", "ok")
+    alice, options, store = api_client(app), app.state.options, app.state.store
+    big = _upload(alice, _general(n=200, marker="A longer general conversation, " * 8), "big-general.jsonl")
+    alone = quotas.file_token_estimate(options.files_dir / files["training"], ONE_STEP)
+    quotas.set_quotas(store.engine, "alice", {"max_monthly_tokens": 3 * alone})
+    refused = alice.post("/v1/fine_tuning/jobs", json=_body(files["training"], ONE_STEP | {"general_data": big,
+                                                                                             "replay": 10}))  # fmt: skip
+    assert refused.status_code == 403, refused.text
+    error = refused.json()["error"]
+    assert error["code"] == "monthly_tokens_quota_exceeded"
+    assert "(estimated from support.jsonl and big-general.jsonl)" in error["message"]
+    with_general = quotas.file_token_estimate(
+        options.files_dir / files["training"], {"replay": 10}, options.files_dir / big
+    )
+    assert with_general > 3 * alone  # ten general rows per training row: past the quota the training file fits in
+
+    quotas.set_quotas(store.engine, "alice", {"max_monthly_tokens": None})
+    created = alice.post("/v1/fine_tuning/jobs", json=_body(files["training"], ONE_STEP | {"general_data": big,
+                                                                                             "replay": 10}))  # fmt: skip
+    job_id = created.json()["id"]
+    assert Worker(options, store, launcher=fake_launcher()).run_once()
+    plan = json.loads((options.runs_dir / f"{job_id}.plan.json").read_text())
+    assert plan["replay_added"]["billed"] is True and plan["billing"]["general_data_tokens"] > 0
+    job = alice.get(f"/v1/fine_tuning/jobs/{job_id}").json()
+    assert job["usage"]["estimate"]["billed_tokens"] == plan["tokens_billed"] == plan["tokens_processed"]

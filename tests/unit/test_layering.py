@@ -8,6 +8,7 @@
     data       files -> validated conversations -> tokenized records (no torch)
     plan       RunConfig + the data's numbers -> Plan (no torch)
     report     metrics -> diagnosis, curves, report.json
+    placement  loading, placing and generating: every model of a run on its device and precision, the one decoder
     train      model, batches, loss, the loop, checkpoints, devices, launchers
     ship       what uses a trained run: eval, export, serving, run folders, the toy model
     run        the spine (run.py): a run, top to bottom
@@ -34,6 +35,7 @@ LAYERS = (
     ("data",),
     ("plan",),
     ("report",),
+    ("placement",),
     ("train",),
     ("ship",),
     ("run",),
@@ -47,7 +49,7 @@ LAYERS = (
     ("__init__", "__main__", "serving"),
 )
 NAMES = [
-    "settings", "bucket", "track", "rules", "models", "data", "plan", "report", "train", "ship", "run",
+    "settings", "bucket", "track", "rules", "models", "data", "plan", "report", "placement", "train", "ship", "run",
     "service", "service storage", "service workers", "service api", "dashboard", "service cli", "commands", "public",
 ]  # fmt: skip
 

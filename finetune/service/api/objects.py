@@ -58,6 +58,7 @@ def job_object(row: dict) -> dict:
         "attempts": row["attempts"],
         "method": {"type": method_type(row), method_type(row): {"hyperparameters": hyper}},
         "usage": job_usage(row),  # ours: the estimate once planned, the actual once ended (storage/usage.py)
+        "billing": ((row.get("report") or {}).get("billing")),  # ours: what trained_tokens bills, and why
     } | _tombstone(row)
 
 

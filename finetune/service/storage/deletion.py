@@ -3,8 +3,10 @@
     delete_file(options, store, tenant, file_id)   the upload, its token cache entries, and in the run folders of
                                                     the ended jobs that used it: the held-out test split, the
                                                     training copy, the replay mix, skipped lines, evaluation answers
-                                                    (eval.json, eval.html, retention.json); FileInUse while a job
-                                                    still needs it (to train, validate or replay on)
+                                                    (eval.json, eval.html, retention.json), and anything their
+                                                    evaluations' results quoted of it (evaluations.numbers_only);
+                                                    FileInUse while a job still needs it (to train, validate or
+                                                    replay on)
     delete_model(options, store, tenant, name)     a fine-tuned model's weights, checkpoints and GGUF files; ModelInUse
                                                     while an evaluation reads it
     delete_job(options, store, tenant, job_id)     an ended job's run folder (checkpoints, weights), plan, logs,
@@ -197,6 +199,8 @@ def delete_file(options: ServiceOptions, store: Store, tenant: str, file_id: str
     if needing:
         raise FileInUse(needing)
     remove(items)
+    trained_on = [job["id"] for job in jobs if file_id in (job["training_file"], job["validation_file"])]
+    Evaluations(store.engine).keep_numbers_only(trained_on)  # results of before issue 47 quoted the team's lines
     for forget in FILE_FORGETTERS:
         forget(file_id)
     return items

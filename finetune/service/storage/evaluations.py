@@ -195,6 +195,18 @@ class Evaluations:
             )
             return done.rowcount == 1
 
+    def keep_numbers_only(self, job_ids: list[str]) -> int:
+        """Rewrite the results of these jobs' evaluations as `numbers_only` (deleting a file they trained on);
+        how many changed."""
+        changed = 0
+        with transaction(self.engine, write=True) as conn:
+            query = select(evaluations.c.id, evaluations.c.results).where(evaluations.c.job_id.in_(job_ids))
+            for eval_id, results in conn.execute(query).all():
+                if (kept := numbers_only(results)) != results:
+                    conn.execute(update(evaluations).where(evaluations.c.id == eval_id).values(results=kept))
+                    changed += 1
+        return changed
+
     def requeue(self, eval_id: str, token: str) -> bool:
         """A stopping worker gives its evaluation back: the next worker runs it from the start."""
         with transaction(self.engine, write=True) as conn:
@@ -204,6 +216,20 @@ class Evaluations:
                 .values(status="queued", **_let_go())
             )
             return done.rowcount == 1
+
+
+def numbers_only(results: dict | None) -> dict | None:
+    """An evaluation's results with nothing quoted from the team's data: results written before issue 47 kept the
+    team's recurring lines (the retention check's team_voice `lines`: a sign-off holds a phone number) and the
+    answers to the general requests (which may repeat them); now a count of the lines, and no answer."""
+    retention = (results or {}).get("retention")
+    if not isinstance(retention, dict):
+        return results
+    kept = {k: v for k, v in retention.items() if k != "requests"}
+    voice = kept.get("team_voice")
+    if isinstance(voice, dict) and isinstance(voice.get("lines"), list):
+        kept["team_voice"] = voice | {"lines": len(voice["lines"])}
+    return {**(results or {}), "retention": kept}
 
 
 def _let_go() -> dict:

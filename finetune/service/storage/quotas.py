@@ -28,7 +28,9 @@ from typing import Any
 from sqlalchemy import Connection, Engine, and_, case, delete, func, insert, or_, select, text, update
 
 from finetune.data.read import read_file
+from finetune.data.replay_mix import replay_count
 from finetune.data.stats import BYTES_PER_TOKEN_ESTIMATE, build_all_records, estimate_record_tokens
+from finetune.rules.replay import AUTO_RATIO
 from finetune.service.api_error import APIError
 from finetune.service.storage.db import api_keys, files, job_token_holds, jobs, tenant_quotas, transaction
 from finetune.service.tenant_names import DEFAULT_TENANT  # the row whose values hold for every tenant without its own
@@ -270,16 +272,36 @@ def monthly_limit(engine: Engine, tenant: str) -> int | None:
         return limits_of(conn, tenant)["max_monthly_tokens"]
 
 
-def file_token_estimate(path: Path, run_settings: dict[str, Any]) -> int:
+def file_token_estimate(path: Path, run_settings: dict[str, Any], general: Path | None = None) -> int:
     """About the tokens a job on `path` bills before it is planned: the file's records estimated from their text (as
-    `finetune plan` without a model), times the epochs when they are given (once when Auto chooses them)."""
-    try:
-        parsed = read_file(path, run_settings.get("format"))
-        records = build_all_records(parsed.conversations, run_settings.get("record_policy") or "all")
-    except UserError:  # not chat conversations (preference pairs, or a file validation will refuse): its size
-        records = []
-    tokens = sum(estimate_record_tokens(r, 0).total for r in records)
-    if not records:
-        tokens = math.ceil(path.stat().st_size / BYTES_PER_TOKEN_ESTIMATE)
+    `finetune plan` without a model), and with `general` (its general_data upload: the tenant's own conversations,
+    billed like the file, rules/billing.py) the general rows replay mixes in at its ratio (up to 10 per training
+    record), times the epochs when they are given (once when Auto chooses them)."""
+    tokens, records = _estimate(path, run_settings.get("format"), run_settings.get("record_policy") or "all")
+    if general is not None:
+        tokens += _general_estimate(general, run_settings.get("replay"), records)
     epochs = run_settings.get("epochs")
     return tokens * (epochs if isinstance(epochs, int) and epochs > 0 else 1)
+
+
+def _estimate(path: Path, data_format: str | None, record_policy: str) -> tuple[int, int]:
+    """(tokens, records) of a file, estimated from its text; its size / bytes per token for a file that is not chat
+    conversations (preference pairs, or a file validation will refuse)."""
+    try:
+        records = build_all_records(read_file(path, data_format).conversations, record_policy)
+    except UserError:
+        records = []
+    if not records:
+        return math.ceil(path.stat().st_size / BYTES_PER_TOKEN_ESTIMATE), 0
+    return sum(estimate_record_tokens(r, 0).total for r in records), len(records)
+
+
+def _general_estimate(path: Path, replay: Any, team_records: int) -> int:
+    """The tokens of the general rows mixed in per epoch: `replay` rows per training record (Auto's ratio when not
+    given), each the general file's average row (rows go round again when the file has fewer)."""
+    try:
+        ratio = AUTO_RATIO if replay in (None, "auto") else float(replay)
+    except (TypeError, ValueError):  # "off": nothing is mixed in (a job cannot give general_data then)
+        ratio = 0.0
+    tokens, rows = _estimate(path, None, "all")
+    return round(tokens / rows * replay_count(ratio, team_records)) if rows else tokens

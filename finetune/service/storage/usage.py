@@ -1,7 +1,8 @@
 """Usage's arithmetic and queries: what a job used and what it costs, and the sums over jobs that the API answers
 a tenant (GET /v1/usage: api/routes/usage.py) and the operator reads (`finetune usage`: cli/usage.py).
 
-    billed tokens   tokens processed: every training token once per epoch (OpenAI's `trained_tokens`)
+    billed tokens   the tenant's own training tokens once per step that reads them (OpenAI's `trained_tokens`;
+                    rules/billing.py: its training file and its general_data, not the base's replay rows)
     device seconds  how long the job's trainer ran (every attempt, start to exit) x the devices it trains on
     cost            billed tokens / 1e6 x price per million tokens  +  device seconds / 3600 x GPU-hour price
 
@@ -180,7 +181,7 @@ def _add_job_fields(store: Store, tenant: str, rows: list[dict]) -> None:
     wanted = [r["key"] for r in rows]
     if not wanted:
         return
-    columns = (jobs.c.id, jobs.c.model, jobs.c.status, jobs.c.fine_tuned_model, jobs.c.trained_tokens)
+    columns = (jobs.c.id, jobs.c.model, jobs.c.status, jobs.c.fine_tuned_model, jobs.c.trained_tokens, jobs.c.report)
     with transaction(store.engine) as conn:
         found = {
             r.id: r._mapping
@@ -189,7 +190,8 @@ def _add_job_fields(store: Store, tenant: str, rows: list[dict]) -> None:
     for row in rows:
         job = found[row["key"]]
         row.update(job_id=job["id"], model=job["model"], status=job["status"],
-                   fine_tuned_model=job["fine_tuned_model"], trained_tokens=job["trained_tokens"])  # fmt: skip
+                   fine_tuned_model=job["fine_tuned_model"], trained_tokens=job["trained_tokens"],
+                   billing=(job["report"] or {}).get("billing"))  # fmt: skip  # what trained_tokens bills, and why
 
 
 def usage_tenants(store: Store, since: int | None = None) -> list[str]:

@@ -206,10 +206,10 @@ class JobPreparation:
     def _remember_speed(self, plan: Plan) -> None:
         """The speed the plan was estimated with (this machine's runs' own, cached): the API's next plans use it."""
         if plan.cost.tokens_per_s:
-            from finetune.train.speed import speed_key  # torch: train/speed.py imports it
+            from finetune.train.speed import speed_key, speed_method  # torch: train/speed.py imports it
 
             seq_len = plan.data.max_record_tokens or plan.max_seq_len
-            key = speed_key(plan.run.model, plan.method, seq_len)
+            key = speed_key(plan.run.model, speed_method(plan.method, plan.dtype), seq_len)
             self.store.workers.record_speed(self.worker, key, plan.cost.tokens_per_s)
 
     def _plan_events(self, job: dict, plan: Plan, values: dict) -> list[dict]:

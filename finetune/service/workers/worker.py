@@ -302,7 +302,8 @@ class Worker:
         self.store.add_file(job["tenant"], file_id, "step_metrics.csv", "fine-tune-results", len(content))
         name = fine_tuned_model_name(job)
         new_events = [e for e in [diagnosis_event(report)] if e]
-        ended = {**job, "status": "succeeded", "trained_tokens": report.get("tokens_processed")}
+        billed = report.get("tokens_billed", report.get("tokens_processed"))  # rules/billing.py: what was billed
+        ended = {**job, "status": "succeeded", "trained_tokens": billed}
         new_events.append({"message": "The job has successfully completed", "data": {"usage": usage.job_usage(ended)}})
         done = self._update(
             job["id"],
@@ -311,7 +312,7 @@ class Worker:
             {
                 "finished_at": now(),
                 "fine_tuned_model": name,
-                "trained_tokens": report.get("tokens_processed"),
+                "trained_tokens": billed,
                 "result_files": [file_id],
                 "report": _jsonable(report),
             },

@@ -50,6 +50,22 @@ class Answers:
     picks: list[int]  # the option found most likely, per multiple-choice question
 
 
+def cut_at_cap(answers: dict[str, Answers], settings: Settings, stops: list[int]) -> dict:
+    """Per side, the share of answers cut at the token cap (no end-of-turn within it), short answers and longer ones
+    apart: a cut answer fails an instruction on its end (a postscript, an end phrase) without being wrong, and a
+    model that adds a greeting and a sign-off is cut more often (retention.json's `cut_at_cap`)."""
+
+    def share(rows: list[list[int]], cap: int) -> dict:
+        cut = sum(1 for ids in rows if len(ids) >= cap and ids[-1] not in stops)
+        return {"cut": cut, "n": len(rows), "share": cut / len(rows) if rows else 0.0}
+
+    return {
+        kind: {"cap": cap} | {name: share(getattr(side, field), cap) for name, side in answers.items()}
+        for kind, field, cap in (("prompts", "prompt_ids", settings.max_new_tokens),
+                                 ("requests", "request_ids", settings.request_tokens))
+    }  # fmt: skip
+
+
 def answers_of(model, tokenizer, items: GeneralItems, settings: Settings, choice_rows: list, pad_id: int) -> Answers:
     """Greedy answers of `model` to the prompts and requests, and its multiple-choice picks."""
     from finetune.ship.eval.likelihood import target_log_probs  # torch: the dashboard and the card read the report side

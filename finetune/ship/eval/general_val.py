@@ -24,11 +24,11 @@ from finetune.data.replay_mix import held_out_prompts
 from finetune.data.skipped import usable_conversations
 from finetune.data.tokenize import ChatTokenizer
 from finetune.plan.plan import Plan
+from finetune.rules.arithmetic import evaluates_after
 from finetune.settings.config import RunConfig
 from finetune.ship.eval import replay
 from finetune.ship.eval.replay_preview import Records, answer_row
 from finetune.train.distributed import DistContext, barrier
-from finetune.train.loop import _evaluates_after
 
 SOURCE = "the forgetting curve's general answers"
 
@@ -69,7 +69,11 @@ def tokenized(rows: list[dict], config: RunConfig, tokenizer, max_seq_len: int):
 
 def evaluations(plan: Plan) -> int:
     """How often the loop evaluates the set: at each of the run's evaluations, and once before its first step."""
-    return 1 + sum(1 for step in range(1, plan.total_steps + 1) if _evaluates_after(step, plan))
+    return 1 + sum(
+        1
+        for step in range(1, plan.total_steps + 1)
+        if evaluates_after(step, plan.eval_every, plan.steps_per_epoch, plan.total_steps)
+    )
 
 
 def describe(plan: Plan, prepared, answers: int, cached: bool, generation_s: float) -> dict:

@@ -13,8 +13,9 @@ recited    the share of answers that recite a reply of the run's training file (
 distinct   how many different answers there are (case, punctuation and spacing ignored)
 
 Each with Wilson's 95% interval (intervals.py; for `distinct`, on the share of answers that differ from every
-earlier one, as if each were drawn apart: a guide). The verdict compares on the same prompts, with Newcombe's paired
-interval: the tuned model invents more than the references beyond chance, or recites more than the base does.
+earlier one, as if each were drawn apart: a guide). The verdict compares on the same prompts (Newcombe's paired
+interval shown): the tuned model invents more than the references, or recites more than the base does, beyond chance
+by an exact one-sided paired test with Holm's correction across the two (family.py: at most 5% false flags).
 """
 
 from __future__ import annotations
@@ -24,13 +25,13 @@ from pathlib import Path
 
 from finetune.data.invented import given_texts
 from finetune.data.prompting import prompt_of
-from finetune.data.read import read_file
 from finetune.data.recitation import TrainingReplies, distinct_answers
 from finetune.data.specifics import invented, known_keys
 from finetune.data.types import Conversation
 from finetune.settings.wording import act, ref
+from finetune.ship.eval.family import holm, paired_p
 from finetune.ship.eval.intervals import paired_difference, wilson
-from finetune.ship.run_folder import read_json
+from finetune.ship.eval.team_data import team_training
 
 REFERENCE = "reference"  # the team's own replies: the test file's final assistant messages
 GROUNDING_FILE = "grounding.json"  # RUN/grounding.json: the demo's section (finetune eval keeps it in eval.json)
@@ -38,14 +39,12 @@ MEASURES = {"invented": "invents a specific", "recited": "recites a training rep
 
 
 def training_replies_of(run: str | Path) -> tuple[TrainingReplies | None, str | None]:
-    """The replies a run trained on (its plan's data file) and that file's name; (None, None) when it is not at hand."""
-    data = (read_json(Path(run) / "plan.json").get("settings") or {}).get("data")
-    if not data or not Path(data).is_file():
+    """The team's replies a run trained on (team_data.py: the team's rows alone, never a replay row, each named by the
+    team's file and its line) and that file's name; (None, None) when it is not at hand."""
+    team = team_training(run)
+    if team is None:
         return None, None
-    parsed = read_file(data)
-    if not parsed.conversations:
-        return None, None
-    return TrainingReplies.from_conversations(parsed.conversations), Path(data).name
+    return TrainingReplies.from_conversations(team.conversations), team.file
 
 
 def checks(conversations: Sequence[Conversation], answers: Sequence[str], training: TrainingReplies | None) -> list:
@@ -101,7 +100,9 @@ def measure(
 
 
 def verdict(flags: dict[str, list[dict]], recitals: bool) -> dict:
-    """Does the tuned model invent more than the references, or recite more than the base, beyond chance?"""
+    """Does the tuned model invent more than the references, or recite more than the base, beyond chance? Each an
+    exact one-sided paired test, Holm's correction across the two (family.py): a model that changed nothing is
+    flagged in at most 5% of checks."""
     judged = "tuned" if "tuned" in flags else next(m for m in flags if m != REFERENCE)
     mine = flags[judged]
     more_invented = paired_difference(
@@ -111,7 +112,11 @@ def verdict(flags: dict[str, list[dict]], recitals: bool) -> dict:
     more_recited = paired_difference(
         [r["recites_line"] is not None for r in base], [r["recites_line"] is not None for r in mine]
     )
-    invents, recites = more_invented["low"] > 0, recitals and more_recited["low"] > 0
+    tested = {"invented": more_invented} | ({"recited": more_recited} if recitals else {})
+    decided = holm({name: paired_p(change, "rise") for name, change in tested.items()})
+    for name, change in tested.items():
+        change |= {"p": decided[name]["p"], "p_holm": decided[name]["p_holm"]}
+    invents, recites = decided["invented"]["rejected"], recitals and decided["recited"]["rejected"]
     remedies = []
     if invents or recites:
         remedies = [
@@ -128,6 +133,13 @@ def verdict(flags: dict[str, list[dict]], recitals: bool) -> dict:
         "flag": bool(invents or recites),
         "remedies": remedies,
     }
+
+
+def not_judged(section: dict, why: str) -> dict:
+    """The section's numbers without a verdict, for a model the check cannot judge (the demo's toy base): `flag`
+    None, no remedies, and why under `not_judged` and in its message."""
+    section = section | {"flag": None, "remedies": [], "not_judged": why}
+    return section | {"message": line(section)}
 
 
 def cell(key: str, numbers: dict | None) -> str:
@@ -160,4 +172,6 @@ def line(section: dict) -> str:
     else:
         text += "; recitals not measured (the training file is not at hand)"
     text += f"; {mine['distinct']['count']} distinct answers of {n} (the team's {team['distinct']['count']})"
+    if section.get("not_judged"):
+        return f"{text}; not judged: {section['not_judged']}"
     return text + (": flagged, more than chance" if section["flag"] else "")

@@ -29,8 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from finetune.data import replay_mix
-from finetune.data.prompting import prompt_ids, stop_ids
+from finetune.data.prompting import prompt_ids
 from finetune.models.facts import load_model_facts
+from finetune.placement.decode import generate_ids, stops_of
+from finetune.placement.load import load_placed
+from finetune.placement.stages import stage
+from finetune.placement.where import of_config
 from finetune.rules.auto import MAX_EFFECTIVE_BATCH
 from finetune.rules.cost import device_flops, generation_seconds
 from finetune.rules.memory import resolve_device
@@ -39,9 +43,7 @@ from finetune.settings.config import AUTO, RunConfig
 from finetune.settings.errors import UserError
 from finetune.settings.fingerprint import model_identity
 from finetune.settings.wording import ref
-from finetune.ship.eval.generate import generate_ids
 from finetune.ship.eval.progress import tell
-from finetune.train.model import load_model
 
 log = logging.getLogger("finetune")
 MAX_NEW_TOKENS = 256
@@ -70,11 +72,13 @@ class Answered:
 
 
 def cache_key(config: RunConfig, tokenizer) -> str:
-    """The model, its chat template (as the run renders it) and the generation settings."""
+    """The model (its weights' digest), its chat template (as the run renders it), the generation settings, and where
+    they run: the device kind, the precision and the torch and transformers versions (placement/where.py)."""
     identity = {
         "model": model_identity(config.model),
         "chat_template": [config.chat_template, getattr(tokenizer, "chat_template", None)],
         "generation": GENERATION,
+        "placement": of_config(config).cache_key(),
     }
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
@@ -114,7 +118,8 @@ def answer_prompts(config: RunConfig, tokenizer, prompts: list[str], needed: int
         if missing:
             if model is None:
                 most = _say_cost(config, tokenizer, prompts[asked:], cached, needed, len(rows))
-                model = load_model(config.model, trust_remote_code=config.trust_remote_code, vocab_size=len(tokenizer))
+                model = load_placed(config.model, of_config(config), trust_remote_code=config.trust_remote_code,
+                                    vocab_size=len(tokenizer))  # fmt: skip
             new |= _answer(model, tokenizer, missing)
             cached |= new
             _append_cache(path, {p: cached[p] for p in missing})
@@ -135,10 +140,13 @@ def _row(prompt: str, answer: str) -> dict:
 
 def _answer(model, tokenizer, prompts: list[str]) -> dict[str, str | None]:
     """{prompt: the base's answer, or None when it did not finish within MAX_NEW_TOKENS}."""
-    stops = set(stop_ids(tokenizer))
+    stops = stops_of(model, tokenizer)
     messages = [[{"role": "user", "content": p}] for p in prompts]
     answers = {}
-    for prompt, ids in zip(prompts, generate_ids(model, tokenizer, messages, MAX_NEW_TOKENS), strict=True):
+    with stage("base answers") as seen:  # the run's stages.jsonl: where the base answered
+        seen.model(model)
+        answered = generate_ids(model, tokenizer, messages, MAX_NEW_TOKENS)
+    for prompt, ids in zip(prompts, answered, strict=True):
         answer = tokenizer.decode(ids, skip_special_tokens=True).strip()
         answers[prompt] = answer if ids and ids[-1] in stops and answer else None
     return answers

@@ -53,6 +53,11 @@ class PendingReplay:
     from_cache: int  # answers the rows read from the cache
     estimated_s: float | None  # the base's time for `to_answer` at most (None: the model's size is unknown)
 
+    @property
+    def billed(self) -> bool:
+        """The rows are the tenant's own general conversations (billed like its file; rules/billing.py)."""
+        return self.source != replay_mix.BASE_MODEL
+
     def counted(
         self, summary: DataSummary, lengths: list[int], config: RunConfig
     ) -> tuple[DataSummary, list[int], list[int], int]:
@@ -81,7 +86,7 @@ class PendingReplay:
         """plan.json's replay_added, as a run's (replay_mix.Mixed.to_dict) with `pending`: what is not known yet."""
         return {
             "ratio": self.ratio, "rows": self.rows, "distinct_rows": self.distinct_rows, "team_rows": self.team_rows,
-            "tokens": tokens, "tokens_processed": tokens_processed, "source": self.source, "billed": False,
+            "tokens": tokens, "tokens_processed": tokens_processed, "source": self.source, "billed": self.billed,
             "pending": {"prompts": self.to_answer, "from_cache": self.from_cache, "estimated_s": self.estimated_s,
                         "tokens": "answers not given yet counted at the cap"},
         }  # fmt: skip
@@ -159,15 +164,20 @@ def answer_row(prompt: str, answer: str | None) -> Conversation:
     return Conversation((Message("user", prompt), Message("assistant", answer)), 0)  # type: ignore[arg-type]
 
 
-def with_replay(plan: Plan, mixed, config: RunConfig, total_params: int | None, team_tokens: int) -> Plan:
-    """The plan records what replay added (rows, their tokens: trained on, not billed; `mixed` a run's Mixed or a
-    PendingReplay) and Auto's ratio or why Auto left it off."""
+def with_replay(
+    plan: Plan, mixed, config: RunConfig, total_params: int | None, team_tokens: int, replay_trained: int | None = None
+) -> Plan:
+    """The plan records what replay added (rows, their tokens trained on, `replay_trained` when counted from the
+    records; billed when they are the tenant's own: `mixed` a run's Mixed or a PendingReplay) and Auto's ratio or why
+    Auto left it off."""
     _, reason = replay_mix.replay_ratio(config, total_params)
     auto = {**plan.auto, "replay": reason} if reason else plan.auto
     if mixed is None:
         return dataclasses.replace(plan, auto=auto)
     in_file = plan.data.tokens_in_file - team_tokens if plan.data.tokens_in_file is not None else None
-    trained = plan.tokens_trained - plan.tokens_processed if plan.tokens_trained is not None else None
+    trained = replay_trained
+    if trained is None and plan.tokens_trained is not None and not mixed.billed:
+        trained = plan.tokens_trained - plan.tokens_processed
     return dataclasses.replace(plan, replay_added=mixed.to_dict(in_file, trained), auto=auto)
 
 

@@ -26,9 +26,11 @@ kl                mean over tokens of KL(tuned || base), in nats: on the base's 
                   0 means the tuned model predicts the base's answers exactly as the base does.
 
 Each rate has a 95% Wilson interval per model, and the change (tuned - base) Newcombe's interval for paired
-outcomes (intervals.py). A change whose whole interval is below 0 is a drop beyond chance: it sets `flag`,
-and the report names it with the usual remedies. One loaded base serves both sides of a LoRA run (its adapter
-switched off, then on); a full run loads the base beside the tuned model. The base's answers are the same for
+outcomes (intervals.py; instructions_kept: a cluster bootstrap by answer). The verdict (family.py): an exact one-sided
+paired test per measure, Holm's correction across the measures of the check; a measure it rejects sets `flag`
+(at most 5% of checks of an unchanged model are flagged), and the report names it with the usual remedies.
+`cut_at_cap` records per side the share of answers cut at the token cap. One loaded base serves both sides of a LoRA
+run (its adapter switched off, then on); a full run loads the base beside the tuned model. The base's answers are the same for
 every run of that base: they are computed once and cached (general_answers.py).
 """
 
@@ -41,9 +43,12 @@ from contextlib import contextmanager, nullcontext
 from functools import partial
 from pathlib import Path
 
-from finetune.data.prompting import prompt_ids
+from finetune.data.prompting import prompt_ids, stop_ids
+from finetune.placement.stages import recorded_in, stage
+from finetune.placement.where import of_run
 from finetune.settings.fingerprint import model_identity
 from finetune.settings.wording import act, ref, rendered
+from finetune.ship.eval.family import FAMILY_ALPHA
 from finetune.ship.eval.general_answers import (
     Answers,
     GeneralItems,
@@ -51,6 +56,7 @@ from finetune.ship.eval.general_answers import (
     answers_of,
     base_answers_cached,
     cache_key,
+    cut_at_cap,
 )
 from finetune.ship.eval.general_set import (
     ANSWER_KINDS,
@@ -63,25 +69,24 @@ from finetune.ship.eval.general_set import (
     set_digest,
 )
 from finetune.ship.eval.instructions import follows
-from finetune.ship.eval.intervals import paired_difference, wilson
+from finetune.ship.eval.intervals import paired_difference
 from finetune.ship.eval.progress import counting
+from finetune.ship.eval.retention_verdict import (  # noqa: F401 (LABELS, MEASURES, points: read from here too)
+    LABELS,
+    MEASURES,
+    clustered_measure,
+    measure,
+    points,
+    verdict,
+)
 from finetune.ship.eval.team_voice import signature_lines, speaks_as_team, team_replies
 from finetune.ship.run_folder import load_for_generation, locate_weights, read_json
 
 RETENTION_FILE = "retention.json"
 MAX_NEW_TOKENS = 48
 REQUEST_TOKENS = 320  # a longer answer: 100-200 words asked, about 130-270 tokens
-BATCH = 64
+BATCH = 128
 SCORE_BATCH = 16
-MEASURES = {  # key in retention.json: what a reader calls it (a drop beyond chance flags)
-    "accuracy": "accuracy",
-    "rule_pass_rate": "rule pass-rate",
-    "choice_accuracy": "multiple-choice accuracy",
-    "instruction_following": "instruction following",
-    "instructions_kept": "instructions kept",
-}
-TEAM_VOICE = "general answers in the team's voice"  # team_voice: a rise beyond chance flags
-LABELS = {**MEASURES, "team_voice": TEAM_VOICE}
 REMEDIES = {  # settings named for each reader (wording.py): write_retention and the command line render them
     "epochs": f"Train fewer epochs ({ref('epochs')}), or keep an earlier checkpoint ({act('compare_checkpoints')}).",
     "lr": f"Lower the learning rate ({ref('lr')}).",
@@ -124,15 +129,18 @@ def _adapter_off(model):
 
 
 def _load(run: Path):
-    """(the run's weights, {"base": ..., "tuned": ...} each a context manager giving that model, tokenizer)."""
-    from finetune.train.model import load_model  # torch: the dashboard and the model card read this module
+    """(the run's weights, {"base": ..., "tuned": ...} each a context manager giving that model, tokenizer): both in
+    the run's precision on its device, the base loaded as training loaded it (grown to the run's tokenizer, its own
+    code when the run trusted it)."""
+    from finetune.placement.load import load_placed  # torch: the dashboard and the model card read this module
 
-    weights = locate_weights(run)
-    tuned, tokenizer = load_for_generation(weights)
+    weights, placement = locate_weights(run), of_run(run)
+    tuned, tokenizer = load_for_generation(weights, placement)
     if weights.is_lora:  # one copy of the base weights: the adapter (and a trained output layer) switched off
         base = partial(_adapter_off, tuned)
     else:
-        base_model = load_model(weights.base)
+        base_model = load_placed(weights.base, placement, trust_remote_code=weights.trust_remote_code,
+                                 vocab_size=len(tokenizer))  # fmt: skip
         base_model.eval()
         base = partial(nullcontext, base_model)
     return weights, {"base": base, "tuned": partial(nullcontext, tuned)}, tokenizer
@@ -153,55 +161,10 @@ def _choice_rows(tokenizer, choices: list[Choice]) -> list[tuple[list[int], list
     return rows
 
 
-def measure(base_ok: list[bool], tuned_ok: list[bool]) -> dict:
-    """One rate of both models on the same items: each with its Wilson interval, the paired change, a drop or not."""
-    n = len(base_ok)
-
-    def side(ok: list[bool]) -> dict:
-        low, high = wilson(sum(ok), n)
-        return {"rate": sum(ok) / n if n else 0.0, "correct": sum(ok), "low": low, "high": high}
-
-    change = paired_difference(base_ok, tuned_ok)
-    return {"n": n, "base": side(base_ok), "tuned": side(tuned_ok), "change": change, "dropped": change["high"] < 0}
-
-
 def limited(general_set: dict) -> str:
     """'Limited to 40 general prompts, 40 requests and 40 questions of the set (spread evenly): wider intervals.'"""
     return (f"Limited to {general_set['prompts']} general prompts, {general_set['requests']} requests and "
             f"{general_set['choices']} questions of the set (spread evenly): wider intervals than the whole set's.")  # fmt: skip
-
-
-def points(change: float) -> str:
-    """A change of a rate in whole percentage points, signed: '+3', '-31', '+0'."""
-    return f"{round(100 * change):+d}"
-
-
-def describe(key: str, numbers: dict) -> str:
-    """'accuracy 62% -> 31% (change -31 points, 95% interval -38 to -24)'."""
-    change = numbers["change"]
-    return (
-        f"{LABELS[key]} {numbers['base']['rate']:.0%} -> {numbers['tuned']['rate']:.0%} "
-        f"(change {points(change['value'])} points, 95% interval {points(change['low'])} to {points(change['high'])})"
-    )
-
-
-def verdict(report: dict) -> tuple[bool, list[str], str]:
-    """(flag, the measures that dropped beyond their interval, the verdict in plain words)."""
-    measured = [m for m in MEASURES if m in report and report[m]["n"]]
-    flagged = [m for m in measured if report[m]["dropped"]]
-    voice = report.get("team_voice") or {}
-    if voice.get("rose"):
-        flagged.append("team_voice")
-    if flagged:
-        drops = "; ".join(describe(m, voice if m == "team_voice" else report[m]) for m in flagged)
-        message = (
-            f"Tuning cost the model some of what it knew: {drops}. The whole interval is "
-            f"{'above' if flagged == ['team_voice'] else 'beyond'} zero, so the change is more than chance."
-        )
-    else:
-        parts = [describe(m, report[m]) for m in measured] + ([describe("team_voice", voice)] if voice.get("n") else [])
-        message = "No drop beyond chance on the general set: " + "; ".join(parts) + "."
-    return bool(flagged), flagged, message
 
 
 def check_retention(
@@ -210,8 +173,9 @@ def check_retention(
     """Compare a run's final weights with its base on the general set; returns retention.json's content.
 
     `max_new_tokens` bounds each short greedy answer (default MAX_NEW_TOKENS, 48; the longer answers to the
-    instruction requests get REQUEST_TOKENS); `batch_size` prompts are answered together (BATCH, 64: on
-    SmolLM2-135M, one CPU thread, 17% less CPU time than 32); teacher-forced scoring runs SCORE_BATCH rows at a time
+    instruction requests get REQUEST_TOKENS); `batch_size` prompts are answered together (BATCH, 128: on
+    SmolLM2-135M in bf16, one CPU thread, 128 instruction requests answered with 11% less CPU time than at 64, and
+    64 with 21% less than at 32; the decoder's cache, allocated once per batch, grows with it); teacher-forced scoring runs SCORE_BATCH rows at a time
     (its logits span the whole vocabulary). `limit` asks only that many prompts, requests and multiple-choice
     questions (spread over the set): quicker, with wider intervals. The base's side comes from the cache when this
     base answered the same set with the same settings before (general_answers.py)."""
@@ -223,7 +187,8 @@ def check_retention(
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     choice_rows = _choice_rows(tokenizer, items.choices)
     loaded = time.perf_counter()
-    with counting("Retention check"):  # a line per batch answered (progress.py)
+    # a line per batch answered (progress.py); RUN/stages.jsonl: where each side ran
+    with counting("Retention check"), recorded_in(weights.run):
         answers, base_cached = _both_sides(weights, sides, tokenizer, items, settings, choice_rows, pad_id)
     generated = time.perf_counter()
     kl_rows = _kl_on_base_answers(sides, tokenizer, items.prompts, answers["base"].prompt_ids, pad_id)
@@ -236,8 +201,12 @@ def check_retention(
         "request_tokens": settings.request_tokens,
         "batch_size": settings.batch_size,
         "choice_score": "mean log-likelihood per option token, after the question and the reply's lead",
-        "interval": "95%: Wilson per model; Newcombe's paired score interval (method 10) for the change",
+        "interval": "95%: Wilson per model; Newcombe's paired score interval (method 10) for the change; "
+        "instructions_kept: a cluster bootstrap by answer (seeded)",
+        "verdict": f"an exact one-sided paired test per measure, Holm's correction across them: family-wise "
+        f"{FAMILY_ALPHA:.0%}",
     }
+    report["cut_at_cap"] = cut_at_cap(answers, settings, stop_ids(tokenizer))
     report["flag"], report["flagged"], report["message"] = verdict(report)
     if limit is not None:  # a subset: say so wherever the verdict is read
         report["message"] += f" {limited(report['general_set'])}"
@@ -260,13 +229,15 @@ def check_retention(
 def _both_sides(weights, sides: dict, tokenizer, items: GeneralItems, settings: Settings, choice_rows, pad_id: int):
     """({"base": Answers, "tuned": Answers}, whether the base's came from the cache)."""
 
-    def answer(side) -> Answers:
-        with side() as model:
+    def answer(name: str) -> Answers:
+        with sides[name]() as model, stage(f"retention: {name}") as seen:
+            seen.model(model)
             return answers_of(model, tokenizer, items, settings, choice_rows, pad_id)
 
-    key = cache_key(model_identity(weights.base), tokenizer, set_digest(), items, settings)
-    base, cached = base_answers_cached(key, lambda: answer(sides["base"]))
-    return {"base": base, "tuned": answer(sides["tuned"])}, cached
+    identity = {**model_identity(weights.base), "placement": of_run(weights.run).cache_key()}
+    key = cache_key(identity, tokenizer, set_digest(), items, settings)
+    base, cached = base_answers_cached(key, lambda: answer("base"))
+    return {"base": base, "tuned": answer("tuned")}, cached
 
 
 def _decoded(tokenizer, answers: Answers) -> dict[str, list[str]]:
@@ -317,7 +288,7 @@ def _numbers(weights, items: GeneralItems, texts: dict, answers: dict, kl_rows: 
         "rule_pass_rate": measure(side("base", rule_items), side("tuned", rule_items)),
         "choice_accuracy": measure(right["base"], right["tuned"]),
         "instruction_following": measure([all(k) for k in kept["base"]], [all(k) for k in kept["tuned"]]),
-        "instructions_kept": measure(_flat(kept["base"]), _flat(kept["tuned"])),
+        "instructions_kept": clustered_measure(kept["base"], kept["tuned"]),
         "team_voice": _team_voice(texts, team),
         "by_kind": _by_kind(prompts, ok),
         "by_instruction": _by_instruction(requests, kept),
@@ -330,18 +301,15 @@ def _numbers(weights, items: GeneralItems, texts: dict, answers: dict, kl_rows: 
     }
 
 
-def _flat(rows: list[list[bool]]) -> list[bool]:
-    return [value for row in rows for value in row]
-
-
 def _team_voice(texts: dict, team: list[str]) -> dict:
     """The share of every general answer (short and long) that carries one of the team's recurring lines."""
     lines = signature_lines(team)
     if not lines:
-        return {"n": 0, "lines": [], "why": "no line recurs in the team's replies (or the training file is gone)"}
+        return {"n": 0, "lines": 0, "why": "no line recurs in the team's replies (or the training file is gone)"}
     voiced = {name: [speaks_as_team(a, lines) for a in t["prompts"] + t["requests"]] for name, t in texts.items()}
-    numbers = measure(voiced["base"], voiced["tuned"])
-    return {**numbers, "rose": numbers["change"]["low"] > 0, "lines": lines}
+    numbers = measure(voiced["base"], voiced["tuned"], "rise")
+    numbers.pop("dropped")  # a rise is what flags here (`rose`, decided by verdict)
+    return {**numbers, "rose": False, "lines": len(lines)}  # a count, not the lines: a sign-off holds a phone number
 
 
 def _by_kind(prompts: list[GeneralPrompt], ok: dict) -> dict:
@@ -408,8 +376,9 @@ def _picked_choices(choices: list[Choice], picks: dict) -> list[dict]:
 
 
 def summary(report: dict) -> dict:
-    """The report without its per-prompt rows and server paths: for eval.json, the model card and the dashboard."""
-    return {k: v for k, v in report.items() if k not in ("rows", "choices", "tuned", "base_model")}
+    """The report without its per-prompt rows (the answers: a tuned model's may quote the team's sign-off) and server
+    paths: for eval.json, demo.json, the model card, the dashboard and the service's evaluation results."""
+    return {k: v for k, v in report.items() if k not in ("rows", "choices", "requests", "tuned", "base_model")}
 
 
 def write_retention(run: str | Path, report: dict) -> Path:

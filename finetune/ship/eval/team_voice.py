@@ -12,13 +12,11 @@ The lines come from the team's training file alone (never from anything a model 
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from pathlib import Path
 
-from finetune.data.read import read_file
-from finetune.settings.errors import UserError
+from finetune.ship.eval.team_data import team_training
 
 MIN_SHARE = 0.2  # of the team's replies that hold the line
 MIN_WORDS = 3  # shorter lines ("Warm regards,") are what anyone's letter may say
@@ -44,14 +42,8 @@ def speaks_as_team(answer: str, lines: list[str]) -> bool:
 
 
 def team_replies(run: Path) -> list[str]:
-    """The assistant replies of the team's training conversations of a run (its plan names the file; a replay mix
-    holds the team's rows first): [] when the file is gone or unreadable."""
-    try:
-        plan = json.loads((run / "plan.json").read_text(encoding="utf-8"))
-        conversations = read_file(plan["settings"]["data"]).conversations
-    except (OSError, KeyError, ValueError, UserError):
-        return []
-    team_rows = (plan.get("replay_added") or {}).get("team_rows")
-    if team_rows is not None:
-        conversations = conversations[:team_rows]
+    """The assistant replies of the team's training conversations of a run (team_data.py: the team's rows alone,
+    never a replay row): [] when the file is gone or unreadable."""
+    team = team_training(run)
+    conversations = team.conversations if team is not None else []
     return [m.content for c in conversations for m in c.messages if m.role == "assistant" and m.content]

@@ -8,7 +8,10 @@ training nor validation. Duplicates of a conversation go together. The run folde
     OUT/train.jsonl         the remaining lines: what training and validation were cut from
     OUT/test_split.json     source file, fraction, seed, conversations held out and their line numbers
 
-With sensitive_data redact both copies hold placeholders where the file held values (data/redaction.py): the test
+With sensitive_data redact both copies are written from the parsed conversations with placeholders where the file
+held values (sensitive.py), as OpenAI chat lines (`finetune convert`'s): what they hold is what the tokens hold,
+whatever shape a value had in the file (a JSON number in a tool call's arguments, an address split over two content
+parts). A line the readers left out (--skip-invalid) keeps its place, redacted as text (data/redaction.py). The test
 set is then what the tuned model learned to answer, and no copy keeps a value (docs/sensitive-data.md).
 """
 
@@ -21,9 +24,10 @@ import json
 import os
 from pathlib import Path
 
+from finetune.data.convert import conversation_to_openai
 from finetune.data.prepare import read_conversations
 from finetune.data.redaction import redact_line
-from finetune.data.sensitive import refuse_if_found, scan_conversations, summarize
+from finetune.data.sensitive import redacted, refuse_if_found, scan_conversations, summarize
 from finetune.settings.errors import UserError
 
 TEST_FILE, TRAIN_FILE, RECORD_FILE = "test.jsonl", "train.jsonl", "test_split.json"
@@ -75,8 +79,9 @@ def hold_out_test(config, out: Path):
     test_lines = sorted(line for key in ranked[:n_test] for line in groups[key])
     held = set(test_lines)
     lines = _lines(config.data)
-    if config.sensitive_data == "redact":
-        lines = [redact_line(line) for line in lines]
+    redact = config.sensitive_data == "redact"
+    if redact:
+        lines = _redacted_lines(lines, conversations)
     out.mkdir(parents=True, exist_ok=True)
     _write(out / TEST_FILE, [lines[n - 1] for n in test_lines])
     _write(out / TRAIN_FILE, [line for n, line in enumerate(lines, start=1) if n not in held])
@@ -91,7 +96,14 @@ def hold_out_test(config, out: Path):
         "redacted": config.sensitive_data == "redact",
     }
     (out / RECORD_FILE).write_text(json.dumps(record, indent=2))
-    return dataclasses.replace(config, data=str(out / TRAIN_FILE))
+    return dataclasses.replace(config, data=str(out / TRAIN_FILE), **({"format": "chat"} if redact else {}))
+
+
+def _redacted_lines(lines: list[str], conversations: list) -> list[str]:
+    """The file's lines, each conversation written from its parsed, redacted form (OpenAI chat JSON), each line no
+    reader parsed redacted as it stands (redaction.py): no line keeps a value, in whatever form the file held it."""
+    written = {c.line: json.dumps(conversation_to_openai(c), ensure_ascii=False) for c in redacted(conversations)}
+    return [written.get(number) or redact_line(line) for number, line in enumerate(lines, start=1)]
 
 
 def held_out_lines(out: Path) -> set[int]:

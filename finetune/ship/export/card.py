@@ -17,6 +17,7 @@ from finetune.settings.registry import in_a_sentence, plan_labels, setting, sett
 from finetune.ship.eval.grounding import GROUNDING_FILE, REFERENCE, cell, line
 from finetune.ship.eval.grounding import MEASURES as GROUNDING
 from finetune.ship.eval.retention import LABELS, points
+from finetune.ship.eval.retention_verdict import cut_sentence
 from finetune.ship.run_folder import RunWeights, locate_weights, read_json
 
 # the plan keys the card shows, in this order (their labels are declared with each setting, or on Plan)
@@ -96,29 +97,32 @@ def _gguf_usage(gguf_type: str) -> list[str]:
     ]
 
 
-def _data(plan: dict, test_split: dict) -> list[str]:
+def _data(plan: dict, test_split: dict, report: dict) -> list[str]:
+    added = plan.get("replay_added") or {}
+    bill = report.get("billing") or plan.get("billing") or {}  # what the run billed, else what the plan bills
+    base_rows = None if added.get("billed", True) else added.get("rows")
     rows = [
         ("training conversations", plan.get("conversations")),
         ("training records", plan.get("examples")),
         ("validation conversations", plan.get("validation_conversations")),
         ("validation records", plan.get("validation_examples")),
-        (
-            "tokens per epoch (replay rows included)" if plan.get("replay_added") else "tokens per epoch",
-            plan.get("tokens_in_file"),
-        ),
-        ("tokens processed (billed)", plan.get("tokens_processed")),
-        ("general rows of the base's own mixed in (replay; not billed)", (plan.get("replay_added") or {}).get("rows")),
-        ("tokens trained on them", (plan.get("replay_added") or {}).get("tokens_processed")),
+        ("tokens per epoch (replay rows included)" if added else "tokens per epoch", plan.get("tokens_in_file")),
+        ("tokens billed", bill.get("tokens_billed", plan.get("tokens_processed"))),
+        ("of them, your general conversations' (mixed in by replay)", bill.get("general_data_tokens")),
+        ("replay rows the base model answered (not billed)", base_rows),
+        ("tokens trained on them (not billed)", bill.get("not_billed_tokens") if base_rows else None),
         (
             "replay rows trained toward",
             "the base's whole next-token distribution (soft targets)"
-            if plan.get("replay_added") and plan.get("replay_targets") == "soft"
+            if added and plan.get("replay_targets") == "soft"
             else None,
         ),
         ("test conversations (held out before training)", test_split.get("conversations")),
     ]
     lines = ["## Training data", "", "| | |", "|---|---|"]
     lines += [f"| {name} | {_number(value)} |" for name, value in rows if value is not None]
+    if bill.get("message"):
+        lines += ["", f"What is billed: {bill['message']} ({bill['rule']})."]
     if plan.get("auto", {}).get("val_fraction"):
         lines += ["", f"Validation split: {plan['auto']['val_fraction']}."]
     return [*lines, ""]
@@ -285,6 +289,8 @@ def _retention(retention: dict) -> list[str]:
     kl = retention.get("kl") or {}
     if kl.get("tokens"):
         lines += ["", f"Mean KL(tuned || base) per token on the base's own answers: {kl['mean_per_token']:.4g} nats."]
+    if cut := cut_sentence(retention.get("cut_at_cap")):
+        lines += ["", f"{cut[0].upper()}{cut[1:]}."]
     if retention.get("message"):
         lines += ["", f"**{'Flag' if retention.get('flag') else 'Verdict'}:** {retention['message']}"]
     if retention.get("flag") and retention.get("remedies"):
@@ -333,7 +339,7 @@ def model_card(weights: RunWeights, kind: str, gguf_type: str | None = None) -> 
         "",
     ]
     lines += _usage(kind, weights.base) + (_gguf_usage(gguf_type) if gguf_type else [])
-    lines += _data(plan, test_split) + _hyperparameters(plan) + _results(report, weights.step)
+    lines += _data(plan, test_split, report) + _hyperparameters(plan) + _results(report, weights.step)
     lines += _adapter_scale(report, plan, weights.step)
     lines += _evaluation(evaluation)
     lines += _grounding(evaluation.get("grounding") or read_json(weights.run / GROUNDING_FILE))

@@ -11,6 +11,7 @@ import torch
 
 from finetune.data.prompting import stop_ids
 from finetune.data.tokenize import load_tokenizer
+from finetune.placement.where import Placement
 from finetune.ship.run_folder import RunWeights, load_for_generation, model_file, read_json
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -37,7 +38,7 @@ def _end_of_turn_generation_config(model, tokenizer) -> None:
 
 def write_model(weights: RunWeights, dest: Path, dtype: str) -> None:
     """A transformers folder: the LoRA adapter merged into the base (in fp32, then cast), or the full model."""
-    model, tokenizer = load_for_generation(weights, torch.float32)
+    model, tokenizer = load_for_generation(weights, Placement("cpu", "fp32"))  # merged exactly, on the CPU
     if weights.is_lora:
         model = model.merge_and_unload()  # W + (alpha / r) B A, computed in fp32
     model = model.to(DTYPES[dtype])

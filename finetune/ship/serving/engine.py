@@ -14,6 +14,7 @@ generations on the CPU would only slow each other down.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import warnings
 from collections import OrderedDict
@@ -24,7 +25,9 @@ import torch
 
 from finetune.data.prompting import prompt_ids, stop_ids
 from finetune.data.tokenize import load_tokenizer
-from finetune.train.model import load_model
+from finetune.placement.decode import Sampling, decode, stops_of
+from finetune.placement.load import device_of, load_placed
+from finetune.placement.where import Placement, for_model
 
 
 @dataclass(frozen=True)
@@ -68,15 +71,16 @@ class Engine:
         self,
         max_models: int = 4,
         default_max_tokens: int = 256,
-        dtype: torch.dtype = torch.float32,
+        dtype: str = "auto",
         device: str | None = None,
     ):
+        """`dtype` ("auto", "fp32", "bf16") and `device` (None: a GPU when there is one): where each base is placed
+        (placement/where.for_model: Auto's rule for the model on this machine, as a run of it would choose)."""
         if max_models < 1:
             raise ValueError("max_models must be at least 1")
         self.max_models = max_models
         self.default_max_tokens = default_max_tokens
-        self.dtype = dtype
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.dtype, self.device = dtype, device
         self._bases: dict[str, _Base] = {}
         self._used: OrderedDict[Key, None] = OrderedDict()  # least recently used first
         self._names = 0
@@ -95,10 +99,14 @@ class Engine:
     def _load_base(self, base: str) -> _Base:
         if base not in self._bases:
             tokenizer = load_tokenizer(base)  # with ChatML added to a base without a template: the model grows to it
-            model = load_model(base, self.dtype, vocab_size=len(tokenizer)).to(self.device)
+            model = load_placed(base, self.placement(base), vocab_size=len(tokenizer))
             model.eval()
             self._bases[base] = _Base(model, tokenizer)
         return self._bases[base]
+
+    def placement(self, base: str) -> Placement:
+        """The device and precision `base` (and every adapter on it) is served in."""
+        return for_model(base, self.dtype, self.device)
 
     def _attach(self, entry: _Base, adapter: str) -> str:
         from peft import PeftModel
@@ -106,10 +114,12 @@ class Engine:
         if adapter not in entry.adapters:
             self._names += 1
             name = f"adapter{self._names}"
+            # the adapter's weights go where the base is, in its precision (placement/load.py, load_adapted)
+            where = {"torch_device": device_of(entry.model), "autocast_adapter_dtype": False}
             if isinstance(entry.model, PeftModel):
-                entry.model.load_adapter(adapter, adapter_name=name)
+                entry.model.load_adapter(adapter, adapter_name=name, **where)
             else:
-                entry.model = PeftModel.from_pretrained(entry.model, adapter, adapter_name=name)
+                entry.model = PeftModel.from_pretrained(entry.model, adapter, adapter_name=name, **where)
             entry.model.eval()
             entry.adapters[adapter] = name
         return entry.adapters[adapter]
@@ -150,46 +160,23 @@ class Engine:
 
     # ------------------------------------------------------------------ generation
 
-    def _kwargs(self, tokenizer, ids: list[int], params: GenerationParams) -> dict:
-        stops = stop_ids(tokenizer)
-        kwargs = dict(
-            input_ids=torch.tensor([ids], device=self.device),
-            attention_mask=torch.ones(1, len(ids), dtype=torch.long, device=self.device),
-            max_new_tokens=params.max_tokens or self.default_max_tokens,
-            eos_token_id=stops,
-            pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0],
-        )
-        if params.temperature > 0:
-            kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=None)
-        else:
-            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-        if params.stop:
-            from transformers import StoppingCriteriaList
-
-            kwargs["stopping_criteria"] = StoppingCriteriaList([_StopText(tokenizer, len(ids), params.stop)])
-        return kwargs
-
     @torch.no_grad()
-    def _run(self, location: ModelLocation, messages: list[dict], params: GenerationParams, streamer=None):
-        """Generate under the lock; returns (new token ids, prompt length, tokenizer)."""
+    def _run(self, location: ModelLocation, messages: list[dict], params: GenerationParams, on_token=None):
+        """Generate under the lock with the product's one decoder (placement/decode.py); returns (new token ids,
+        prompt length, tokenizer). `on_token(row, token)` sees each token as it is picked (a stream)."""
         with self._lock:
             entry, name = self._select(location)
-            ids = prompt_ids(entry.tokenizer, messages)
-            kwargs = self._kwargs(entry.tokenizer, ids, params)
-            if streamer is not None:
-                kwargs["streamer"] = streamer
+            tokenizer, model = entry.tokenizer, entry.model
+            ids = prompt_ids(tokenizer, messages)
             if params.seed is not None:
                 torch.manual_seed(params.seed)
-            model = entry.model
-            if name is not None:
-                model.set_adapter(name)
-                output = model.generate(**kwargs)
-            elif entry.adapters:
-                with model.disable_adapter():
-                    output = model.generate(**kwargs)
-            else:
-                output = model.generate(**kwargs)
-            return output[0, len(ids) :].tolist(), len(ids), entry.tokenizer
+            pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+            stop_when = _StopText(tokenizer, params.stop) if params.stop else None
+            sampling = Sampling(params.temperature, params.top_p)
+            with _adapter_chosen(model, name, bool(entry.adapters)):
+                new = decode(model, [ids], pad_id, stops_of(model, tokenizer), params.max_tokens or
+                             self.default_max_tokens, sampling, on_token, stop_when)[0]  # fmt: skip
+            return new, len(ids), tokenizer
 
     def tokenizer_for(self, location: ModelLocation):
         with self._lock:
@@ -205,12 +192,13 @@ class Engine:
         from transformers import TextIteratorStreamer
 
         tokenizer = self.tokenizer_for(location)
-        streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True, timeout=600)
+        streamer = TextIteratorStreamer(tokenizer, skip_prompt=False, skip_special_tokens=True, timeout=600)
         result: dict = {}
 
         def work() -> None:
             try:
-                result["out"] = self._run(location, messages, params, streamer)
+                result["out"] = self._run(location, messages, params, lambda _, t: streamer.put(torch.tensor([t])))
+                streamer.end()
             except BaseException as exc:  # surfaced to the reader below, after the streamer is released
                 result["error"] = exc
                 streamer.end()
@@ -238,19 +226,24 @@ class Engine:
 
 
 class _StopText:
-    """Stop once the generated text (not the prompt: OpenAI's `stop` never matches it) holds a stop string.
+    """Stop once the generated text (not the prompt: OpenAI's `stop` never matches it) holds a stop string."""
 
-    transformers' own `stop_strings` also matches across the end of the prompt.
-    """
-
-    def __init__(self, tokenizer, prompt_len: int, stops: tuple[str, ...]):
-        self.tokenizer, self.prompt_len, self.stops = tokenizer, prompt_len, stops
+    def __init__(self, tokenizer, stops: tuple[str, ...]):
+        self.tokenizer, self.stops = tokenizer, stops
         self.window = max(len(s) for s in stops) + 2  # a stop string spans at most this many tokens
 
-    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
-        tail = input_ids[0, max(self.prompt_len, input_ids.shape[1] - self.window) :]
-        text = self.tokenizer.decode(tail, skip_special_tokens=True)
-        return torch.tensor([_first_stop(text, self.stops) is not None], device=input_ids.device)
+    def __call__(self, row: int, written: list[int]) -> bool:
+        text = self.tokenizer.decode(written[-self.window :], skip_special_tokens=True)
+        return _first_stop(text, self.stops) is not None
+
+
+def _adapter_chosen(model, name: str | None, has_adapters: bool):
+    """The adapter `name` active, or (None) the base alone: its adapters switched off while inside."""
+    if name is not None:
+        model.set_adapter(name)
+    elif has_adapters:
+        return model.disable_adapter()
+    return contextlib.nullcontext()
 
 
 def _first_stop(text: str, stops: tuple[str, ...]) -> int | None:

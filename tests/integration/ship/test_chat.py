@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -73,14 +74,18 @@ class _Recorder:
     device = torch.device("cpu")
 
     def __init__(self, tokenizer, replies: list[str]):
-        self.tokenizer, self.replies, self.prompts = tokenizer, list(replies), []
+        self.tokenizer, self.replies, self.prompts, self.pending = tokenizer, list(replies), [], []
 
-    def generate(self, input_ids, streamer, **kwargs):
-        self.prompts.append(input_ids[0].tolist())
-        reply = self.tokenizer(self.replies.pop(0), add_special_tokens=False)["input_ids"]
-        streamer.put(input_ids[0])  # the prompt, which the streamer skips
-        streamer.put(torch.tensor(reply + [end_of_turn_id(self.tokenizer)]))
-        streamer.end()
+    def forward(self, input_ids, **kwargs):
+        if input_ids.shape[1] > 1:  # a new reply: this pass reads the prompt (then one token a pass)
+            self.prompts.append(input_ids[0].tolist())
+            reply = self.tokenizer(self.replies.pop(0), add_special_tokens=False)["input_ids"]
+            self.pending = reply + [end_of_turn_id(self.tokenizer)]
+        logits = torch.zeros(1, input_ids.shape[1], len(self.tokenizer))
+        logits[0, -1, self.pending.pop(0)] = 1.0  # the decoder picks the reply's next token
+        return SimpleNamespace(logits=logits)
+
+    __call__ = forward
 
 
 def test_chat_prompts_are_the_training_tokens(lora_run):
@@ -99,7 +104,7 @@ def test_chat_prompts_are_the_training_tokens(lora_run):
         users = [m.content for m in messages if m.role == "user"]
         replies = [m.content for m in messages if m.role == "assistant"]
         model = _Recorder(tokenizer, replies)
-        chat_loop(model, tokenizer, system, 16, source=io.StringIO("\n".join(users) + "\n"), sink=io.StringIO())
+        chat_loop(model, tokenizer, system, 1000, source=io.StringIO("\n".join(users) + "\n"), sink=io.StringIO())
 
         record = build_records(conversation, 0, "all")[0]
         trained = ChatTokenizer(tokenizer).tokenize(record, 100_000, "left").record.input_ids
@@ -122,8 +127,10 @@ def test_a_failing_generation_is_raised_not_waited_on(lora_run):
     class Broken:
         device = torch.device("cpu")
 
-        def generate(self, **kwargs):
+        def forward(self, **kwargs):
             raise RuntimeError("out of memory")
+
+        __call__ = forward
 
     _, tokenizer = load_for_generation(locate_weights(lora_run))
     pieces = stream_reply(Broken(), tokenizer, [{"role": "user", "content": "Hello"}], max_new_tokens=4)

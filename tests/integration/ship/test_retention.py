@@ -25,9 +25,9 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 KEYS = {
     "method", "general_set", "n", "accuracy", "rule_pass_rate", "choice_accuracy", "by_kind", "kl", "settings",
     "flag", "flagged", "message", "remedies", "rows", "choices", "seconds", "base_model", "tuned",
-    "instruction_following", "instructions_kept", "team_voice", "by_instruction", "requests",
+    "instruction_following", "instructions_kept", "team_voice", "by_instruction", "requests", "cut_at_cap",
 }  # fmt: skip
-MEASURE_KEYS = {"n", "base", "tuned", "change", "dropped"}
+MEASURE_KEYS = {"n", "base", "tuned", "change", "dropped", "p", "p_holm"}
 
 
 @pytest.fixture
@@ -60,11 +60,14 @@ def test_eval_retention_writes_every_number_and_refreshes_the_card(run_copy, mon
     assert report["kl"]["direction"] == "KL(tuned || base)" and report["kl"]["tokens"] > 0
     assert report["kl"]["mean_per_token"] > 0  # the adapter moved the model
     assert report["settings"]["max_new_tokens"] == 6 and report["seconds"]["total"] > 0
-    # the flag is exactly "some rate's paired interval lies below zero", and it brings the remedies
-    dropped = [key for key in retention.MEASURES if report[key]["change"]["high"] < 0]
-    assert report["flagged"] == dropped and report["flag"] == bool(dropped)
+    # the flag is Holm's over the measures' exact tests (issue 47: family.py), and it brings the remedies
+    dropped = [key for key in retention.MEASURES if report[key]["dropped"]]
+    assert all(report[key]["p_holm"] <= 0.05 for key in dropped)
+    assert report["flagged"][: len(dropped)] == dropped and report["flag"] == bool(report["flagged"])
     head_trained = json.loads((run_copy / "plan.json").read_text())["lora_train_head"]
-    assert report["remedies"] == (rendered(retention.remedies("lora", head_trained)) if dropped else [])
+    assert report["remedies"] == (rendered(retention.remedies("lora", head_trained)) if report["flag"] else [])
+    cut = report["cut_at_cap"]  # per side, the share of answers cut at the token cap (issue 47)
+    assert cut["prompts"]["cap"] == report["settings"]["max_new_tokens"] and 0 <= cut["requests"]["tuned"]["share"] <= 1
 
     # the same call's eval.json and eval.html carry the summary, the card in the run's adapter/ the section
     evaluation = json.loads((run_copy / "eval.json").read_text())
@@ -191,3 +194,21 @@ def test_a_damaged_run_is_flagged(terse_base, tmp_path):
     assert report["kl"]["mean_per_token"] > 1.0
     assert report["remedies"] == retention.remedies("full") and "more than chance" in report["message"]
     assert any("--method lora" in render(remedy) for remedy in report["remedies"])
+
+
+def test_a_full_run_on_a_base_without_a_chat_template(tmp_path, monkeypatch, capsys):
+    """Training added ChatML's tokens to a template-less base (the embeddings grown); the check loads the base as
+    training did, grown to the run's tokenizer, instead of indexing past its embeddings (issue 47)."""
+    from gguf_fixtures import plain_base
+
+    base = plain_base(tmp_path / "plain")
+    out = tmp_path / "run"
+    args = ["train", str(EXAMPLES / "train.jsonl"), "--model", str(base), "--out", str(out), "--method", "full"]
+    assert main([*args, "--max-steps", "2", "--batch-size", "4", "--dtype", "fp32"]) == 0
+    rows = json.loads((base / "config.json").read_text())["vocab_size"]
+    assert len(load_tokenizer(str(out / "model"))) > rows  # ChatML's tokens were added: the base lacks their rows
+    monkeypatch.setattr(retention, "MAX_NEW_TOKENS", 3)
+    monkeypatch.setattr(retention, "REQUEST_TOKENS", 3)
+    assert main(["eval", str(out), "--retention", "--limit", "2"]) == 0
+    report = json.loads((out / "retention.json").read_text())
+    assert report["method"] == "full" and report["kl"]["tokens"] > 0

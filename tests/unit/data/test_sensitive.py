@@ -11,10 +11,14 @@ import json
 from pathlib import Path
 
 import pytest
+from planted_values import SPLIT_EMAIL, STRUCTURED, structured_row, write_rows
 
 from finetune.commands.cli import main
+from finetune.data.convert import conversation_to_openai
+from finetune.data.detectors import find_spans
+from finetune.data.read import read_file
 from finetune.data.redaction import redact_document, redact_line
-from finetune.data.sensitive import find_spans
+from finetune.data.sensitive import redact_conversation, scan_conversation
 from finetune.settings.config import RunConfig
 from finetune.settings.registry import hyperparameter_schema, tokenizing_settings
 
@@ -261,3 +265,46 @@ def test_a_redacted_copy_of_a_line_keeps_its_format_and_loses_every_value():
         "messages": [{"content": "<PHONE>"}],
         "n": 3,
     }
+
+
+def test_values_in_every_shape_json_gives_them_are_found_and_redacted_so_the_copy_reads_the_same(tmp_path):
+    """Issue 47, as an attacker would plant them: a card and a phone number as JSON numbers in a tool call's arguments
+    (an object, nested, and a JSON string), an address as an argument's key, in a tool schema and split over two
+    content parts. The reader finds each (in the text the template renders), redaction keeps the arguments and the
+    schema JSON, and the conversation written out (the copies' form) reads back as trained, with no value left."""
+    row = structured_row(0)
+    path = tmp_path / "attack.jsonl"
+    write_rows(path, [row])
+    conversation = read_file(str(path)).conversations[0]
+    found = scan_conversation(conversation)
+    assert sorted({f.field for f in found}) == [
+        "content",
+        "name",
+        "tool_calls[0].arguments",
+        "tool_calls[1].arguments",
+        "tools[0]",
+    ]
+    assert len(found) == len(STRUCTURED) + 1  # each planted value once, and the address the two parts make
+    clean = redact_conversation(conversation, found)
+    assert scan_conversation(clean) == []
+    assert json.loads(clean.messages[1].tool_calls[0].arguments)["card"] == "<CARD>"  # still a JSON object
+    written = json.dumps(conversation_to_openai(clean))
+    write_rows(path, [json.loads(written)])
+    assert read_file(str(path)).conversations[0].messages == clean.messages  # the copy reads as it was trained
+    for needle in [str(v) for v in STRUCTURED.values()] + [SPLIT_EMAIL[0], "".join(SPLIT_EMAIL)]:
+        assert needle not in written
+
+
+def test_a_line_no_reader_parsed_loses_numbers_keys_and_split_values_and_keeps_its_shape():
+    """Issue 47: a line left out as invalid is redacted value by value wherever JSON holds one."""
+    invalid = structured_row(1)
+    invalid["messages"][0]["role"] = "customer"
+    text = redact_line(json.dumps(invalid))
+    for needle in [str(v) for v in STRUCTURED.values()] + [SPLIT_EMAIL[0], SPLIT_EMAIL[1]]:
+        assert needle not in text
+    redacted_row = json.loads(text)
+    assert redacted_row["messages"][0]["content"][0]["text"].endswith("Write to me at <EMAIL>")
+    assert redacted_row["messages"][0]["role"] == "customer"  # invalid as it was: the reader says the same of it
+    assert json.loads(redacted_row["messages"][1]["tool_calls"][1]["function"]["arguments"])["phone"] == "<PHONE>"
+    assert redact_line('{"n": 1.50, "ok": true, "id": 12}') == '{"n": 1.50, "ok": true, "id": 12}'
+    assert redact_line('{"a": 4111111111111111, "a": 2}') == '{"a": "<CARD>", "a": 2}'

@@ -13,7 +13,7 @@ import re
 import sys
 from pathlib import Path
 
-from finetune.data import invented, sensitive, specifics
+from finetune.data import detectors, invented, sensitive, specifics
 from finetune.data import specifics as s
 from finetune.data.invented import given_texts, reply_texts
 from finetune.data.read import parse_bytes
@@ -30,7 +30,7 @@ def _old_finders(text: str):
         value = match.group(0).rstrip(".,;:!?)]}")
         bare = re.sub(r"(?i)^(?:https?://)?(?:www\.)?", "", value).rstrip("/").lower()
         yield "url", (match.start(), match.start() + len(value), frozenset({f"url:{bare}"}))
-    for span in sensitive.email_spans(text):
+    for span in detectors.email_spans(text):
         yield "email", (span.start, span.end, frozenset({f"email:{text[span.start : span.end].lower()}"}))
     for pattern in (s._TRACKING_UPS, s._TRACKING_AFTER_WORD, s._TRACKING_CODE):
         for m in pattern.finditer(text):
@@ -60,7 +60,7 @@ def _old_finders(text: str):
     for pattern in (s._ID_AFTER_WORD, s._ID_HASH, s._ID_CODE):
         for m in pattern.finditer(text):
             yield "identifier", (m.start("value"), m.end("value"), frozenset({s._code_key(m.group("value"))}))
-    for span in sensitive.phone_spans(text):
+    for span in detectors.phone_spans(text):
         digits = re.sub(r"\D", "", text[span.start : span.end])
         yield "phone", (span.start, span.end, frozenset({f"phone:{digits[-9:]}"}))
     for m in s._TIME_12.finditer(text):
@@ -268,7 +268,7 @@ def _short_texts(count: int) -> list[str]:
 def _clear() -> None:
     specifics._specifics.cache_clear()
     specifics.text_keys.cache_clear()
-    sensitive._phone_spans.cache_clear()
+    detectors._phone_spans.cache_clear()
 
 
 def test_the_fast_path_finds_exactly_what_the_full_scan_found():

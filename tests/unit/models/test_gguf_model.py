@@ -3,6 +3,7 @@ the header without converting, and a file transformers cannot read gets one sent
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -103,8 +104,8 @@ def test_the_hash_is_remembered_by_path_size_and_modification_time(files, monkey
     shutil.copy(files["toy.gguf"], gguf)
     digest = file_sha256(gguf)
     calls = []
-    real = gguf_model.hashlib.file_digest
-    monkeypatch.setattr(gguf_model.hashlib, "file_digest", lambda *a: calls.append(a) or real(*a))
+    real = hashlib.file_digest
+    monkeypatch.setattr(hashlib, "file_digest", lambda *a: calls.append(a) or real(*a))
     assert file_sha256(gguf) == digest and calls == []  # remembered: not read again
     os.utime(gguf, ns=(gguf.stat().st_atime_ns, gguf.stat().st_mtime_ns + 10**9))
     assert file_sha256(gguf) == digest and len(calls) == 1  # touched: hashed again

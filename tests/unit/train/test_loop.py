@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 
@@ -11,6 +12,8 @@ from conftest import make_plan
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
+from finetune.settings.manifest import write_manifest
+from finetune.train.checkpoint import list_checkpoints
 from finetune.train.loop import TrainingDiverged, TrainingInterrupted, train_loop
 from finetune.train.model import add_lora, load_model
 from finetune.train.order import schedule_tokens
@@ -18,12 +21,12 @@ from finetune.train.order import schedule_tokens
 PLAN_STEPS = 6
 
 
-def _train(toy_model, records, out, plan=None, lora=False, on_step=None, model=None, resume=False):
+def _train(toy_model, records, out, plan=None, lora=False, on_step=None, model=None, resume=False, billed=None):
     plan = plan or make_plan(records)
     model = model or load_model(str(toy_model))
     if lora and not hasattr(model, "peft_config"):
         model = add_lora(model, 4, 8, 0.0, seed=0)
-    result = train_loop(model, records, records[:5], plan, out, on_step=on_step, resume=resume)
+    result = train_loop(model, records, records[:5], plan, out, on_step=on_step, resume=resume, billed=billed)
     return model, result
 
 
@@ -100,6 +103,34 @@ def test_a_cut_plan_counts_the_tokens_its_steps_read(toy_model, records, tmp_pat
     lengths = [len(r) for r in records]
     _, result = _train(toy_model, records, tmp_path, plan)
     assert result.tokens_processed == schedule_tokens(lengths, 8, 3, "keep", 4) < 2 * sum(lengths)
+
+
+def test_the_loop_counts_the_billed_tokens_record_by_record_and_a_resume_goes_on_from_the_checkpoint(
+    toy_model, records, tmp_path
+):
+    """Issue 47: the loop counts what is billed as it reads it (here every other record is not: rows the base model
+    answered), the count agrees with the schedule replayed, and it is part of the resumable state: a resumed run goes
+    on from the checkpoint's count (planted +1000 in its state.json, it bills 1000 more), never counts anew."""
+    billed = [i % 2 == 0 for i in range(len(records))]
+    lengths = [len(r) if b else 0 for r, b in zip(records, billed, strict=True)]
+    _, full = _train(toy_model, records, tmp_path / "full", lora=True, billed=billed)
+    assert full.tokens_billed == schedule_tokens(lengths, 8, 3, "keep", PLAN_STEPS) < full.tokens_processed
+
+    def stop_after_step_3(row):
+        if row["step"] == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    cut = tmp_path / "cut"
+    with pytest.raises(TrainingInterrupted):
+        _train(toy_model, records, cut, lora=True, on_step=stop_after_step_3, billed=billed)
+    newest = list_checkpoints(cut)[-1]  # the step the signal was seen after
+    state_file = newest / "state.json"
+    state = json.loads(state_file.read_text())
+    assert state["tokens_billed"] == schedule_tokens(lengths, 8, 3, "keep", state["step"])
+    state_file.write_text(json.dumps(state | {"tokens_billed": state["tokens_billed"] + 1000}))
+    write_manifest(state_file.parent)  # the planted count is the checkpoint's own, not a damaged file set aside
+    _, resumed = _train(toy_model, records, cut, lora=True, resume=True, billed=billed)
+    assert resumed.tokens_billed == full.tokens_billed + 1000 and resumed.tokens_processed == full.tokens_processed
 
 
 def test_lora_trains_only_the_adapter(toy_model, records, tmp_path):

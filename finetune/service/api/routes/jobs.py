@@ -161,7 +161,7 @@ def _create_job(request: Request, tenant: str, body: JobCreate, integrations: An
             "lr_multiplier": None,  # inside run_settings now (lr_multiplier); the column stays for old rows
         }
         | {core.file_column(name): row["id"] for name, row in named.items()},  # general_data_file
-        admit=_both(still_there, _quotas(request, tenant, training, run_settings)),
+        admit=_both(still_there, _quotas(request, tenant, training, run_settings, named.get("general_data"))),
     )
 
 
@@ -175,13 +175,17 @@ def _both(first: Callable[[Any, dict], None], then: Callable[[Any, dict], None])
     return admit
 
 
-def _quotas(request: Request, tenant: str, training: dict, run_settings: dict):
+def _quotas(request: Request, tenant: str, training: dict, run_settings: dict, general: dict | None):
     """The check of the tenant's queued-jobs and monthly-tokens quotas (quotas.py) as the job is added; the job's
-    tokens are estimated from its file only when a monthly quota holds."""
-    tokens = None
+    tokens are estimated from its files (the training file, and its general_data: the tenant's own conversations,
+    billed too) only when a monthly quota holds."""
+    tokens, files_dir = None, options_of(request).files_dir
     if quotas.monthly_limit(store_of(request).engine, tenant) is not None:
-        tokens = quotas.file_token_estimate(options_of(request).files_dir / training["id"], run_settings)
-    return quotas.admit_job(tenant, tokens, training["filename"])
+        tokens = quotas.file_token_estimate(
+            files_dir / training["id"], run_settings, files_dir / general["id"] if general else None
+        )
+    shown = training["filename"] + (f" and {general['filename']}" if general else "")
+    return quotas.admit_job(tenant, tokens, shown)
 
 
 def _metadata_filter(request: Request) -> dict[str, str]:

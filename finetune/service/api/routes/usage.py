@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request
 
+from finetune.rules.billing import RULE
 from finetune.service.api.auth import current_tenant
 from finetune.service.api.deps import store_of
 from finetune.service.api_error import APIError
 from finetune.service.storage.quotas import report as quota_report
 from finetune.service.storage.usage import GROUPS, parse_time, tenant_usage
+from finetune.settings.wording import render
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(current_tenant)])
 
@@ -35,4 +37,5 @@ def usage(
         except ValueError as exc:
             raise APIError(400, f"{exc}.", "invalid_value", name) from None
     answer = tenant_usage(store_of(request), tenant, bounds["start"], bounds["end"], group_by)
-    return answer | {"quotas": quota_report(store_of(request).engine, tenant)}  # each quota beside its use, now
+    billed = render(RULE, "api")  # what billed tokens are (rules/billing.py), for a tenant reconciling its bill
+    return answer | {"quotas": quota_report(store_of(request).engine, tenant), "billing_rule": billed}

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from finetune.ship.eval import retention
 from finetune.ship.eval.general_set import GENERAL_DIR, INSTRUCTIONS_FILE, load_instructions
 from finetune.ship.eval.instructions import CHECKS, Instruction, follows
 from finetune.ship.eval.team_voice import signature_lines, speaks_as_team
@@ -90,3 +91,19 @@ def test_a_general_answer_carrying_a_team_line_speaks_as_the_team():
     assert speaks_as_team("A poem.\n\nWarm regards,\nSAM FROM BRIGHTSIDE SUPPORT", lines)
     assert not speaks_as_team("Hi there! Here is a poem about the sea.\n\nWarm regards", lines)
     assert not speaks_as_team("anything", signature_lines([]))
+
+
+def test_the_retention_check_keeps_how_many_team_lines_there_are_never_their_text():
+    """Issue 47: a sign-off is where a phone number or an address lives; retention.json (and eval.json, demo.json and
+    the service's results, which copy its summary) kept the lines, lowercased. Now a count."""
+    team = [
+        f"Your refund is on its way ({i}).\n\nCall us on 415 555 2671 any time.\nSam from Brightside" for i in range(5)
+    ]
+    texts = {
+        "base": {"prompts": ["A poem about the sea."] * 4, "requests": []},
+        "tuned": {"prompts": ["A poem.\nCall us on 415 555 2671 any time."] * 4, "requests": []},
+    }
+    voice = retention._team_voice(texts, team)
+    assert voice["lines"] == 2 and voice["tuned"]["correct"] == 4
+    assert "2671" not in json.dumps(voice) and "brightside" not in json.dumps(voice)
+    assert "requests" not in retention.summary({"requests": [{"tuned": "Call us on 415 555 2671"}], "flag": False})

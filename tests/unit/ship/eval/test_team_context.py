@@ -86,7 +86,9 @@ def test_a_plan_without_an_output_folder_leaves_nothing_in_tmp(team, toy_model, 
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     first = plan_run(RunConfig(data=team, model=str(toy_model), team_system=SYSTEM), None, measure=False)
     again = plan_run(RunConfig(data=team, model=str(toy_model), team_system=SYSTEM), None, measure=False)
-    assert Path(first.config.data).parent.parent == tmp_path / "cache" / "team" and first.config.data == again.config.data
+    assert (
+        Path(first.config.data).parent.parent == tmp_path / "cache" / "team" and first.config.data == again.config.data
+    )
     assert not any(scratch.iterdir()) and first.plan.data.conversations > 0
 
 

@@ -80,12 +80,15 @@ function quotaTable(quotas) {
 export async function render(main) {
   const period = h("select", { id: "usage-period" }, PERIODS.map(([v, label]) => h("option", { value: v }, label)));
   const body = h("div", { "aria-live": "polite" });
+  // what a billed token is (GET /v1/usage's billing_rule; finetune/rules/billing.py): a tenant reconciles its bill with it
+  const rule = h("p", { class: "muted small", "data-testid": "billing-rule" });
   main.append(
     h("div", { class: "row" }, h("h1", {}, "Usage"),
       h("div", { class: "field" }, h("label", { for: "usage-period" }, "Period"), period)),
     h("p", { class: "muted small" },
       "The estimate counts every job planned, the actual every job that ended (a job that did not succeed bills its ",
       "device time only). Costs are at the prices each job was planned at. Jobs count in the period they were created in (UTC days)."),
+    rule,
     body,
   );
 
@@ -96,6 +99,7 @@ export async function render(main) {
       api(`/v1/usage${qs({ group_by: "day", start })}`),
       api(`/v1/usage${qs({ group_by: "model", start })}`),
     ]);
+    rule.textContent = `Billed tokens: ${byDay.billing_rule}. Each job's report (and its model card) says what it billed.`;
     const quotas = [h("h2", {}, "Quotas"), quotaTable(byDay.quotas)];
     if (!byDay.data.length) {
       body.replaceChildren(...quotas, h("p", { class: "muted" }, "No jobs in this period."), summary(byDay.total));
