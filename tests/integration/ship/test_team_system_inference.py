@@ -36,13 +36,13 @@ def test_eval_answers_the_test_set_with_the_teams_system_message(bound_run, lora
     import finetune.commands.eval as eval_command
 
     asked: list[list[dict]] = []
-    real = eval_command.generate_answers
+    real = eval_command.generate_batches
 
-    def answers(model, tokenizer, conversations, *args, **kwargs):
-        asked.extend(prompt_messages(c) for c in conversations)
-        return real(model, tokenizer, conversations, *args, **kwargs)
+    def answers(model, tokenizer, prompts, *args, **kwargs):
+        asked.extend(prompts)
+        return real(model, tokenizer, prompts, *args, **kwargs)
 
-    monkeypatch.setattr(eval_command, "generate_answers", answers)
+    monkeypatch.setattr(eval_command, "generate_batches", answers)
     tests = read_file(str(bound_run / "test.jsonl")).conversations[:3]
     assert any(c.messages[0].role != "system" for c in tests)  # some have no system message of their own
     evaluate(EvalRequest(data=str(bound_run), max_new_tokens=2, limit=3))
