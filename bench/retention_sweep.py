@@ -67,6 +67,8 @@ def retention_row(run: Path) -> dict:
         row["team_voice"] = _interval(report["team_voice"]) | {"rose": report["team_voice"]["rose"]}
     return row | {
         "by_instruction": {k: {"n": v["n"], "base": round(v["base"], 3), "tuned": round(v["tuned"], 3)}
+                           | ({"low": round(v["change"]["low"], 4), "high": round(v["change"]["high"], 4)}
+                              if "change" in v else {})
                            for k, v in report["by_instruction"].items()},
         "kl_per_token": round(report["kl"]["mean_per_token"], 4),
         "flag": report["flag"],
@@ -77,9 +79,13 @@ def retention_row(run: Path) -> dict:
 
 
 def house_style(run: Path, prompts, markers) -> float:
+    """The demo's measure; the team's prompts get the run's team system message when it trained with one."""
+    from finetune.data.team_context import bound_conversation
     from finetune.ship.eval.generate import generate_answers, style_rate
-    from finetune.ship.run_folder import load_for_generation, locate_weights
+    from finetune.ship.run_folder import load_for_generation, locate_weights, team_system_of
 
+    if system := team_system_of(run):
+        prompts = [bound_conversation(c, system) for c in prompts]
     model, tokenizer = load_for_generation(locate_weights(run))
     return style_rate(generate_answers(model, tokenizer, prompts, max_new_tokens=MAX_NEW_TOKENS), markers)
 

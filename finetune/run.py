@@ -31,6 +31,7 @@ from finetune.data.dispatch import prepare
 from finetune.data.prepare import scanned_users_files
 from finetune.data.replay_mix import billed_flags, replay_on
 from finetune.data.skipped import write_skipped
+from finetune.data.team_context import bind_team_system
 from finetune.data.tokenize import load_tokenizer
 from finetune.models.facts import load_model_facts
 from finetune.models.source import model_name, resolve_model
@@ -177,6 +178,7 @@ def plan_run(
     config = dataclasses.replace(config, model=resolve_model(config.model)) if config.model else config
     tokenizer = load_tokenizer(config.model, config.trust_remote_code, config.chat_template) if config.model else None
     facts = load_model_facts(config.model)  # once: the data's Auto limit and the plan read the same facts
+    config = bind_team_system(config, out, _is_main(ctx), lambda: _wait_for_every_rank(ctx))  # OUT/team/ (unset: as is)
     config, mixed = _replayed(config, out, tokenizer, ctx, facts)  # self-replay (off: nothing changes)
     prepared = _prepare_on_every_rank(config, tokenizer, ctx, facts)
     if config.data != given.data or (mixed and given.general_data):  # a copy (test split, replay mix): its values

@@ -15,7 +15,7 @@ from typing import TextIO
 from finetune.data.prompting import prompt_ids
 from finetune.placement.decode import Sampling
 from finetune.placement.stream import Streamed
-from finetune.ship.run_folder import load_for_generation, locate_weights
+from finetune.ship.run_folder import load_for_generation, locate_weights, team_system_of
 
 
 def stream_reply(
@@ -77,5 +77,7 @@ def run_chat(
     model, tokenizer = load_for_generation(weights)
     which = f"checkpoint step {checkpoint}" if checkpoint is not None else "final weights"
     print(f"chatting with {run} ({which}); /reset starts over, /exit quits", file=sys.stderr)
+    if system is None and (system := team_system_of(run)):  # the context the team's voice was trained in
+        print(f"system message: the team's, as trained (--system TEXT replaces it): {system}", file=sys.stderr)
     chat_loop(model, tokenizer, system, max_new_tokens, temperature)
     return 0

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from finetune.data.read import read_file
+from finetune.data.team_context import bound_conversation
 from finetune.data.tokenize import load_tokenizer
 from finetune.placement.load import grow_vocabulary, load_adapted, load_placed
 from finetune.placement.stages import recorded_in, stage
@@ -50,6 +51,7 @@ from finetune.ship.run_folder import (
     load_for_generation,
     locate_weights,
     read_json,
+    team_system_of,
 )
 
 FILE_MODE_LIMIT = 20  # conversations answered from a test file when --limit is not given
@@ -202,6 +204,8 @@ def evaluate(request: EvalRequest) -> tuple[dict, Path | None]:
     test, tokenizer_home, candidates, out = (_run_candidates if run_mode else _file_candidates)(request)
     rules = parse_rules(list(request.rules))
     conversations = _read_test(test, request.limit if (run_mode or request.limit) else FILE_MODE_LIMIT)
+    if run_mode and (system := team_system_of(request.data)):  # the team's prompts in the context it trained with
+        conversations = [bound_conversation(c, system) for c in conversations]
     references = [c.messages[-1].content for c in conversations]
     tokenizer = load_tokenizer(tokenizer_home)
 

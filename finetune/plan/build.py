@@ -287,8 +287,16 @@ def _tokens_and_cost(r: _Resolving) -> None:
     r.numbers["cost"] = estimate_cost(
         billed, exact, r.facts.total_params if r.facts else None, c.trained_weights, r.device, r.device_assumed,
         c.devices, r.get("gradient_checkpointing") is True, c.price_per_million_tokens, c.gpu_hour_price,
-        measured_tokens_per_s=r.speed, eval_tokens=eval_tokens, work_tokens=tokens,
+        measured_tokens_per_s=r.speed, eval_tokens=eval_tokens, work_tokens=_work_tokens(c, tokens, billed, r.billed),
     )  # fmt: skip
+
+
+def _work_tokens(config: RunConfig, tokens: int | None, billed: int | None, mix: Billed | None) -> int | None:
+    """The tokens whose training the time estimate counts: soft replay targets add the base's forward pass over
+    each replay row (no backward: about a third of a trained token's work)."""
+    if config.replay_targets != "soft" or mix is None or tokens is None or billed is None:
+        return tokens
+    return tokens + round((tokens - billed) / 3)
 
 
 def _tokens_read(in_file: int | None, epochs: int, share: float, step_tokens, effective: int, total: int) -> int | None:

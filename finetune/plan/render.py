@@ -105,6 +105,11 @@ def _data_lines(plan: Plan) -> list[str]:
             f"{_n(added['tokens'])} tokens per epoch, {_n(added.get('tokens_processed'))} trained in all, in the time "
             f"estimate; {_whose(plan.replay_billed)}{_answered(added.get('generated'), added.get('pending'))}"
         )
+        if plan.replay_targets == "soft":
+            lines.append(
+                "           soft targets: each replay answer token is trained toward the base model's whole next-token "
+                "distribution (KL to the base, one more forward pass of the base over the row: in the time estimate)"
+            )
     if plan.general_val_set:  # the forgetting curve (docs/retention.md)
         lines.append(_general_val_line(plan.general_val_set))
     return lines

@@ -198,6 +198,19 @@ class RunConfig:
     """LoRA: after training, scale the adapter back toward the base (base + scale x update): a number above 0 and at
     most 1, auto (the smallest scale that keeps the fit to the validation set; off below 10M parameters), or off
     (docs/retention.md)."""
+    replay_targets: Literal["text", "soft"] = about(
+        "text", "Replay targets", tokens=False, resume="refuse", when="lora",
+        why_not="the checkpoint learned the replay rows with the other loss",
+    )  # fmt: skip
+    """LoRA with replay: what a replay row teaches: text (the cross-entropy of the base's greedy answer, as any reply)
+    or soft (at each answer token, the divergence from the base's whole next-token distribution; docs/retention.md)."""
+    team_system: str | None = about(
+        None, "The team's system message", tokens=False, resume="refuse",
+        why_not="the checkpoint learned the team's replies in another context",
+    )  # fmt: skip
+    """Put this system message on every team conversation that has none (training, validation, the test set, chat
+    and serving of the run), never on replay rows or general prompts: the team's voice bound to the team's context
+    (docs/retention.md)."""
     general_val: bool | str = about(AUTO, "Forgetting curve", tokens=False, resume="allow")
     """A second validation curve: the loss on held-out general prompts answered by the base model, never trained on
     (general_val_loss at each evaluation); auto = on when replay draws on the base's answers (docs/retention.md)."""
@@ -267,6 +280,16 @@ class RunConfig:
             raise ConfigError(f"{ref('general_data')} is mixed in by replay: set {ref('replay')} to auto or a ratio")
         if self.replay not in ("off", AUTO) and self.method == "dpo":
             raise ConfigError(f"{ref('replay')} mixes supervised answers; it does not apply to {ref('method', 'dpo')}")
+        if self.replay_targets == "soft" and (self.replay == "off" or self.trained_weights == "full"):
+            raise ConfigError(
+                f"{ref('replay_targets')} soft trains replay rows toward the base's distribution, read from the LoRA "
+                f"adapter switched off: it needs {ref('replay')} on and {ref('method', 'lora')}"
+            )
+        if self.team_system is not None and not self.team_system.strip():
+            raise ConfigError(f"{ref('team_system')} is empty: give the team's system message, or leave it unset")
+        if self.team_system is not None and self.method == "dpo":
+            raise ConfigError(f"{ref('team_system')} binds supervised replies to the team's context; it does not apply "
+                              f"to {ref('method', 'dpo')}: put the system message in the pairs' prompts")  # fmt: skip
         if self.general_val is True and self.method == "dpo":
             raise ConfigError(
                 f"{ref('general_val')} scores supervised answers; it does not apply to {ref('method', 'dpo')}"

@@ -43,6 +43,12 @@ def read_json(path: Path) -> dict:
         return {}
 
 
+def team_system_of(run: str | Path) -> str | None:
+    """The team's system message the run was trained with (`team_system`), for the team's prompts at inference; None
+    when it had none."""
+    return read_json(Path(run) / "plan.json").get("team_system") or None
+
+
 def model_file(model: str, name: str) -> Path | None:
     """One file of a model folder, or of a hub id from the local cache (no network); None if neither has it."""
     found = Path(model) / name

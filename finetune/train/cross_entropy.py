@@ -93,9 +93,18 @@ def _chunked_nll_sum(hidden, weight, targets, token_weights, chunk: int) -> torc
 
 def nll_sum(model, batch: Batch, chunk: int | None = None) -> torch.Tensor:
     """Weighted NLL summed over the batch's target tokens (a scalar, fp32 or wider)."""
-    lm = causal_lm(model)
     if not supports_chunked_head(model):
         return reference_nll_sum(model, batch)
+    hidden, targets, weights = scored_hidden(model, batch)
+    weight = output_layer_weight(causal_lm(model).get_output_embeddings())
+    chunk = chunk or default_chunk(weight.shape[0])
+    return _chunked_nll_sum(hidden, weight, targets, weights, chunk)
+
+
+def scored_hidden(model, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The decoder's last hidden states at the batch's target positions, with those targets and their weights:
+    what the output layer turns into the scored logits (packed records run as one row when the model can)."""
+    lm = causal_lm(model)
     inputs = {"input_ids": batch.input_ids, "position_ids": batch.position_ids, "attention_mask": batch.attention_mask}
     targets, weights = batch.targets, batch.weights
     if batch.flat_index is not None and uses_varlen_attention(model):
@@ -107,10 +116,7 @@ def nll_sum(model, batch: Batch, chunk: int | None = None) -> torch.Tensor:
         targets, weights = flat(targets), flat(weights)
     out = lm.get_decoder()(**inputs, use_cache=False)
     scored = targets != IGNORE_INDEX
-    hidden = out.last_hidden_state[scored]
-    weight = output_layer_weight(lm.get_output_embeddings())
-    chunk = chunk or default_chunk(weight.shape[0])
-    return _chunked_nll_sum(hidden, weight, targets[scored], weights[scored], chunk)
+    return out.last_hidden_state[scored], targets[scored], weights[scored]
 
 
 def reference_nll_sum(model, batch: Batch) -> torch.Tensor:

@@ -32,6 +32,7 @@ Preference tuning (DPO) fits the same interface:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import torch
@@ -40,6 +41,7 @@ from finetune.data.types import TokenizedRecord
 from finetune.report.diagnosis import diagnose
 from finetune.train.batching import Batch, pack_batch, pad_batch
 from finetune.train.cross_entropy import nll_sum
+from finetune.train.distill import kl_sum
 from finetune.train.preference import DirectPreference
 
 if TYPE_CHECKING:
@@ -101,8 +103,56 @@ class TokenNormalisedSFT:
         return {}
 
 
+@dataclass
+class SplitBatch:
+    """One micro-batch as two: the team's records (`text`) and the replay rows (`soft`), either may be None."""
+
+    text: Batch | None
+    soft: Batch | None
+
+    def to(self, device: torch.device | str) -> SplitBatch:
+        return SplitBatch(*(None if b is None else b.to(device) for b in (self.text, self.soft)))
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(b.num_tokens for b in (self.text, self.soft) if b is not None)
+
+
+class SoftReplaySFT(TokenNormalisedSFT):
+    """Supervised tuning with soft targets on the replay rows (`replay_targets: soft`; docs/retention.md).
+
+    The records after the team's `team_rows` lines of the mixed training file are the base model's own answers:
+    there each target token costs KL(base || tuned) over the whole vocabulary (distill.py) instead of the NLL of the
+    base's greedy token; the team's records keep the weighted NLL. Both are sums over target tokens and the loop
+    divides them by the step's target tokens of every record, so the loss stays the mean over every target token of
+    the effective batch (accumulation, devices and resume as for TokenNormalisedSFT). Only training uses the
+    divergence: evaluation runs the model in eval mode (validation, the forgetting curve, the adapter scale) and
+    scores every record's NLL, so those numbers mean what they always meant.
+    """
+
+    def __init__(self, team_rows: int) -> None:
+        self.team_rows = team_rows
+
+    def batch(self, examples: Sequence[TokenizedRecord], plan: Plan, pad_id: int) -> SplitBatch:
+        text = [r for r in examples if r.line <= self.team_rows]
+        soft = [r for r in examples if r.line > self.team_rows]
+        make = super().batch
+        return SplitBatch(make(text, plan, pad_id) if text else None, make(soft, plan, pad_id) if soft else None)
+
+    def loss(self, model, batch: SplitBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        total = nll_sum(model, batch.text) if batch.text is not None else None
+        if batch.soft is not None:
+            soft = kl_sum(model, batch.soft) if model.training else nll_sum(model, batch.soft)
+            total = soft if total is None else total + soft
+        return total, {}
+
+
 def objective_for(plan: Plan) -> Objective:
-    """The objective a plan trains with: supervised, or preference tuning (DPO) with the plan's beta."""
+    """The objective a plan trains with: supervised (with soft targets on replay rows when the plan asks for them
+    and mixed some in), or preference tuning (DPO) with the plan's beta."""
     if plan.objective == "dpo":
         return DirectPreference(plan.beta or 0.1, plan.sft_weight or 0.0, precomputed_reference=plan.method == "full")
+    added = plan.replay_added or {}
+    if plan.replay_targets == "soft" and added.get("rows"):
+        return SoftReplaySFT(int(added["team_rows"]))
     return TokenNormalisedSFT()

@@ -111,6 +111,12 @@ def _data(plan: dict, test_split: dict, report: dict) -> list[str]:
         ("of them, your general conversations' (mixed in by replay)", bill.get("general_data_tokens")),
         ("replay rows the base model answered (not billed)", base_rows),
         ("tokens trained on them (not billed)", bill.get("not_billed_tokens") if base_rows else None),
+        (
+            "replay rows trained toward",
+            "the base's whole next-token distribution (soft targets)"
+            if added and plan.get("replay_targets") == "soft"
+            else None,
+        ),
         ("test conversations (held out before training)", test_split.get("conversations")),
     ]
     lines = ["## Training data", "", "| | |", "|---|---|"]
@@ -120,6 +126,15 @@ def _data(plan: dict, test_split: dict, report: dict) -> list[str]:
     if plan.get("auto", {}).get("val_fraction"):
         lines += ["", f"Validation split: {plan['auto']['val_fraction']}."]
     return [*lines, ""]
+
+
+def _team_system_row(system: str | None) -> list[str]:
+    """The context the team's voice was trained in: the team's prompts need it, general ones go without."""
+    if not system:
+        return []
+    text = system.replace("|", "/").replace("\n", " ")
+    return [f"| the team's system message | {text} (on every team conversation that had none; give it for the "
+            "team's voice: `finetune chat` and the serving of this run put it first on a request without one) |"]  # fmt: skip
 
 
 def _labels() -> dict[str, str]:
@@ -318,6 +333,7 @@ def model_card(weights: RunWeights, kind: str, gguf_type: str | None = None) -> 
         f"| base model | {weights.base} |",
         *_origin_rows(plan.get("base_origin") or origin(weights.base)),
         *([f"| chat template | {plan['chat_template']} |"] if plan.get("chat_template") else []),
+        *_team_system_row(plan.get("team_system")),
         f"| method | {method} |",
         f"| export | {kind} |",
         "",

@@ -36,6 +36,7 @@ class ModelLocation:
 
     base: str
     adapter: str | None = None
+    system: str | None = None  # the run's team system message: put first on a request without one (router.py)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from finetune.data.team_context import with_team_system
 from finetune.settings.errors import UserError
 from finetune.ship.serving.engine import Completion, Engine, GenerationParams, ModelLocation
 
@@ -164,7 +165,7 @@ def chat_completions_router(
             location = None
         if location is None:
             return _not_found(body.model)
-        messages = [m.as_chat() for m in body.messages]
+        messages = with_team_system([m.as_chat() for m in body.messages], location.system)  # the run's, if any
         params = body.params()
         request_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         if body.stream:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from finetune.settings.errors import UserError
-from finetune.ship.run_folder import locate_weights, resolve_base
+from finetune.ship.run_folder import locate_weights, resolve_base, team_system_of
 from finetune.ship.serving.engine import Engine, ModelLocation
 from finetune.ship.serving.router import Resolver, chat_completions_router
 
@@ -43,9 +43,10 @@ def job_resolver(store: Any, settings: Any) -> Resolver:
             weights = locate_weights(settings.runs_dir / job["id"], step)
         except UserError:  # a checkpoint that was pruned, or weights removed from disk
             return None
+        system = team_system_of(weights.run)  # trained with the team's system message: the team's requests get it
         if weights.adapter is not None:
-            return ModelLocation(weights.base, str(weights.adapter))
-        return ModelLocation(str(weights.model))
+            return ModelLocation(weights.base, str(weights.adapter), system)
+        return ModelLocation(str(weights.model), system=system)
 
     return resolve
 
