@@ -56,9 +56,9 @@ def test_the_retention_check_loads_both_sides_as_the_run_was_placed(gpu_run, mon
 def test_eval_loads_the_base_and_the_tuned_model_as_the_run_was_placed(gpu_run, monkeypatch):
     run, asked = gpu_run
     loaded = []
-    real = eval_command.generate_answers
+    real = eval_command.generate_batches
     monkeypatch.setattr(
-        eval_command, "generate_answers", lambda model, *a: loaded.append(_bf16(model)) or real(model, *a)
+        eval_command, "generate_batches", lambda model, *a: loaded.append(_bf16(model)) or real(model, *a)
     )
     request = eval_command.EvalRequest(data=str(run), limit=1, max_new_tokens=2)
     eval_command.evaluate(request)
