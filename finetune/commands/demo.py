@@ -46,9 +46,11 @@ from finetune.run import train
 from finetune.settings.config import RunConfig
 from finetune.settings.errors import UserError
 from finetune.settings.wording import rendered
+from finetune.ship.eval.evaluation_estimate import say_estimate
 from finetune.ship.eval.generate import generate_answers, style_rate
 from finetune.ship.eval.grounding import GROUNDING_FILE, measure, not_judged, training_replies_of
 from finetune.ship.eval.grounding import line as grounding_line
+from finetune.ship.eval.progress import progress_lines
 from finetune.ship.eval.retention import LABELS, check_retention, points, write_retention
 from finetune.ship.eval.retention import summary as retention_summary
 from finetune.ship.export.card import refresh_run_card
@@ -177,7 +179,9 @@ def _nothing_to_keep(model_dir: Path) -> str | None:
 def _general_kept(console, run_dir: Path, rate_before: float, rate_after: float, grounding: dict) -> dict:
     """Step 4 on a real base: the retention check, its verdict beside the voice gained and the answers' verdict."""
     console.rule("4. general kept: the retention check on the general set (finetune eval RUN --retention)")
-    retention = check_retention(run_dir)
+    with progress_lines(sys.stdout):  # its estimate first, then a line per batch: minutes on a CPU
+        say_estimate(run_dir, retention=True, test=False)
+        retention = check_retention(run_dir)
     retention["file"] = str(write_retention(run_dir, retention))
     retention = rendered(retention)  # demo.json and the printout name settings as flags
     refresh_run_card(run_dir)

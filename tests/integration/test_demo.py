@@ -52,7 +52,9 @@ def test_demo_runs_end_to_end(tmp_path, capsys, pretrained_toy_base):
     # on a real base step 4 runs: the retention check and both verdicts, printed (here forced on the toy's run)
     console = Console(file=io.StringIO(), width=200)
     kept = demo._general_kept(console, out / "run", 0.0, 1.0, signed | {"flag": False, "not_judged": None})
-    written = console.file.getvalue()
+    written, said = console.file.getvalue(), capsys.readouterr().out
+    assert "Evaluation: the base and the tuned model answer" in said  # the estimate first, then a line per batch
+    assert said.index("Evaluation:") < said.index("Retention check: ") and "general prompts answered" in said
     assert set(kept) >= {"accuracy", "rule_pass_rate", "choice_accuracy", "kl", "flag", "cut_at_cap"}
     assert "general kept:" in written and "answers the team would sign:" in written
     assert json.loads((out / "run" / "retention.json").read_text())["general_set"] == kept["general_set"]

@@ -78,14 +78,14 @@ def read_new(path: Path, offset: int) -> tuple[list[dict], int]:
 
 
 @contextlib.contextmanager
-def progress_lines() -> Iterator[None]:
-    """The `finetune` log's lines (an estimate, a line per batch) on stderr while a command runs, unless something
-    prints them already; stdout keeps the command's results (and --json its JSON alone)."""
+def progress_lines(stream=None) -> Iterator[None]:
+    """The `finetune` log's lines (an estimate, a line per batch) on `stream` (stderr) while a command runs, unless
+    something prints them already; stdout keeps the command's results (and --json its JSON alone)."""
     logger = logging.getLogger("finetune")
     if logger.handlers:
         yield
         return
-    handler = logging.StreamHandler(sys.stderr)
+    handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
     logger.addHandler(handler)
     level = logger.level
