@@ -88,9 +88,9 @@ def kl_per_row(
             model.eval()
             base_logits, _, _ = _target_logits(model, chunk, pad_id)
         vocab = min(tuned_logits.shape[-1], base_logits.shape[-1])  # a resized vocabulary: compare what both have
-        log_t = torch.log_softmax(tuned_logits[..., :vocab], dim=-1)
-        log_b = torch.log_softmax(base_logits[..., :vocab], dim=-1)
-        kl = (log_t.exp() * (log_t - log_b)).sum(-1).clamp(min=0.0)  # rounding can dip a hair below 0
-        for j, i in enumerate(batch):
-            out[i] = (float(kl[j][mask[j]].sum()), int(mask[j].sum()))
+        for j, i in enumerate(batch):  # a row at a time: the whole batch's vocabulary-wide terms took gigabytes
+            log_t = torch.log_softmax(tuned_logits[j, :, :vocab], dim=-1)
+            log_b = torch.log_softmax(base_logits[j, :, :vocab], dim=-1)
+            kl = (log_t.exp() * (log_t - log_b)).sum(-1).clamp(min=0.0)  # rounding can dip a hair below 0
+            out[i] = (float(kl[mask[j]].sum()), int(mask[j].sum()))
     return out
